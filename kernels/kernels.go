@@ -1,0 +1,277 @@
+// Package kernels defines the tensor operations a model needs from a compute
+// backend, and a registry of backends by name.
+//
+// Models are written once against Backend; a backend (kernels/cpu,
+// kernels/cuda) implements the ops for its device. Library packages never
+// import a backend: cmd/ and tests do, and each backend registers itself in
+// its init, the way database/sql drivers do.
+//
+// A Tensor is a 2-D row-major array (rows × cols) owned by the backend that
+// made it. Weights keep their stored type (F32, F16, BF16, Q8_0, Q4_0);
+// activations are always F32. Faster fused ops (tree attention, masked
+// sampling, ...) are separate small interfaces that callers check for, each
+// with a reference fallback whose math its doc comment states.
+package kernels
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// DType is a tensor element type. The values are GGML's type ids, so a GGUF
+// tensor's type converts directly.
+type DType uint32
+
+const (
+	F32  DType = 0
+	F16  DType = 1
+	Q4_0 DType = 2
+	Q8_0 DType = 8
+	BF16 DType = 30
+)
+
+// QK is the number of elements in one Q8_0 or Q4_0 block.
+const QK = 32
+
+func (t DType) String() string {
+	switch t {
+	case F32:
+		return "F32"
+	case F16:
+		return "F16"
+	case BF16:
+		return "BF16"
+	case Q8_0:
+		return "Q8_0"
+	case Q4_0:
+		return "Q4_0"
+	}
+	return fmt.Sprintf("type(%d)", uint32(t))
+}
+
+// Known reports whether the type is one this package can describe.
+func (t DType) Known() bool {
+	switch t {
+	case F32, F16, BF16, Q8_0, Q4_0:
+		return true
+	}
+	return false
+}
+
+// BlockElems is the number of elements stored together in one block
+// (1 for plain float types).
+func (t DType) BlockElems() int {
+	switch t {
+	case Q8_0, Q4_0:
+		return QK
+	}
+	return 1
+}
+
+// BlockBytes is the size in bytes of one block.
+func (t DType) BlockBytes() int {
+	switch t {
+	case F32:
+		return 4
+	case F16, BF16:
+		return 2
+	case Q8_0:
+		return 2 + QK // f16 scale + 32 int8
+	case Q4_0:
+		return 2 + QK/2 // f16 scale + 32 nibbles
+	}
+	return 0
+}
+
+// RowBytes returns the bytes one row of cols elements takes, or an error when
+// cols is not a whole number of blocks or the type is unknown.
+func (t DType) RowBytes(cols int) (int, error) {
+	if !t.Known() {
+		return 0, fmt.Errorf("kernels: unknown type %d", uint32(t))
+	}
+	if cols < 0 || cols%t.BlockElems() != 0 {
+		return 0, fmt.Errorf("kernels: %v row of %d elements is not a whole number of %d-element blocks", t, cols, t.BlockElems())
+	}
+	return cols / t.BlockElems() * t.BlockBytes(), nil
+}
+
+// Tensor is a 2-D row-major array owned by a Backend.
+type Tensor interface {
+	DType() DType
+	// Dims returns (rows, cols).
+	Dims() (rows, cols int)
+}
+
+// RoPE describes a rotary position embedding.
+type RoPE struct {
+	// HeadDim is the width of one head; Dims (≤ HeadDim) of its elements
+	// are rotated, the rest pass through. Zero Dims means HeadDim.
+	HeadDim, Dims int
+	// Base is the frequency base (theta); zero means 10000.
+	Base float32
+	// Scale divides positions (linear scaling); zero means 1.
+	Scale float32
+	// NeoX selects the rotate-half layout (pairs i and i+Dims/2) used by
+	// GPT-NeoX-style models such as Qwen2; otherwise adjacent pairs (2i,
+	// 2i+1) rotate, as in the original Llama.
+	NeoX bool
+	// Freqs, when not nil, holds per-pair frequency divisors (Llama 3
+	// style scaling): pair i rotates by pos / (Base^(2i/Dims) * Freqs[i]).
+	Freqs []float32
+}
+
+// KVSpec sizes a paged KV cache.
+type KVSpec struct {
+	Layers int
+	// Blocks is the number of blocks; each holds BlockSize token slots.
+	Blocks, BlockSize int
+	// Width is the K (and V) row width: kv heads × head dim.
+	Width int
+}
+
+// KVCache holds the keys and values of every layer in fixed-size blocks of
+// token slots. Slot s lives in block s/BlockSize at offset s%BlockSize.
+type KVCache interface {
+	Spec() KVSpec
+}
+
+// AttnRow is one query row's view of the cache.
+type AttnRow struct {
+	// Table lists the blocks of the row's sequence in position order.
+	Table []int32
+	// Len is how many positions (from 0) the row attends to; for causal
+	// attention it is the row's position + 1.
+	Len int32
+}
+
+// Attn describes an attention call over a batch of query rows.
+type Attn struct {
+	Heads, KVHeads, HeadDim int
+	// Scale multiplies q·k; zero means 1/sqrt(HeadDim).
+	Scale float32
+	Rows  []AttnRow
+}
+
+// BlockCopy moves one block between caches (or within one).
+type BlockCopy struct{ Src, Dst int32 }
+
+// Backend is the set of ops a model's forward pass needs. Methods are not
+// safe for concurrent use unless an implementation says otherwise: one
+// goroutine (the engine's step loop) drives a backend. Shape mismatches are
+// programming errors and may panic; anything that depends on input (a token
+// id, a position) is checked by the caller or returns an error.
+type Backend interface {
+	Name() string
+
+	// Weights wraps rows × cols elements of type dt stored in data
+	// (rows × RowBytes(cols) bytes). data must stay valid and unchanged
+	// for the backend's lifetime; the CPU backend uses it in place.
+	Weights(dt DType, rows, cols int, data []byte) (Tensor, error)
+	// Alloc returns a zeroed F32 tensor.
+	Alloc(rows, cols int) Tensor
+	// Slice returns a view of rows [r0, r1) sharing t's memory.
+	Slice(t Tensor, r0, r1 int) Tensor
+	// Upload copies host floats into an F32 tensor (len(src) = rows*cols).
+	Upload(dst Tensor, src []float32)
+	// Download copies an F32 tensor to host floats.
+	Download(dst []float32, src Tensor)
+
+	// Gather sets dst row i to src row idx[i], converted to F32. It is the
+	// token embedding lookup when src is the embedding table.
+	Gather(dst, src Tensor, idx []int32)
+	// RMSNorm: dst[r] = x[r] / sqrt(mean(x[r]²) + eps) * w[0].
+	RMSNorm(dst, x, w Tensor, eps float32)
+	// MatMul: dst[r][o] = Σ_i x[r][i] · w[o][i]. x is F32 (batch rows); w
+	// any weight type; each weight row is read once for all of x's rows.
+	MatMul(dst, x, w Tensor)
+	// AddBias: x[r] += b[0] for every row.
+	AddBias(x, b Tensor)
+	// Add: dst = a + b, element-wise (dst may alias a).
+	Add(dst, a, b Tensor)
+	// SwiGLU: dst = silu(gate) * up, element-wise; silu(x) = x/(1+e^-x).
+	SwiGLU(dst, gate, up Tensor)
+	// RoPE rotates every head of each row of x in place, row r at
+	// position pos[r].
+	RoPE(x Tensor, pos []int32, p RoPE)
+
+	// NewKV allocates a zeroed paged KV cache.
+	NewKV(s KVSpec) (KVCache, error)
+	// StoreKV writes row r of k and v into slot slots[r] of layer.
+	StoreKV(c KVCache, layer int, k, v Tensor, slots []int32)
+	// Attention computes, for each query row r of q (Heads × HeadDim
+	// wide), softmax(Scale · q·Kᵀ) · V over positions [0, Rows[r].Len) of
+	// the row's block table, query head h reading kv head
+	// h / (Heads/KVHeads). The result goes to dst (same shape as q).
+	Attention(dst, q Tensor, c KVCache, layer int, a Attn)
+	// CopyBlocks copies whole blocks (every layer, K and V) from src to
+	// dst; the two caches must share Layers, BlockSize and Width. It is how
+	// the prefix cache moves blocks between tiers.
+	CopyBlocks(dst, src KVCache, moves []BlockCopy)
+
+	// Close releases the backend's workers and memory.
+	Close() error
+}
+
+// Options configure a backend at Open. The zero value picks defaults.
+type Options struct {
+	// Threads is the number of worker threads; zero means one per CPU.
+	Threads int
+}
+
+// Factory makes a backend.
+type Factory func(Options) (Backend, error)
+
+var (
+	registryMu sync.Mutex // protects registry
+	registry   = map[string]Factory{}
+)
+
+// Register makes a backend available by name. It panics when name is empty,
+// f is nil or the name is already taken: registration happens in init, so a
+// clash is a programming error.
+func Register(name string, f Factory) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if name == "" {
+		panic("kernels: Register with empty name")
+	}
+	if f == nil {
+		panic("kernels: Register " + name + " with nil factory")
+	}
+	if _, dup := registry[name]; dup {
+		panic("kernels: Register called twice for " + name)
+	}
+	registry[name] = f
+}
+
+// Names returns the registered backends, sorted.
+func Names() []string {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// ErrUnknownBackend is returned by Open for a name nobody registered.
+var ErrUnknownBackend = errors.New("kernels: unknown backend")
+
+// Open makes a backend by its registered name.
+func Open(name string, o Options) (Backend, error) {
+	registryMu.Lock()
+	f := registry[name]
+	registryMu.Unlock()
+	if f == nil {
+		return nil, fmt.Errorf("%w %q (registered: %v)", ErrUnknownBackend, name, Names())
+	}
+	b, err := f(o)
+	if err != nil {
+		return nil, fmt.Errorf("kernels: open %s: %w", name, err)
+	}
+	return b, nil
+}
