@@ -1,0 +1,151 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/specgate/specgate/kernels"
+)
+
+func benchWeights(tb testing.TB, b *Backend, dt kernels.DType, m, k int) (kernels.Tensor, int) {
+	r := rand.New(rand.NewPCG(uint64(m), uint64(k)))
+	vals := make([]float32, m*k)
+	for i := range vals {
+		vals[i] = r.Float32() - 0.5
+	}
+	data, err := kernels.Quantize(dt, vals)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w, err := b.Weights(dt, m, k, data)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return w, len(data)
+}
+
+// BenchmarkMatMul reports weight bytes read per second.
+func BenchmarkMatMul(b *testing.B) {
+	be := open(b, 0)
+	for _, dt := range []kernels.DType{kernels.F32, kernels.F16, kernels.Q8_0, kernels.Q4_0} {
+		for _, s := range []struct{ m, k int }{{768, 768}, {3072, 768}} {
+			w, size := benchWeights(b, be, dt, s.m, s.k)
+			for _, n := range []int{1, 8} {
+				b.Run(fmt.Sprintf("%v/%dx%d/n=%d", dt, s.m, s.k, n), func(b *testing.B) {
+					x, dst := be.Alloc(n, s.k), be.Alloc(n, s.m)
+					be.Upload(x, make([]float32, n*s.k))
+					b.SetBytes(int64(size))
+					for b.Loop() {
+						be.MatMul(dst, x, w)
+					}
+				})
+			}
+		}
+	}
+}
+
+var (
+	bandwidthOnce sync.Once
+	bandwidth     float64
+)
+
+func measuredBandwidth() float64 {
+	bandwidthOnce.Do(func() { bandwidth = MeasureBandwidth(512<<20, time.Second) })
+	return bandwidth
+}
+
+func BenchmarkBandwidth(b *testing.B) {
+	for b.Loop() {
+		bw := MeasureBandwidth(256<<20, 200*time.Millisecond)
+		b.ReportMetric(bw/1e9, "GB/s")
+	}
+}
+
+// BenchmarkDecode runs the matrix products of one step of a ~120M-parameter
+// Llama-shaped model (12 layers of 768 wide, FFN 3072, an 8192-token output
+// head) at batch 1 and 8, and reports tokens/s and the fraction of the
+// memory-bandwidth floor (weight bytes / measured bandwidth) achieved.
+func BenchmarkDecode(b *testing.B) {
+	const layers, dim, ffn, vocab = 12, 768, 3072, 8192
+	be := open(b, 0)
+	bw := measuredBandwidth()
+	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
+		type layer struct{ q, k, v, o, gate, up, down kernels.Tensor }
+		ls := make([]layer, layers)
+		total := 0
+		mk := func(m, k int) kernels.Tensor {
+			w, n := benchWeights(b, be, dt, m, k)
+			total += n
+			return w
+		}
+		for i := range ls {
+			ls[i] = layer{mk(dim, dim), mk(dim, dim), mk(dim, dim), mk(dim, dim), mk(ffn, dim), mk(ffn, dim), mk(dim, ffn)}
+		}
+		head := mk(vocab, dim)
+		floor := float64(total) / bw
+		for _, n := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%v/n=%d", dt, n), func(b *testing.B) {
+				x, y, h := be.Alloc(n, dim), be.Alloc(n, dim), be.Alloc(n, ffn)
+				h2, logits := be.Alloc(n, ffn), be.Alloc(n, vocab)
+				be.Upload(x, randVec(rand.New(rand.NewPCG(1, 1)), n*dim))
+				b.SetBytes(int64(total))
+				for b.Loop() {
+					for _, l := range ls {
+						be.MatMul(y, x, l.q)
+						be.MatMul(y, x, l.k)
+						be.MatMul(y, x, l.v)
+						be.MatMul(y, x, l.o)
+						be.MatMul(h, x, l.gate)
+						be.MatMul(h2, x, l.up)
+						be.MatMul(y, h, l.down)
+					}
+					be.MatMul(logits, x, head)
+				}
+				step := b.Elapsed().Seconds() / float64(b.N)
+				b.ReportMetric(float64(n)/step, "tok/s")
+				b.ReportMetric(floor/step, "floor-frac")
+				b.ReportMetric(float64(total)/1e6, "weight-MB")
+			})
+		}
+	}
+}
+
+// BenchmarkAttention is one decode step's attention for one layer over a
+// long context.
+func BenchmarkAttention(b *testing.B) {
+	be := open(b, 0)
+	const heads, kvHeads, hd, bs = 12, 4, 64, 16
+	for _, ctx := range []int{512, 4096} {
+		b.Run(fmt.Sprintf("ctx=%d", ctx), func(b *testing.B) {
+			c, err := be.NewKV(kernels.KVSpec{Layers: 1, Blocks: ctx / bs, BlockSize: bs, Width: kvHeads * hd})
+			if err != nil {
+				b.Fatal(err)
+			}
+			table := make([]int32, ctx/bs)
+			for i := range table {
+				table[i] = int32(i)
+			}
+			q, dst := be.Alloc(1, heads*hd), be.Alloc(1, heads*hd)
+			a := kernels.Attn{Heads: heads, KVHeads: kvHeads, HeadDim: hd, Rows: []kernels.AttnRow{{Table: table, Len: int32(ctx)}}}
+			for b.Loop() {
+				be.Attention(dst, q, c, 0, a)
+			}
+		})
+	}
+}
+
+// BenchmarkDispatch is the fixed cost of handing an op to the workers.
+func BenchmarkDispatch(b *testing.B) {
+	be := open(b, 0)
+	var t nopTask
+	for b.Loop() {
+		be.pool.run(&t, 2, 1)
+	}
+}
+
+type nopTask struct{}
+
+func (nopTask) run(_, _, _ int) {}

@@ -1,0 +1,283 @@
+// Package cpu is the CPU implementation of kernels.Backend: plain Go for
+// every op, with the matrix and dot-product kernels in AVX2+FMA assembly on
+// amd64 (chosen at run time; the Go versions remain the reference and the
+// fallback elsewhere).
+//
+// Importing the package registers the backend as "cpu".
+//
+// Work is split across a pool of worker goroutines that the backend owns;
+// the goroutine that calls an op takes part as worker 0, so Threads=1 runs
+// everything on the caller. Weights are used in place: quantized matrices are
+// never dequantized as a whole; MatMul quantizes the activation rows to Q8_0
+// once per call and computes integer dot products on the stored blocks.
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"github.com/specgate/specgate/kernels"
+)
+
+func init() {
+	kernels.Register("cpu", func(o kernels.Options) (kernels.Backend, error) { return Open(o) })
+}
+
+// Tensor is the CPU backend's tensor: a row-major rows × cols matrix that
+// holds either F32 values (activations, or F32 weights viewed in place) or
+// the stored bytes of a weight matrix of another type. Slices share memory
+// with the tensor they come from.
+type Tensor struct {
+	dt         kernels.DType
+	rows, cols int
+	// f32 holds rows*cols values when dt is F32.
+	f32 []float32
+	// raw holds rows*rowBytes stored bytes for the other types.
+	raw      []byte
+	rowBytes int
+	// readOnly marks weights: their memory belongs to the caller (often a
+	// read-only mapping of the model file) and must never be written.
+	readOnly bool
+}
+
+var _ kernels.Tensor = (*Tensor)(nil)
+
+// DType returns the element type.
+func (t *Tensor) DType() kernels.DType { return t.dt }
+
+// Dims returns (rows, cols).
+func (t *Tensor) Dims() (rows, cols int) { return t.rows, t.cols }
+
+// F32 returns the tensor's values without copying, or nil when it is not F32.
+// The slice aliases the tensor: writes change it, and writing the values of a
+// weight tensor is forbidden (they may live in a read-only file mapping).
+func (t *Tensor) F32() []float32 { return t.f32 }
+
+func (t *Tensor) row(r int) []float32 { return t.f32[r*t.cols : (r+1)*t.cols] }
+
+func (t *Tensor) rawRow(r int) []byte { return t.raw[r*t.rowBytes : (r+1)*t.rowBytes] }
+
+// Backend implements kernels.Backend on the host CPU. Like every backend its
+// ops are driven by one goroutine at a time; they are not safe for
+// concurrent use.
+type Backend struct {
+	threads int
+	pool    *pool
+	closed  bool
+	scratch []workerScratch // one per worker, indexed by worker id
+
+	// Per-op task values live here so handing them to the pool does not
+	// allocate.
+	mm   matmulTask
+	qx   quantTask
+	attn attnTask
+	rows rowTask
+
+	// xq and xd hold the activation rows of the current MatMul quantized to
+	// Q8_0: int8 values, and one float32 scale per 32-value block.
+	xq []int8
+	xd []float32
+	// xd4 holds the same scales interleaved for each group of four rows,
+	// the layout the x4 kernels read.
+	xd4 []float32
+	// wrow holds a weight row converted to F32 for ops that take a small
+	// weight (RMSNorm, AddBias).
+	wrow []float32
+	// rope holds the per-pair inverse frequencies of the current RoPE call.
+	rope []float64
+}
+
+// workerScratch is memory one worker reuses across ops.
+type workerScratch struct {
+	f32 []float32 // a weight row converted to F32 (F16/BF16 MatMul, Gather)
+	att []float32 // attention scores of one (row, head)
+	cs  []float32 // RoPE cos/sin pairs of one row
+	// o4 receives the x4 kernels' results; it lives here because a
+	// local passed through a function variable would escape to the heap.
+	o4 [4]float32
+}
+
+func (s *workerScratch) floats(n int) []float32 {
+	if cap(s.f32) < n {
+		s.f32 = make([]float32, n)
+	}
+	return s.f32[:n]
+}
+
+var _ kernels.Backend = (*Backend)(nil)
+
+// Open starts a CPU backend with o.Threads workers (zero means one per CPU).
+// Close stops them.
+func Open(o kernels.Options) (*Backend, error) {
+	n := o.Threads
+	if n < 0 {
+		return nil, fmt.Errorf("cpu: %d threads", n)
+	}
+	if n == 0 {
+		n = runtime.NumCPU()
+	}
+	initTables()
+	b := &Backend{
+		threads: n,
+		pool:    newPool(n),
+		scratch: make([]workerScratch, n),
+	}
+	return b, nil
+}
+
+// Name returns "cpu".
+func (b *Backend) Name() string { return "cpu" }
+
+// Threads returns the number of workers, the caller included.
+func (b *Backend) Threads() int { return b.threads }
+
+// Close stops the workers. It is safe to call more than once; the backend
+// must not be used afterwards.
+func (b *Backend) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	b.pool.stop()
+	return nil
+}
+
+func (b *Backend) live() {
+	if b.closed {
+		panic("cpu: backend used after Close")
+	}
+}
+
+// ErrShortData is returned by Weights when data does not match the shape.
+var ErrShortData = errors.New("cpu: weight data does not match its shape")
+
+// Weights wraps data without copying (except F32 data that is not 4-byte
+// aligned, which is copied once). data is never written.
+func (b *Backend) Weights(dt kernels.DType, rows, cols int, data []byte) (kernels.Tensor, error) {
+	if rows < 0 {
+		return nil, fmt.Errorf("cpu: %d rows", rows)
+	}
+	rb, err := dt.RowBytes(cols)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) != rows*rb {
+		return nil, fmt.Errorf("%w: %v %d×%d needs %d bytes, have %d", ErrShortData, dt, rows, cols, rows*rb, len(data))
+	}
+	t := &Tensor{dt: dt, rows: rows, cols: cols, rowBytes: rb, readOnly: true}
+	if dt != kernels.F32 {
+		t.raw = data
+		return t, nil
+	}
+	n := rows * cols
+	if n == 0 {
+		t.f32 = []float32{}
+		return t, nil
+	}
+	if uintptr(unsafe.Pointer(&data[0]))%4 == 0 && littleEndian {
+		t.f32 = unsafe.Slice((*float32)(unsafe.Pointer(&data[0])), n)
+		return t, nil
+	}
+	t.f32 = make([]float32, n)
+	if err := kernels.Dequantize(kernels.F32, data, t.f32); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+var littleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
+
+// Alloc returns a zeroed rows × cols F32 tensor.
+func (b *Backend) Alloc(rows, cols int) kernels.Tensor {
+	if rows < 0 || cols < 0 {
+		panic(fmt.Sprintf("cpu: Alloc(%d, %d)", rows, cols))
+	}
+	return &Tensor{dt: kernels.F32, rows: rows, cols: cols, rowBytes: 4 * cols, f32: make([]float32, rows*cols)}
+}
+
+// Slice returns rows [r0, r1) of t, sharing its memory.
+func (b *Backend) Slice(t kernels.Tensor, r0, r1 int) kernels.Tensor {
+	s := tensor(t, "Slice")
+	if r0 < 0 || r1 < r0 || r1 > s.rows {
+		panic(fmt.Sprintf("cpu: Slice [%d, %d) of %d rows", r0, r1, s.rows))
+	}
+	v := *s
+	v.rows = r1 - r0
+	if s.dt == kernels.F32 {
+		v.f32 = s.f32[r0*s.cols : r1*s.cols : r1*s.cols]
+	} else {
+		v.raw = s.raw[r0*s.rowBytes : r1*s.rowBytes : r1*s.rowBytes]
+	}
+	return &v
+}
+
+// Upload copies src into the F32 tensor dst.
+func (b *Backend) Upload(dst kernels.Tensor, src []float32) {
+	d := writable(dst, "Upload")
+	if len(src) != len(d.f32) {
+		panic(fmt.Sprintf("cpu: Upload of %d values into %d×%d", len(src), d.rows, d.cols))
+	}
+	copy(d.f32, src)
+}
+
+// Download copies the F32 tensor src into dst.
+func (b *Backend) Download(dst []float32, src kernels.Tensor) {
+	s := f32Tensor(src, "Download")
+	if len(dst) != len(s.f32) {
+		panic(fmt.Sprintf("cpu: Download of %d×%d into %d values", s.rows, s.cols, len(dst)))
+	}
+	copy(dst, s.f32)
+}
+
+// tensor converts an interface value made by this package, panicking with
+// the op's name otherwise.
+func tensor(t kernels.Tensor, op string) *Tensor {
+	c, ok := t.(*Tensor)
+	if !ok || c == nil {
+		panic(fmt.Sprintf("cpu: %s: tensor %T is not a cpu tensor", op, t))
+	}
+	return c
+}
+
+func f32Tensor(t kernels.Tensor, op string) *Tensor {
+	c := tensor(t, op)
+	if c.dt != kernels.F32 {
+		panic(fmt.Sprintf("cpu: %s: %v tensor where F32 is needed", op, c.dt))
+	}
+	return c
+}
+
+func writable(t kernels.Tensor, op string) *Tensor {
+	c := f32Tensor(t, op)
+	if c.readOnly {
+		panic(fmt.Sprintf("cpu: %s: cannot write to a weight tensor", op))
+	}
+	return c
+}
+
+func sameShape(op string, a, b *Tensor) {
+	if a.rows != b.rows || a.cols != b.cols {
+		panic(fmt.Sprintf("cpu: %s: shapes %d×%d and %d×%d differ", op, a.rows, a.cols, b.rows, b.cols))
+	}
+}
+
+// weightRow returns row r of t as F32: in place for F32, else converted
+// into buf (grown as needed).
+func weightRow(t *Tensor, r int, buf *[]float32) []float32 {
+	if t.dt == kernels.F32 {
+		return t.row(r)
+	}
+	if cap(*buf) < t.cols {
+		*buf = make([]float32, t.cols)
+	}
+	out := (*buf)[:t.cols]
+	convertRow(out, t.dt, t.rawRow(r))
+	return out
+}
+
+func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }

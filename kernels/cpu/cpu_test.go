@@ -1,0 +1,158 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/kernelstest"
+)
+
+func open(tb testing.TB, threads int) *Backend {
+	tb.Helper()
+	b, err := Open(kernels.Options{Threads: threads})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { b.Close() })
+	return b
+}
+
+func TestConformance(t *testing.T) {
+	for _, threads := range []int{1, 2, 0} {
+		t.Run(fmt.Sprintf("threads=%d", threads), func(t *testing.T) {
+			kernelstest.Run(t, open(t, threads))
+		})
+	}
+	t.Run("go_kernels", func(t *testing.T) {
+		defer useAsm(true)
+		useAsm(false)
+		kernelstest.Run(t, open(t, 2))
+	})
+}
+
+func TestRegistered(t *testing.T) {
+	b, err := kernels.Open("cpu", kernels.Options{Threads: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if have := b.Name(); have != "cpu" {
+		t.Errorf("Name: have %q; want cpu", have)
+	}
+	if have := b.(*Backend).Threads(); have != 3 {
+		t.Errorf("Threads: have %d; want 3", have)
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+func mustPanic(t *testing.T, want string, f func()) {
+	t.Helper()
+	defer func() {
+		t.Helper()
+		r := recover()
+		if r == nil {
+			t.Errorf("have no panic; want one containing %q", want)
+			return
+		}
+		if msg := fmt.Sprint(r); !strings.Contains(msg, want) {
+			t.Errorf("have panic %q; want one containing %q", msg, want)
+		}
+	}()
+	f()
+}
+
+func TestMisuse(t *testing.T) {
+	b := open(t, 2)
+	w, err := b.Weights(kernels.F32, 2, 4, make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := b.Alloc(2, 4)
+	tests := []struct {
+		name, want string
+		f          func()
+	}{
+		{"write weights", "weight tensor", func() { b.Upload(w, make([]float32, 8)) }},
+		{"matmul shape", "MatMul", func() { b.MatMul(b.Alloc(2, 3), x, w) }},
+		{"slice range", "Slice", func() { b.Slice(x, 1, 3) }},
+		{"gather index", "out of range", func() { b.Gather(b.Alloc(1, 4), w, []int32{2}) }},
+		{"rope dims", "RoPE", func() { b.RoPE(x, []int32{0, 1}, kernels.RoPE{HeadDim: 3}) }},
+		{"foreign tensor", "not a cpu tensor", func() { b.Add(x, x, fakeTensor{}) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { mustPanic(t, tc.want, tc.f) })
+	}
+	b.Close()
+	mustPanic(t, "after Close", func() { b.Add(x, x, x) })
+}
+
+type fakeTensor struct{ kernels.Tensor }
+
+// TestWeightsInPlace checks that weights are used without copying and never
+// written.
+func TestWeightsInPlace(t *testing.T) {
+	b := open(t, 2)
+	vals := []float32{1, 2, 3, 4, 5, 6, 7, 8}
+	data, _ := kernels.Quantize(kernels.F32, vals)
+	orig := string(data)
+	w, err := b.Weights(kernels.F32, 2, 4, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &w.(*Tensor).F32()[0] != (*float32)(ptr(data)) {
+		t.Errorf("aligned F32 weights were copied")
+	}
+	x := b.Alloc(2, 4)
+	b.Upload(x, vals)
+	b.MatMul(b.Alloc(2, 2), x, w)
+	b.RMSNorm(x, x, b.Slice(w, 1, 2), 1e-5)
+	b.Gather(x, w, []int32{1, 0})
+	if string(data) != orig {
+		t.Errorf("weight bytes changed")
+	}
+}
+
+// TestSteadyStateAllocs checks that ops reuse their scratch memory.
+func TestSteadyStateAllocs(t *testing.T) {
+	b := open(t, 2)
+	r := rand.New(rand.NewPCG(1, 1))
+	const n, k, m = 8, 256, 512
+	vals := make([]float32, m*k)
+	for i := range vals {
+		vals[i] = r.Float32() - 0.5
+	}
+	spec := kernels.KVSpec{Layers: 1, Blocks: 64, BlockSize: 16, Width: 64}
+	c, _ := b.NewKV(spec)
+	table := make([]int32, 64)
+	for i := range table {
+		table[i] = int32(i)
+	}
+	rows := make([]kernels.AttnRow, n)
+	for i := range rows {
+		rows[i] = kernels.AttnRow{Table: table, Len: int32(1000 + i)}
+	}
+	q := b.Alloc(n, 256)
+	att := b.Alloc(n, 256)
+	pos := make([]int32, n)
+	for _, dt := range []kernels.DType{kernels.F32, kernels.Q8_0, kernels.Q4_0, kernels.F16} {
+		data, _ := kernels.Quantize(dt, vals)
+		w, _ := b.Weights(dt, m, k, data)
+		x, dst := b.Alloc(n, k), b.Alloc(n, m)
+		w0 := b.Slice(w, 0, 1)
+		run := func() {
+			b.MatMul(dst, x, w)
+			b.RMSNorm(x, x, w0, 1e-6)
+			b.SwiGLU(dst, dst, dst)
+			b.RoPE(q, pos, kernels.RoPE{HeadDim: 64, NeoX: true})
+			b.Attention(att, q, c, 0, kernels.Attn{Heads: 4, KVHeads: 1, HeadDim: 64, Rows: rows})
+		}
+		if allocs := testing.AllocsPerRun(20, run); allocs != 0 {
+			t.Errorf("%v: have %v allocations per step; want 0", dt, allocs)
+		}
+	}
+}

@@ -1,0 +1,133 @@
+//go:build amd64 && !noasm
+
+package cpu
+
+import "golang.org/x/sys/cpu"
+
+// haveAsm reports whether this CPU runs the AVX2 kernels in dot_amd64.s.
+var haveAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
+
+func setAsm() {
+	dotF32, dotF32x4 = dotF32Asm, dotF32x4Asm
+	dotQ8, dotQ8x4 = dotQ8Asm, dotQ8x4Asm
+	dotQ4, dotQ4x4 = dotQ4Asm, dotQ4x4Asm
+	axpy, f16Row = axpyAsm, f16RowAsm
+}
+
+//go:noescape
+func dotF32AVX(a, b *float32, n int) float32
+
+//go:noescape
+func dotF32x4AVX(w, x *float32, stride, n int, out *[4]float32)
+
+//go:noescape
+func dotQ8AVX(w *byte, xq *int8, xd *float32, nb int) float32
+
+//go:noescape
+func dotQ8x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ4AVX(w *byte, xq *int8, xd *float32, nb int) float32
+
+//go:noescape
+func dotQ4x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
+
+//go:noescape
+func axpyAVX(y *float32, a float32, x *float32, n int)
+
+//go:noescape
+func f16RowAVX(dst *float32, src *byte, n int)
+
+// The wrappers check bounds once, so the assembly can trust its lengths, and
+// finish float tails shorter than one 8-lane vector.
+
+func dotF32Asm(a, b []float32) float32 {
+	n := len(a)
+	b = b[:n]
+	m := n &^ 7
+	var s float32
+	if m > 0 {
+		s = dotF32AVX(&a[0], &b[0], m)
+	}
+	for i := m; i < n; i++ {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+func dotF32x4Asm(w, x []float32, out *[4]float32) {
+	k := len(w)
+	x = x[:4*k]
+	m := k &^ 7
+	if m > 0 {
+		dotF32x4AVX(&w[0], &x[0], k, m, out)
+	} else {
+		*out = [4]float32{}
+	}
+	for i := m; i < k; i++ {
+		out[0] += w[i] * x[i]
+		out[1] += w[i] * x[k+i]
+		out[2] += w[i] * x[2*k+i]
+		out[3] += w[i] * x[3*k+i]
+	}
+}
+
+func dotQ8Asm(w []byte, xq []int8, xd []float32) float32 {
+	nb := len(xd)
+	if nb == 0 {
+		return 0
+	}
+	_, _ = w[nb*q8Bytes-1], xq[nb*32-1]
+	return dotQ8AVX(&w[0], &xq[0], &xd[0], nb)
+}
+
+func dotQ8x4Asm(w []byte, xq []int8, xd []float32, nb int, out *[4]float32) {
+	if nb == 0 {
+		*out = [4]float32{}
+		return
+	}
+	_, _, _ = w[nb*q8Bytes-1], xq[4*nb*32-1], xd[4*nb-1]
+	dotQ8x4AVX(&w[0], &xq[0], &xd[0], nb, out)
+}
+
+func dotQ4Asm(w []byte, xq []int8, xd []float32) float32 {
+	nb := len(xd)
+	if nb == 0 {
+		return 0
+	}
+	_, _ = w[nb*q4Bytes-1], xq[nb*32-1]
+	return dotQ4AVX(&w[0], &xq[0], &xd[0], nb)
+}
+
+func dotQ4x4Asm(w []byte, xq []int8, xd []float32, nb int, out *[4]float32) {
+	if nb == 0 {
+		*out = [4]float32{}
+		return
+	}
+	_, _, _ = w[nb*q4Bytes-1], xq[4*nb*32-1], xd[4*nb-1]
+	dotQ4x4AVX(&w[0], &xq[0], &xd[0], nb, out)
+}
+
+func axpyAsm(y []float32, a float32, x []float32) {
+	n := len(y)
+	x = x[:n]
+	m := n &^ 7
+	if m > 0 {
+		axpyAVX(&y[0], a, &x[0], m)
+	}
+	for i := m; i < n; i++ {
+		y[i] += a * x[i]
+	}
+}
+
+func f16RowAsm(dst []float32, src []byte) {
+	n := len(dst)
+	src = src[:2*n]
+	m := n &^ 7
+	if m > 0 {
+		f16RowAVX(&dst[0], &src[0], m)
+	}
+	for i := m; i < n; i++ {
+		dst[i] = f16Table[uint16(src[2*i])|uint16(src[2*i+1])<<8]
+	}
+}

@@ -1,0 +1,416 @@
+//go:build amd64 && !noasm
+
+#include "textflag.h"
+
+// The AVX2+FMA kernels behind dot_amd64.go. Float kernels handle a multiple
+// of 8 elements (the Go wrappers finish the tail); quantized kernels handle
+// whole 32-value blocks.
+//
+// Quantized dot products follow the usual AVX2 recipe: VPMADDUBSW multiplies
+// unsigned by signed bytes, so the weight is made non-negative (VPSIGNB w,w)
+// and its sign moved onto the activation (VPSIGNB x,w); adjacent products
+// (at most 2·128·127, so no int16 saturation) are then widened to int32 by
+// VPMADDWD with ones, converted to float and scaled by d_w·d_x per block.
+
+// HSUM4 reduces the four accumulators a, b, c, d to [Σa, Σb, Σc, Σd] in the
+// low 128 bits of a; t is clobbered.
+#define HSUM4(a, b, c, d, t, ax, tx) \
+	VHADDPS b, a, a \
+	VHADDPS d, c, c \
+	VHADDPS c, a, a \
+	VEXTRACTF128 $1, a, tx \
+	VADDPS tx, ax, ax
+
+// QROW leaves in t the eight int32 partial dot products of one activation
+// row's block x with the weight block: Y5 holds the signed weights, Y6 their
+// absolute values, Y15 int16 ones.
+#define QROW(x, t) \
+	VMOVDQU    x, t \
+	VPSIGNB    Y5, t, t \
+	VPMADDUBSW t, Y6, t \
+	VPMADDWD   Y15, t, t
+
+// QSCALE adds int32 lanes t, scaled by d_w (Y4) times the scale at d, to
+// acc; Y8 is clobbered.
+#define QSCALE(d, t, acc) \
+	VCVTDQ2PS    t, t \
+	VBROADCASTSS d, Y8 \
+	VMULPS       Y4, Y8, Y8 \
+	VFMADD231PS  Y8, t, acc
+
+// QX4SETUP loads the x4 kernels' arguments: SI weight blocks, DI row 0's
+// int8 values (rows R8 bytes apart, row 3 at R10), DX the four rows' scales
+// interleaved by block, CX the block count.
+#define QX4SETUP \
+	MOVQ w+0(FP), SI \
+	MOVQ xq+8(FP), DI \
+	MOVQ xd+16(FP), DX \
+	MOVQ nb+24(FP), CX \
+	MOVQ CX, R8 \
+	SHLQ $5, R8 \
+	LEAQ (R8)(R8*2), R10 \
+	VXORPS   Y0, Y0, Y0 \
+	VPCMPEQW Y15, Y15, Y15 \
+	VPSRLW   $15, Y15, Y15
+
+// QX4ROWS adds the block's four dot products to Y0, whose lanes are
+// [r0 r1 r2 r3 | r0 r1 r2 r3]: three horizontal adds fold the rows' partial
+// sums into one vector, so conversion and scaling happen once per block,
+// not once per row. Y4 holds d_w in every lane.
+#define QX4ROWS \
+	QROW((DI), Y7) \
+	QROW((DI)(R8*1), Y8) \
+	QROW((DI)(R8*2), Y9) \
+	QROW((DI)(R10*1), Y10) \
+	VPHADDD        Y8, Y7, Y7 \
+	VPHADDD        Y10, Y9, Y9 \
+	VPHADDD        Y9, Y7, Y7 \
+	VCVTDQ2PS      Y7, Y7 \
+	VBROADCASTF128 (DX), Y11 \
+	VMULPS         Y4, Y11, Y11 \
+	VFMADD231PS    Y11, Y7, Y0
+
+#define QX4STORE \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS       X1, X0, X0 \
+	MOVQ         out+32(FP), AX \
+	VMOVUPS      X0, (AX) \
+	VZEROUPPER
+
+// Q4W decodes the Q4_0 block at off(SI) (quants at off+2) into Y5 (signed,
+// −8..7) and Y6 (absolute); Y12 holds bytes of 8 and Y13 bytes of 0x0F.
+#define Q4W(q) \
+	VMOVDQU     q, X5 \
+	VPSRLW      $4, X5, X6 \
+	VINSERTI128 $1, X6, Y5, Y5 \
+	VPAND       Y13, Y5, Y5 \
+	VPSUBB      Y12, Y5, Y5 \
+	VPSIGNB     Y5, Y5, Y6
+
+#define Q4CONSTS \
+	MOVL         $0x08080808, AX \
+	VMOVD        AX, X12 \
+	VPBROADCASTD X12, Y12 \
+	MOVL         $0x0f0f0f0f, AX \
+	VMOVD        AX, X13 \
+	VPBROADCASTD X13, Y13
+
+// func dotF32AVX(a, b *float32, n int) float32
+TEXT ·dotF32AVX(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+f32loop32:
+	CMPQ CX, $32
+	JL   f32loop8
+	VMOVUPS (SI), Y4
+	VMOVUPS 32(SI), Y5
+	VMOVUPS 64(SI), Y6
+	VMOVUPS 96(SI), Y7
+	VFMADD231PS (DI), Y4, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ $128, SI
+	ADDQ $128, DI
+	SUBQ $32, CX
+	JMP  f32loop32
+
+f32loop8:
+	CMPQ CX, $8
+	JL   f32done
+	VMOVUPS (SI), Y4
+	VFMADD231PS (DI), Y4, Y0
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  f32loop8
+
+f32done:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS  X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
+// func dotF32x4AVX(w, x *float32, stride, n int, out *[4]float32)
+// Row j of x starts stride floats after row j-1.
+TEXT ·dotF32x4AVX(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ stride+16(FP), R8
+	SHLQ $2, R8
+	MOVQ n+24(FP), CX
+	LEAQ (DI)(R8*1), R9
+	LEAQ (R9)(R8*1), R10
+	LEAQ (R10)(R8*1), R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	XORQ AX, AX
+
+f32x4loop16:
+	CMPQ CX, $16
+	JL   f32x4loop8
+	VMOVUPS (SI)(AX*1), Y4
+	VMOVUPS 32(SI)(AX*1), Y5
+	VFMADD231PS (DI)(AX*1), Y4, Y0
+	VFMADD231PS (R9)(AX*1), Y4, Y1
+	VFMADD231PS (R10)(AX*1), Y4, Y2
+	VFMADD231PS (R11)(AX*1), Y4, Y3
+	VFMADD231PS 32(DI)(AX*1), Y5, Y8
+	VFMADD231PS 32(R9)(AX*1), Y5, Y9
+	VFMADD231PS 32(R10)(AX*1), Y5, Y10
+	VFMADD231PS 32(R11)(AX*1), Y5, Y11
+	ADDQ $64, AX
+	SUBQ $16, CX
+	JMP  f32x4loop16
+
+f32x4loop8:
+	CMPQ CX, $8
+	JL   f32x4done
+	VMOVUPS (SI)(AX*1), Y4
+	VFMADD231PS (DI)(AX*1), Y4, Y0
+	VFMADD231PS (R9)(AX*1), Y4, Y1
+	VFMADD231PS (R10)(AX*1), Y4, Y2
+	VFMADD231PS (R11)(AX*1), Y4, Y3
+	ADDQ $32, AX
+	SUBQ $8, CX
+
+f32x4done:
+	VADDPS Y8, Y0, Y0
+	VADDPS Y9, Y1, Y1
+	VADDPS Y10, Y2, Y2
+	VADDPS Y11, Y3, Y3
+	HSUM4(Y0, Y1, Y2, Y3, Y4, X0, X4)
+	MOVQ out+32(FP), DX
+	VMOVUPS X0, (DX)
+	VZEROUPPER
+	RET
+
+// func dotQ8AVX(w *byte, xq *int8, xd *float32, nb int) float32
+TEXT ·dotQ8AVX(SB), NOSPLIT, $0-36
+	MOVQ w+0(FP), SI
+	MOVQ xq+8(FP), DI
+	MOVQ xd+16(FP), DX
+	MOVQ nb+24(FP), CX
+	VXORPS    Y0, Y0, Y0
+	VXORPS    Y1, Y1, Y1
+	VPCMPEQW  Y15, Y15, Y15
+	VPSRLW    $15, Y15, Y15 // int16 ones
+
+q8loop2:
+	CMPQ CX, $2
+	JL   q8tail
+	VPBROADCASTW (SI), X4
+	VCVTPH2PS    X4, X4
+	VMULSS       (DX), X4, X4 // d_w·d_x in lane 0
+	VBROADCASTSS X4, Y4
+	VMOVDQU      2(SI), Y5
+	VMOVDQU      (DI), Y7
+	VPSIGNB      Y5, Y7, Y7
+	VPSIGNB      Y5, Y5, Y5
+	VPMADDUBSW   Y7, Y5, Y7
+	VPMADDWD     Y15, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y4, Y7, Y0
+
+	VPBROADCASTW 34(SI), X6
+	VCVTPH2PS    X6, X6
+	VMULSS       4(DX), X6, X6
+	VBROADCASTSS X6, Y6
+	VMOVDQU      36(SI), Y8
+	VMOVDQU      32(DI), Y9
+	VPSIGNB      Y8, Y9, Y9
+	VPSIGNB      Y8, Y8, Y8
+	VPMADDUBSW   Y9, Y8, Y9
+	VPMADDWD     Y15, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFMADD231PS  Y6, Y9, Y1
+
+	ADDQ $68, SI
+	ADDQ $64, DI
+	ADDQ $8, DX
+	SUBQ $2, CX
+	JMP  q8loop2
+
+q8tail:
+	TESTQ CX, CX
+	JE    q8done
+	VPBROADCASTW (SI), X4
+	VCVTPH2PS    X4, X4
+	VMULSS       (DX), X4, X4
+	VBROADCASTSS X4, Y4
+	VMOVDQU      2(SI), Y5
+	VMOVDQU      (DI), Y7
+	VPSIGNB      Y5, Y7, Y7
+	VPSIGNB      Y5, Y5, Y5
+	VPMADDUBSW   Y7, Y5, Y7
+	VPMADDWD     Y15, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y4, Y7, Y0
+
+q8done:
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS  X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+32(FP)
+	RET
+
+// func dotQ8x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
+TEXT ·dotQ8x4AVX(SB), NOSPLIT, $0-40
+	QX4SETUP
+
+q8x4loop:
+	VPBROADCASTW (SI), X4
+	VCVTPH2PS    X4, Y4
+	VMOVDQU      2(SI), Y5
+	VPSIGNB      Y5, Y5, Y6
+	QX4ROWS
+	ADDQ $34, SI
+	ADDQ $32, DI
+	ADDQ $16, DX
+	DECQ CX
+	JNZ  q8x4loop
+
+	QX4STORE
+	RET
+
+// func dotQ4x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
+TEXT ·dotQ4x4AVX(SB), NOSPLIT, $0-40
+	QX4SETUP
+	Q4CONSTS
+
+q4x4loop:
+	VPBROADCASTW (SI), X4
+	VCVTPH2PS    X4, Y4
+	Q4W(2(SI))
+	QX4ROWS
+	ADDQ $18, SI
+	ADDQ $32, DI
+	ADDQ $16, DX
+	DECQ CX
+	JNZ  q4x4loop
+
+	QX4STORE
+	RET
+
+// func dotQ4AVX(w *byte, xq *int8, xd *float32, nb int) float32
+TEXT ·dotQ4AVX(SB), NOSPLIT, $0-36
+	MOVQ w+0(FP), SI
+	MOVQ xq+8(FP), DI
+	MOVQ xd+16(FP), DX
+	MOVQ nb+24(FP), CX
+	VXORPS    Y0, Y0, Y0
+	VXORPS    Y1, Y1, Y1
+	VPCMPEQW  Y15, Y15, Y15
+	VPSRLW    $15, Y15, Y15
+	Q4CONSTS
+
+q4loop2:
+	CMPQ CX, $2
+	JL   q4tail
+	VPBROADCASTW (SI), X4
+	VCVTPH2PS    X4, Y4
+	Q4W(2(SI))
+	QROW((DI), Y7)
+	QSCALE((DX), Y7, Y0)
+	VPBROADCASTW 18(SI), X4
+	VCVTPH2PS    X4, Y4
+	Q4W(20(SI))
+	QROW(32(DI), Y9)
+	QSCALE(4(DX), Y9, Y1)
+	ADDQ $36, SI
+	ADDQ $64, DI
+	ADDQ $8, DX
+	SUBQ $2, CX
+	JMP  q4loop2
+
+q4tail:
+	TESTQ CX, CX
+	JE    q4done
+	VPBROADCASTW (SI), X4
+	VCVTPH2PS    X4, Y4
+	Q4W(2(SI))
+	QROW((DI), Y7)
+	QSCALE((DX), Y7, Y0)
+
+q4done:
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS  X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+32(FP)
+	RET
+
+// func axpyAVX(y *float32, a float32, x *float32, n int)
+TEXT ·axpyAVX(SB), NOSPLIT, $0-32
+	MOVQ         y+0(FP), DI
+	VBROADCASTSS a+8(FP), Y0
+	MOVQ         x+16(FP), SI
+	MOVQ         n+24(FP), CX
+
+axpyloop16:
+	CMPQ CX, $16
+	JL   axpyloop8
+	VMOVUPS     (DI), Y1
+	VMOVUPS     32(DI), Y2
+	VFMADD231PS (SI), Y0, Y1
+	VFMADD231PS 32(SI), Y0, Y2
+	VMOVUPS     Y1, (DI)
+	VMOVUPS     Y2, 32(DI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JMP  axpyloop16
+
+axpyloop8:
+	CMPQ CX, $8
+	JL   axpydone
+	VMOVUPS     (DI), Y1
+	VFMADD231PS (SI), Y0, Y1
+	VMOVUPS     Y1, (DI)
+
+axpydone:
+	VZEROUPPER
+	RET
+
+// func f16RowAVX(dst *float32, src *byte, n int)
+TEXT ·f16RowAVX(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   f16done
+
+f16loop:
+	VCVTPH2PS (SI), Y0
+	VMOVUPS   Y0, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  f16loop
+
+f16done:
+	VZEROUPPER
+	RET

@@ -1,0 +1,191 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/specgate/specgate/kernels"
+)
+
+// The assembly kernels are checked against the Go ones on random data,
+// lengths around every unrolling boundary, and extreme quantized values.
+
+func asmKernels(t *testing.T) {
+	t.Helper()
+	if !useAsm(true) {
+		t.Skip("no assembly kernels on this CPU")
+	}
+	initTables()
+}
+
+func closeTo(have, want, mag float32) bool {
+	return math.Abs(float64(have-want)) <= 1e-5*float64(mag)+1e-6
+}
+
+var floatLens = []int{0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 100, 768, 1029}
+
+func TestDotF32Asm(t *testing.T) {
+	asmKernels(t)
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, n := range floatLens {
+		a, b := randVec(r, n), randVec(r, n+3)
+		have, want := dotF32(a, b), dotF32Go(a, b)
+		if !closeTo(have, want, absDot(a, b)) {
+			t.Errorf("dotF32 n=%d: have %g; want %g", n, have, want)
+		}
+		w, x := randVec(r, n), randVec(r, 4*n)
+		var h4, w4 [4]float32
+		h4 = [4]float32{9, 9, 9, 9}
+		dotF32x4(w, x, &h4)
+		dotF32x4Go(w, x, &w4)
+		for j := range 4 {
+			if !closeTo(h4[j], w4[j], absDot(w, x[j*n:])) {
+				t.Errorf("dotF32x4 n=%d row %d: have %g; want %g", n, j, h4[j], w4[j])
+			}
+		}
+	}
+}
+
+func TestAxpyAsm(t *testing.T) {
+	asmKernels(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, n := range floatLens {
+		y, x := randVec(r, n), randVec(r, n+5)
+		want := append([]float32(nil), y...)
+		axpyGo(want, 0.37, x)
+		axpy(y, 0.37, x)
+		for i := range y {
+			if !closeTo(y[i], want[i], 2) {
+				t.Fatalf("axpy n=%d [%d]: have %g; want %g", n, i, y[i], want[i])
+			}
+		}
+	}
+}
+
+func TestF16RowAsm(t *testing.T) {
+	asmKernels(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range floatLens {
+		src := make([]byte, 2*n)
+		for i := range n {
+			// Every bit pattern, NaNs and subnormals included.
+			binary.LittleEndian.PutUint16(src[2*i:], uint16(r.Uint32()))
+		}
+		have, want := make([]float32, n), make([]float32, n)
+		f16Row(have, src)
+		f16RowGo(want, src)
+		for i := range have {
+			if math.Float32bits(have[i]) != math.Float32bits(want[i]) && !(have[i] != have[i] && want[i] != want[i]) {
+				t.Fatalf("f16Row n=%d [%d] (%#04x): have %g; want %g", n, i, binary.LittleEndian.Uint16(src[2*i:]), have[i], want[i])
+			}
+		}
+	}
+}
+
+func TestQuantDotAsm(t *testing.T) {
+	asmKernels(t)
+	r := rand.New(rand.NewPCG(7, 8))
+	type kern struct {
+		dt           kernels.DType
+		one, oneGo   func([]byte, []int8, []float32) float32
+		four, fourGo func([]byte, []int8, []float32, int, *[4]float32)
+	}
+	ks := []kern{
+		{kernels.Q8_0, dotQ8, dotQ8Go, dotQ8x4, dotQ8x4Go},
+		{kernels.Q4_0, dotQ4, dotQ4Go, dotQ4x4, dotQ4x4Go},
+	}
+	for _, k := range ks {
+		for _, nb := range []int{0, 1, 2, 3, 5, 24, 96, 97} {
+			for _, mode := range []string{"random", "extreme"} {
+				t.Run(fmt.Sprintf("%v/nb=%d/%s", k.dt, nb, mode), func(t *testing.T) {
+					w := randBlocks(r, k.dt, nb, mode == "extreme")
+					xq := make([]int8, 4*nb*32)
+					xd := make([]float32, 4*nb)
+					for i := range xq {
+						xq[i] = int8(r.IntN(255) - 127)
+						if mode == "extreme" {
+							xq[i] = []int8{127, -127, 0}[r.IntN(3)]
+						}
+					}
+					for i := range xd {
+						xd[i] = r.Float32() * 0.02
+					}
+					mag := float32(nb) * 32 * 128 * 127 * 0.02 * 2
+					have, want := k.one(w, xq[:nb*32], xd[:nb]), k.oneGo(w, xq[:nb*32], xd[:nb])
+					if !closeTo(have, want, mag) {
+						t.Errorf("one row: have %g; want %g", have, want)
+					}
+					var h4, w4 [4]float32
+					h4 = [4]float32{9, 9, 9, 9}
+					k.four(w, xq, xd, nb, &h4)
+					k.fourGo(w, xq, xd, nb, &w4)
+					for j := range 4 {
+						if !closeTo(h4[j], w4[j], mag) {
+							t.Errorf("x4 row %d: have %g; want %g", j, h4[j], w4[j])
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// randBlocks returns nb random blocks of dt; extreme ones use the largest
+// magnitudes the format holds (Q8_0's -128 included).
+func randBlocks(r *rand.Rand, dt kernels.DType, nb int, extreme bool) []byte {
+	size := dt.BlockBytes()
+	out := make([]byte, nb*size)
+	for b := range nb {
+		blk := out[b*size : (b+1)*size]
+		binary.LittleEndian.PutUint16(blk, kernels.F32ToF16(r.Float32()*0.1-0.05))
+		for i := 2; i < size; i++ {
+			blk[i] = byte(r.Uint32())
+			if extreme {
+				blk[i] = []byte{0x80, 0x7f, 0x00, 0xff, 0x0f, 0xf0}[r.IntN(6)]
+			}
+		}
+	}
+	return out
+}
+
+func randVec(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = r.Float32()*2 - 1
+	}
+	return v
+}
+
+func absDot(a, b []float32) float32 {
+	var s float32
+	for i := range a {
+		s += float32(math.Abs(float64(a[i] * b[i])))
+	}
+	return s
+}
+
+// expf flushes results below the smallest normal float32 to zero.
+func TestExpf(t *testing.T) {
+	for x := float32(-90); x <= 88.7; x += 0.0137 {
+		have, want := expf(x), math.Exp(float64(x))
+		if math.Abs(float64(have)-want) > 4e-7*want+1.2e-38 || math.IsInf(float64(have), 0) {
+			t.Fatalf("expf(%g): have %g; want %g", x, have, want)
+		}
+	}
+	for _, tc := range []struct{ x, want float32 }{
+		{float32(math.Inf(-1)), 0}, {-1000, 0}, {0, 1},
+	} {
+		if have := expf(tc.x); have != tc.want {
+			t.Errorf("expf(%g): have %g; want %g", tc.x, have, tc.want)
+		}
+	}
+	if have := expf(float32(math.Inf(1))); !math.IsInf(float64(have), 1) {
+		t.Errorf("expf(+Inf): have %g; want +Inf", have)
+	}
+	if have := expf(float32(math.NaN())); have == have {
+		t.Errorf("expf(NaN): have %g; want NaN", have)
+	}
+}

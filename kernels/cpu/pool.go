@@ -1,0 +1,204 @@
+package cpu
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// task is one parallel op. run handles items [lo, hi) on worker w; workers
+// have distinct ids in [0, threads), so w indexes per-worker scratch.
+type task interface {
+	run(w, lo, hi int)
+}
+
+// spinFor is how long an idle worker (or a caller waiting for its workers)
+// polls before it parks. A forward pass issues ops back to back, microseconds
+// apart; waking a parked goroutine costs about as much as a small op, so
+// workers stay hot between them and only park once the pass is over.
+const spinFor = 50 * time.Microsecond
+
+// pool runs tasks on a fixed set of goroutines. The goroutine calling run is
+// worker 0 and takes chunks like the others; helpers are workers 1..n-1.
+//
+// Chunks are claimed from state, which packs the job's generation (high 32
+// bits) with the next chunk index, so a helper that wakes late, after its
+// job is over, cannot claim from the next one by mistake. run returns once
+// every chunk is finished; it never waits for a helper that has not claimed
+// one, so a helper descheduled by other load on the machine costs nothing
+// but its share of the work, which the others pick up.
+type pool struct {
+	helpers []*helper
+	exited  sync.WaitGroup
+
+	// The current job; written by run before state publishes it, and stable
+	// until all its chunks are done. A helper reads nchunks before it has
+	// claimed a chunk, possibly while run rewrites it, hence the atomic; its
+	// claim then fails.
+	task    task
+	n       int
+	grain   int
+	nchunks atomic.Uint32
+
+	state   atomic.Uint64 // gen<<32 | next chunk
+	done    atomic.Uint32 // chunks finished in the current job
+	stopped atomic.Bool
+	waiting atomic.Bool   // run is parked on finished
+	finish  chan struct{} // wakes a parked run
+}
+
+// closed, as a chunk index, is beyond any job's chunks.
+const closed = 1<<32 - 1
+
+type helper struct {
+	sleeping atomic.Bool
+	wake     chan struct{}
+}
+
+func newPool(threads int) *pool {
+	p := &pool{finish: make(chan struct{}, 1)}
+	for i := 1; i < threads; i++ {
+		h := &helper{wake: make(chan struct{}, 1)}
+		p.helpers = append(p.helpers, h)
+		p.exited.Add(1)
+		go p.loop(i, h)
+	}
+	return p
+}
+
+// run calls t.run over [0, n) in chunks of grain items and returns when all
+// of them are done. Jobs of a single chunk run on the caller alone.
+func (p *pool) run(t task, n, grain int) {
+	if n <= 0 {
+		return
+	}
+	grain = max(grain, 1)
+	if n <= grain || len(p.helpers) == 0 {
+		t.run(0, 0, n)
+		return
+	}
+	// Close the previous job to claims before rewriting its fields: a
+	// helper that loaded its state a moment ago then fails its CAS.
+	gen := p.state.Load() >> 32
+	p.state.Store(gen<<32 | closed)
+	gen++
+	p.task, p.n, p.grain = t, n, grain
+	p.nchunks.Store(uint32((n + grain - 1) / grain))
+	p.done.Store(0)
+	p.state.Store(gen << 32)
+	for _, h := range p.helpers {
+		if h.sleeping.CompareAndSwap(true, false) {
+			h.wake <- struct{}{}
+		}
+	}
+	p.work(0, gen)
+	p.wait()
+	p.task = nil
+}
+
+// work claims and runs chunks of job gen until none are left.
+func (p *pool) work(w int, gen uint64) {
+	for {
+		s := p.state.Load()
+		nchunks := p.nchunks.Load()
+		if s>>32 != gen || uint32(s) >= nchunks {
+			return
+		}
+		if !p.state.CompareAndSwap(s, s+1) {
+			continue
+		}
+		// The claim succeeded, so nchunks and the fields below belong to
+		// this job, which cannot end before this chunk does.
+		lo := int(uint32(s)) * p.grain
+		p.task.run(w, lo, min(lo+p.grain, p.n))
+		if p.done.Add(1) == nchunks && w != 0 && p.waiting.CompareAndSwap(true, false) {
+			p.finish <- struct{}{}
+		}
+	}
+}
+
+// wait returns once every chunk of the current job is done.
+func (p *pool) wait() {
+	var deadline time.Time
+	nchunks := p.nchunks.Load()
+	for i := 0; p.done.Load() != nchunks; i++ {
+		if i&255 != 255 {
+			continue
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(spinFor)
+			continue
+		}
+		if now.Before(deadline) {
+			continue
+		}
+		p.waiting.Store(true)
+		if p.done.Load() == nchunks && p.waiting.CompareAndSwap(true, false) {
+			return
+		}
+		// The helper finishing the last chunk saw waiting set: it sends.
+		<-p.finish
+		return
+	}
+}
+
+func (p *pool) loop(w int, h *helper) {
+	defer p.exited.Done()
+	var seen uint64
+	for {
+		gen, ok := p.await(h, seen)
+		if !ok {
+			return
+		}
+		seen = gen
+		p.work(w, gen)
+	}
+}
+
+// await spins, then parks, until a job newer than seen is published. It
+// reports false when the pool is stopping.
+func (p *pool) await(h *helper, seen uint64) (uint64, bool) {
+	var deadline time.Time
+	for i := 0; ; i++ {
+		if p.stopped.Load() {
+			return 0, false
+		}
+		if g := p.state.Load() >> 32; g != seen {
+			return g, true
+		}
+		if i&255 != 255 {
+			continue
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(spinFor)
+			continue
+		}
+		if now.Before(deadline) {
+			continue
+		}
+		// Park. The flag is set before the last look at the generation: a
+		// publisher that bumps it afterwards finds the flag and sends.
+		h.sleeping.Store(true)
+		if p.state.Load()>>32 != seen || p.stopped.Load() {
+			if !h.sleeping.CompareAndSwap(true, false) {
+				<-h.wake // the publisher claimed the flag; take its token
+			}
+		} else {
+			<-h.wake
+		}
+		deadline = time.Time{}
+	}
+}
+
+// stop ends the helpers and waits for them to exit. The pool must be idle.
+func (p *pool) stop() {
+	p.stopped.Store(true)
+	for _, h := range p.helpers {
+		if h.sleeping.CompareAndSwap(true, false) {
+			h.wake <- struct{}{}
+		}
+	}
+	p.exited.Wait()
+}
