@@ -1,0 +1,451 @@
+// Package sample turns logits into a next token: llama.cpp's logits
+// processors (repetition/presence/frequency penalties, top-k, top-p, min-p,
+// temperature) and a seeded per-request random source.
+//
+// The processors run in llama.cpp's default chain order:
+//
+//	penalties → top-k → top-p → min-p → temperature → softmax → draw
+//
+// so top-k, top-p and min-p judge the untempered distribution and the
+// temperature only reshapes what survives them. Temperature 0 is greedy:
+// the argmax of the penalised logits, the lowest id on a tie.
+package sample
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// Params configure one request's sampling. The zero value is greedy
+// decoding without penalties.
+type Params struct {
+	Temperature      float32 // 0 (or below) = greedy
+	TopK             int     // keep the K most likely tokens; 0 (or below, or ≥ vocab) = off
+	TopP             float32 // keep the smallest most-likely set with mass ≥ TopP; 0 or ≥ 1 = off
+	MinP             float32 // keep tokens with p ≥ MinP·p_max; 0 (or below) = off, ≥ 1 keeps the maximum only
+	RepeatPenalty    float32 // divide positive, multiply non-positive logits of recent tokens; 0 (or below) or 1 = off
+	RepeatLastN      int     // how many recent history tokens the penalties see; 0 = 64, -1 = all
+	PresencePenalty  float32 // subtracted once from the logit of every recent token
+	FrequencyPenalty float32 // subtracted per occurrence of a recent token
+	Seed             uint64  // seeds the random source; equal seeds draw equal sequences
+}
+
+// DefaultRepeatLastN is the penalty window when Params.RepeatLastN is 0.
+const DefaultRepeatLastN = 64
+
+// Sampler applies one request's Params. It keeps scratch buffers between
+// calls so that steady-state sampling does not allocate; it is not safe for
+// concurrent use.
+type Sampler struct {
+	p   Params
+	rng *rand.Rand
+
+	work   []float32 // penalised copy of the logits
+	counts []int32   // per-id occurrences in the penalty window, zero between calls
+	cand   []int32   // surviving candidate ids
+	probs  []float32 // Sample's distribution
+	w      []float64 // unnormalised probabilities for top-p
+}
+
+// New returns a Sampler for p, its random source seeded from p.Seed.
+func New(p Params) *Sampler {
+	// PCG's second word is a fixed odd constant, so that Seed alone decides
+	// the stream.
+	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, 0x9E3779B97F4A7C15))}
+}
+
+// Params returns the sampler's parameters.
+func (s *Sampler) Params() Params { return s.p }
+
+// Greedy reports whether the sampler always picks the argmax.
+func (s *Sampler) Greedy() bool { return !(s.p.Temperature > 0) }
+
+// Argmax returns the index of the largest logit, the lowest index on a tie.
+// NaN never wins; a slice of only NaN or -Inf gives 0, an empty one -1.
+func Argmax(logits []float32) int32 {
+	if len(logits) == 0 {
+		return -1
+	}
+	best, bv := 0, float32(math.Inf(-1))
+	for i, v := range logits {
+		if v > bv {
+			best, bv = i, v
+		}
+	}
+	return int32(best)
+}
+
+// Sample picks the next token from logits given the token history (prompt
+// and generated ids, oldest first). It returns exactly what
+// s.Draw(s.Probs(logits, history, dst)) would and advances the random
+// source the same way (one draw per call, greedy included), so a speculative
+// verifier can use Probs and Draw in its place. logits is not modified.
+func (s *Sampler) Sample(logits []float32, history []int32) int32 {
+	if s.Greedy() {
+		l := s.penalised(logits, history)
+		s.rng.Float64() // keep the stream aligned with Draw(Probs)
+		return Argmax(l)
+	}
+	s.probs = grow(s.probs, len(logits))
+	s.Probs(logits, history, s.probs)
+	return s.Draw(s.probs)
+}
+
+// Probs writes into dst (len(dst) ≥ len(logits)) the distribution Sample
+// draws from: after penalties, top-k, top-p, min-p and temperature,
+// normalised, with 0 for every filtered token. Greedy samplers give a
+// one-hot distribution on the argmax. logits is not modified.
+func (s *Sampler) Probs(logits []float32, history []int32, dst []float32) {
+	n := len(logits)
+	dst = dst[:n]
+	clear(dst)
+	if n == 0 {
+		return
+	}
+	l := s.penalised(logits, history)
+	top := Argmax(l)
+	if s.Greedy() || math.IsInf(float64(l[top]), 0) {
+		// Greedy; or nothing is possible (all -Inf), or +Inf swamps the
+		// softmax: fall back to the argmax.
+		dst[top] = 1
+		return
+	}
+	cand := s.filter(l, l[top])
+	// Temperature and softmax over the survivors, relative to the maximum
+	// so exp never overflows, with a float64 normaliser.
+	inv := 1 / float64(s.p.Temperature)
+	maxL := float64(l[top])
+	var z float64
+	for _, id := range cand {
+		e := math.Exp((float64(l[id]) - maxL) * inv)
+		if e != e {
+			e = 0 // -Inf·0 at an infinite temperature: a masked token stays out
+		}
+		dst[id] = float32(e)
+		z += e
+	}
+	for _, id := range cand {
+		dst[id] = float32(float64(dst[id]) / z)
+	}
+}
+
+// Draw returns an index drawn from probs (weights need not sum exactly to
+// one) with the sampler's random source, using exactly one uniform draw.
+// Zero weights are never drawn; if all weights are zero it returns 0, for
+// an empty slice -1.
+func (s *Sampler) Draw(probs []float32) int32 {
+	var total float64
+	last := -1
+	for i, p := range probs {
+		if p > 0 {
+			total += float64(p)
+			last = i
+		}
+	}
+	u := s.rng.Float64()
+	if last < 0 {
+		return min(0, int32(len(probs))-1)
+	}
+	target := u * total
+	var cum float64
+	for i, p := range probs {
+		if p > 0 {
+			cum += float64(p)
+			if cum > target {
+				return int32(i)
+			}
+		}
+	}
+	return int32(last) // rounding left target at the very top
+}
+
+// penalised returns the logits with the penalties applied: the caller's
+// slice when no penalty is active, else a scratch copy. NaN becomes -Inf.
+func (s *Sampler) penalised(logits []float32, history []int32) []float32 {
+	rep := s.p.RepeatPenalty
+	repOn := rep > 0 && rep != 1 // a negative penalty has no meaning: off
+	if !repOn && s.p.PresencePenalty == 0 && s.p.FrequencyPenalty == 0 || len(history) == 0 {
+		if !hasNaN(logits) {
+			return logits
+		}
+	}
+	s.work = grow(s.work, len(logits))
+	l := s.work[:len(logits)]
+	copy(l, logits)
+	for i, v := range l {
+		if v != v {
+			l[i] = float32(math.Inf(-1))
+		}
+	}
+	if !repOn && s.p.PresencePenalty == 0 && s.p.FrequencyPenalty == 0 {
+		return l
+	}
+	window := history
+	switch last := s.p.RepeatLastN; {
+	case last == 0:
+		window = tail(history, DefaultRepeatLastN)
+	case last > 0:
+		window = tail(history, last)
+	}
+	s.counts = grow(s.counts, len(l))
+	counts := s.counts
+	for _, id := range window {
+		if id >= 0 && int(id) < len(l) {
+			counts[id]++
+		}
+	}
+	// llama.cpp's penalties: each distinct recent token once.
+	for _, id := range window {
+		if id < 0 || int(id) >= len(l) || counts[id] == 0 {
+			continue
+		}
+		c := counts[id]
+		counts[id] = 0 // visited; also leaves counts zeroed for the next call
+		v := l[id]
+		if math.IsInf(float64(v), -1) {
+			continue // masked (by guided decoding) stays masked
+		}
+		if repOn {
+			if v <= 0 {
+				v *= rep
+			} else {
+				v /= rep
+			}
+		}
+		v -= float32(c)*s.p.FrequencyPenalty + s.p.PresencePenalty
+		if v != v {
+			v = float32(math.Inf(-1))
+		}
+		l[id] = v
+	}
+	return l
+}
+
+func hasNaN(l []float32) bool {
+	for _, v := range l {
+		if v != v {
+			return true
+		}
+	}
+	return false
+}
+
+func tail(h []int32, n int) []int32 {
+	if len(h) > n {
+		return h[len(h)-n:]
+	}
+	return h
+}
+
+// grow returns b with length n, reusing its storage when large enough.
+func grow[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
+}
+
+// filter returns the ids that survive top-k, top-p and min-p on l, whose
+// maximum maxL is finite.
+func (s *Sampler) filter(l []float32, maxL float32) []int32 {
+	n := len(l)
+	k := s.p.TopK
+	topP := float64(s.p.TopP)
+	pOn := topP > 0 && topP < 1
+	var cand []int32
+	switch {
+	case k > 0 && k < n:
+		cand = s.topN(l, k) // sorted, so top-p is a prefix scan
+		if pOn {
+			cand = nucleus(l, cand, topP, logSumExp(l, cand))
+		}
+	default:
+		cand = s.cand[:0]
+		for i := range l {
+			cand = append(cand, int32(i))
+		}
+		s.cand = cand
+		if pOn {
+			s.w = grow(s.w, n)
+			var z float64
+			for i, v := range l {
+				e := math.Exp(float64(v - maxL))
+				s.w[i] = e
+				z += e
+			}
+			cand = nucleusSelect(l, s.w, cand, topP*z)
+		}
+	}
+	if s.p.MinP > 0 {
+		// p_i ≥ MinP·p_max ⇔ logit_i ≥ max + ln(MinP), as llama.cpp compares.
+		// MinP ≥ 1 keeps just the maximum (and its ties), never nothing.
+		minL := maxL + float32(math.Log(math.Min(float64(s.p.MinP), 1)))
+		kept := cand[:0]
+		for _, id := range cand {
+			if l[id] >= minL {
+				kept = append(kept, id)
+			}
+		}
+		cand = kept
+	}
+	return cand
+}
+
+// nucleusSelect is top-p without sorting: a quickselect weighted by w (the
+// unnormalised probabilities) finds the boundary token, the first in
+// best-first order at which the running mass reaches need. It reorders ids
+// and returns the prefix holding the boundary and every better token, in no
+// particular order. Expected cost O(len(ids)).
+func nucleusSelect(l []float32, w []float64, ids []int32, need float64) []int32 {
+	lo, hi := 0, len(ids) // the boundary is in ids[lo:hi]; ids[:lo] are all kept
+	for hi-lo > 1 {
+		// Median of three as pivot: deterministic, so the sampler's random
+		// stream stays untouched.
+		a, b, c := ids[lo], ids[lo+(hi-lo)/2], ids[hi-1]
+		if before(l, b, a) {
+			a, b = b, a
+		}
+		if before(l, c, b) {
+			b = c
+			if before(l, b, a) {
+				b = a
+			}
+		}
+		piv := b
+		// Move the tokens better than the pivot to the front, the pivot
+		// right after them.
+		i := lo
+		var mb float64
+		for j := lo; j < hi; j++ {
+			if id := ids[j]; before(l, id, piv) {
+				ids[i], ids[j] = id, ids[i]
+				mb += w[id]
+				i++
+			}
+		}
+		if mb >= need {
+			hi = i
+			continue
+		}
+		need -= mb
+		for j := i; j < hi; j++ {
+			if ids[j] == piv {
+				ids[i], ids[j] = piv, ids[i]
+				break
+			}
+		}
+		if w[piv] >= need {
+			return ids[:i+1]
+		}
+		need -= w[piv]
+		lo = i + 1
+	}
+	if hi > lo {
+		return ids[:lo+1]
+	}
+	return ids[:lo] // rounding: the mass never reached need
+}
+
+// nucleus returns the shortest prefix of cand (sorted by probability,
+// highest first) whose probability mass, normalised by lse (log of the sum
+// of exp over the set being filtered), reaches p. It returns all of cand
+// when the mass never gets there.
+func nucleus(l []float32, cand []int32, p, lse float64) []int32 {
+	var cum float64
+	for i, id := range cand {
+		cum += math.Exp(float64(l[id]) - lse)
+		if cum >= p {
+			return cand[:i+1]
+		}
+	}
+	return cand
+}
+
+// logSumExp is log Σ exp(l[id]) over ids, or over all of l when ids is nil.
+func logSumExp(l []float32, ids []int32) float64 {
+	m := math.Inf(-1)
+	if ids == nil {
+		for _, v := range l {
+			m = max(m, float64(v))
+		}
+	} else {
+		for _, id := range ids {
+			m = max(m, float64(l[id]))
+		}
+	}
+	var z float64
+	if ids == nil {
+		for _, v := range l {
+			z += math.Exp(float64(v) - m)
+		}
+	} else {
+		for _, id := range ids {
+			z += math.Exp(float64(l[id]) - m)
+		}
+	}
+	return m + math.Log(z)
+}
+
+// before orders candidates: higher logit first, lower id on a tie.
+func before(l []float32, a, b int32) bool {
+	return l[a] > l[b] || (l[a] == l[b] && a < b)
+}
+
+// topN returns the m best ids of l, sorted best first, in s.cand. It keeps
+// a heap of the m best seen so far (worst at the root), so small m costs
+// O(len(l)) and never sorts the whole vocabulary.
+func (s *Sampler) topN(l []float32, m int) []int32 {
+	h := s.cand[:0]
+	if m >= len(l) {
+		for i := range l {
+			h = append(h, int32(i))
+		}
+	} else {
+		for i := range l {
+			id := int32(i)
+			if len(h) < m {
+				h = append(h, id)
+				// sift up: the root is the worst of the heap
+				for j := len(h) - 1; j > 0; {
+					p := (j - 1) / 2
+					if !before(l, h[p], h[j]) {
+						break
+					}
+					h[p], h[j] = h[j], h[p]
+					j = p
+				}
+				continue
+			}
+			if !before(l, id, h[0]) {
+				continue
+			}
+			h[0] = id
+			for j := 0; ; {
+				c := 2*j + 1
+				if c >= len(h) {
+					break
+				}
+				if r := c + 1; r < len(h) && before(l, h[c], h[r]) {
+					c = r
+				}
+				if !before(l, h[j], h[c]) {
+					break
+				}
+				h[j], h[c] = h[c], h[j]
+				j = c
+			}
+		}
+	}
+	slices.SortFunc(h, func(a, b int32) int {
+		if before(l, a, b) {
+			return -1
+		}
+		if before(l, b, a) {
+			return 1
+		}
+		return 0
+	})
+	s.cand = h
+	return h
+}

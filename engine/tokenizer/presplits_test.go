@@ -1,0 +1,58 @@
+package tokenizer
+
+// preTokenizerSplits are the splits of the reference regexes (run with a
+// regex engine that has lookahead) that the hand-written scanners must
+// reproduce.
+var preTokenizerSplits = []struct {
+	in                          string
+	llama3, qwen2, gpt2, smollm []string
+}{
+	{"Hello world", []string{"Hello", " world"}, []string{"Hello", " world"}, []string{"Hello", " world"}, []string{"Hello", " world"}},
+	{"Hello, world!", []string{"Hello", ",", " world", "!"}, []string{"Hello", ",", " world", "!"}, []string{"Hello", ",", " world", "!"}, []string{"Hello", ",", " world", "!"}},
+	{"  leading", []string{" ", " leading"}, []string{" ", " leading"}, []string{" ", " leading"}, []string{" ", " leading"}},
+	{"trailing  ", []string{"trailing", "  "}, []string{"trailing", "  "}, []string{"trailing", "  "}, []string{"trailing", "  "}},
+	{"a   b", []string{"a", "  ", " b"}, []string{"a", "  ", " b"}, []string{"a", "  ", " b"}, []string{"a", "  ", " b"}},
+	{"a \t b", []string{"a", " \t", " b"}, []string{"a", " \t", " b"}, []string{"a", " \t", " b"}, []string{"a", " \t", " b"}},
+	{"x\n\ny", []string{"x", "\n\n", "y"}, []string{"x", "\n\n", "y"}, []string{"x", "\n", "\n", "y"}, []string{"x", "\n", "\n", "y"}},
+	{"a \n\n b", []string{"a", " \n\n", " b"}, []string{"a", " \n\n", " b"}, []string{"a", " \n\n", " b"}, []string{"a", " \n\n", " b"}},
+	{"line\r\nnext", []string{"line", "\r\n", "next"}, []string{"line", "\r\n", "next"}, []string{"line", "\r", "\n", "next"}, []string{"line", "\r", "\n", "next"}},
+	{"I'm you're we've he'll she'd it's don't", []string{"I", "'m", " you", "'re", " we", "'ve", " he", "'ll", " she", "'d", " it", "'s", " don", "'t"}, []string{"I", "'m", " you", "'re", " we", "'ve", " he", "'ll", " she", "'d", " it", "'s", " don", "'t"}, []string{"I", "'m", " you", "'re", " we", "'ve", " he", "'ll", " she", "'d", " it", "'s", " don", "'t"}, []string{"I", "'m", " you", "'re", " we", "'ve", " he", "'ll", " she", "'d", " it", "'s", " don", "'t"}},
+	{"I'M YOU'RE It'S DON'T", []string{"I", "'M", " YOU", "'RE", " It", "'S", " DON", "'T"}, []string{"I", "'M", " YOU", "'RE", " It", "'S", " DON", "'T"}, []string{"I", "'", "M", " YOU", "'", "RE", " It", "'", "S", " DON", "'", "T"}, []string{"I", "'", "M", " YOU", "'", "RE", " It", "'", "S", " DON", "'", "T"}},
+	{"'tis 'hello ''s", []string{"'t", "is", " '", "hello", " ''", "s"}, []string{"'t", "is", " '", "hello", " ''", "s"}, []string{"'t", "is", " '", "hello", " ''", "s"}, []string{"'t", "is", " '", "hello", " ''", "s"}},
+	{"1234567 89 0", []string{"123", "456", "7", " ", "89", " ", "0"}, []string{"1", "2", "3", "4", "5", "6", "7", " ", "8", "9", " ", "0"}, []string{"1234567", " 89", " 0"}, []string{"1", "2", "3", "4", "5", "6", "7", " ", "8", "9", " ", "0"}},
+	{"v1.2.3 x42y", []string{"v", "1", ".", "2", ".", "3", " x", "42", "y"}, []string{"v", "1", ".", "2", ".", "3", " x", "4", "2", "y"}, []string{"v", "1", ".", "2", ".", "3", " x", "42", "y"}, []string{"v", "1", ".", "2", ".", "3", " x", "4", "2", "y"}},
+	{"1,000,000.50", []string{"1", ",", "000", ",", "000", ".", "50"}, []string{"1", ",", "0", "0", "0", ",", "0", "0", "0", ".", "5", "0"}, []string{"1", ",", "000", ",", "000", ".", "50"}, []string{"1", ",", "0", "0", "0", ",", "0", "0", "0", ".", "5", "0"}},
+	{"¡Hola! ¿Qué tal?", []string{"¡Hola", "!", " ¿", "Qué", " tal", "?"}, []string{"¡Hola", "!", " ¿", "Qué", " tal", "?"}, []string{"¡", "Hola", "!", " ¿", "Qué", " tal", "?"}, []string{"¡", "Hola", "!", " ¿", "Qué", " tal", "?"}},
+	{"naïve café", []string{"naïve", " café"}, []string{"naïve", " café"}, []string{"naïve", " café"}, []string{"naïve", " café"}},
+	{"e\u0301te", []string{"e", "\u0301te"}, []string{"e", "\u0301te"}, []string{"e", "\u0301", "te"}, []string{"e", "\u0301", "te"}},
+	{"日本語のテキスト", []string{"日本語のテキスト"}, []string{"日本語のテキスト"}, []string{"日本語のテキスト"}, []string{"日本語のテキスト"}},
+	{"中文，标点。", []string{"中文", "，标点", "。"}, []string{"中文", "，标点", "。"}, []string{"中文", "，", "标点", "。"}, []string{"中文", "，", "标点", "。"}},
+	{"Привет мир", []string{"Привет", " мир"}, []string{"Привет", " мир"}, []string{"Привет", " мир"}, []string{"Привет", " мир"}},
+	{"emoji 😀😀 ok", []string{"emoji", " 😀😀", " ok"}, []string{"emoji", " 😀😀", " ok"}, []string{"emoji", " 😀😀", " ok"}, []string{"emoji", " 😀😀", " ok"}},
+	{"👩\u200d👩\u200d👧 family", []string{"👩\u200d👩\u200d👧", " family"}, []string{"👩\u200d👩\u200d👧", " family"}, []string{"👩\u200d👩\u200d👧", " family"}, []string{"👩\u200d👩\u200d👧", " family"}},
+	{"(hello) [world] {x}", []string{"(hello", ")", " [", "world", "]", " {", "x", "}"}, []string{"(hello", ")", " [", "world", "]", " {", "x", "}"}, []string{"(", "hello", ")", " [", "world", "]", " {", "x", "}"}, []string{"(", "hello", ")", " [", "world", "]", " {", "x", "}"}},
+	{"a.b,c;d", []string{"a", ".b", ",c", ";d"}, []string{"a", ".b", ",c", ";d"}, []string{"a", ".", "b", ",", "c", ";", "d"}, []string{"a", ".", "b", ",", "c", ";", "d"}},
+	{"$100 + 20% = ?", []string{"$", "100", " +", " ", "20", "%", " =", " ?"}, []string{"$", "1", "0", "0", " +", " ", "2", "0", "%", " =", " ?"}, []string{"$", "100", " +", " 20", "%", " =", " ?"}, []string{"$", "1", "0", "0", " +", " ", "2", "0", "%", " =", " ?"}},
+	{"tab\tsep\tvalues", []string{"tab", "\tsep", "\tvalues"}, []string{"tab", "\tsep", "\tvalues"}, []string{"tab", "\t", "sep", "\t", "values"}, []string{"tab", "\t", "sep", "\t", "values"}},
+	{"\t\tindent", []string{"\t", "\tindent"}, []string{"\t", "\tindent"}, []string{"\t", "\t", "indent"}, []string{"\t", "\t", "indent"}},
+	{"   ", []string{"   "}, []string{"   "}, []string{"   "}, []string{"   "}},
+	{"\n", []string{"\n"}, []string{"\n"}, []string{"\n"}, []string{"\n"}},
+	{" \n ", []string{" \n", " "}, []string{" \n", " "}, []string{" \n "}, []string{" \n "}},
+	{"end.\n\n", []string{"end", ".\n\n"}, []string{"end", ".\n\n"}, []string{"end", ".", "\n\n"}, []string{"end", ".", "\n\n"}},
+	{"x  \n", []string{"x", "  \n"}, []string{"x", "  \n"}, []string{"x", "  \n"}, []string{"x", "  \n"}},
+	{"...!!!\n\nnext", []string{"...!!!\n\n", "next"}, []string{"...!!!\n\n", "next"}, []string{"...!!!", "\n", "\n", "next"}, []string{"...!!!", "\n", "\n", "next"}},
+	{"foo  !bar", []string{"foo", " ", " !", "bar"}, []string{"foo", " ", " !", "bar"}, []string{"foo", " ", " !", "bar"}, []string{"foo", " ", " !", "bar"}},
+	{" !", []string{" !"}, []string{" !"}, []string{" !"}, []string{" !"}},
+	{"a\u00a0b", []string{"a", "\u00a0b"}, []string{"a", "\u00a0b"}, []string{"a", "\u00a0", "b"}, []string{"a", "\u00a0", "b"}},
+	{"a\u3000b", []string{"a", "\u3000b"}, []string{"a", "\u3000b"}, []string{"a", "\u3000", "b"}, []string{"a", "\u3000", "b"}},
+	{"٣٤٥ arabic digits", []string{"٣٤٥", " arabic", " digits"}, []string{"٣", "٤", "٥", " arabic", " digits"}, []string{"٣٤٥", " arabic", " digits"}, []string{"٣", "٤", "٥", " arabic", " digits"}},
+	{"Ⅻ roman", []string{"Ⅻ", " roman"}, []string{"Ⅻ", " roman"}, []string{"Ⅻ", " roman"}, []string{"Ⅻ", " roman"}},
+	{"½ half", []string{"½", " half"}, []string{"½", " half"}, []string{"½", " half"}, []string{"½", " half"}},
+	{"under_score snake_case", []string{"under", "_score", " snake", "_case"}, []string{"under", "_score", " snake", "_case"}, []string{"under", "_", "score", " snake", "_", "case"}, []string{"under", "_", "score", " snake", "_", "case"}},
+	{"CamelCase HTTPServer", []string{"CamelCase", " HTTPServer"}, []string{"CamelCase", " HTTPServer"}, []string{"CamelCase", " HTTPServer"}, []string{"CamelCase", " HTTPServer"}},
+	{"a'b", []string{"a", "'b"}, []string{"a", "'b"}, []string{"a", "'", "b"}, []string{"a", "'", "b"}},
+	{"ok's", []string{"ok", "'s"}, []string{"ok", "'s"}, []string{"ok", "'s"}, []string{"ok", "'s"}},
+	{"\r\r\n", []string{"\r\r\n"}, []string{"\r\r\n"}, []string{"\r\r\n"}, []string{"\r\r\n"}},
+	{"x\u2028y", []string{"x", "\u2028y"}, []string{"x", "\u2028y"}, []string{"x", "\u2028", "y"}, []string{"x", "\u2028", "y"}},
+	{"", []string{}, []string{}, []string{}, []string{}},
+}
