@@ -1,0 +1,407 @@
+// Package llama is the Llama-family decoder (Llama 2/3, Mistral, SmolLM,
+// Qwen2): token embedding, pre-norm blocks of grouped-query attention with
+// RoPE and a SwiGLU feed-forward, a final RMSNorm and the output head.
+//
+// Layers are structs whose fields are the GGUF tensors they are read from;
+// each has a Forward written once against kernels.Backend.
+package llama
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/specgate/specgate/engine/model"
+	"github.com/specgate/specgate/engine/model/gguf"
+	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/kernels"
+)
+
+func init() {
+	for _, arch := range []string{"llama", "mistral", "qwen2"} {
+		model.Register(arch, New)
+	}
+}
+
+// Attention is one block's self-attention: blk.N.attn_*.
+type Attention struct {
+	Norm       kernels.Tensor // attn_norm
+	Q, K, V, O kernels.Tensor // attn_q, attn_k, attn_v, attn_output
+	// QB, KB, VB are optional biases (Qwen2).
+	QB, KB, VB kernels.Tensor
+}
+
+// FeedForward is one block's SwiGLU MLP: blk.N.ffn_*.
+type FeedForward struct {
+	Norm           kernels.Tensor // ffn_norm
+	Gate, Up, Down kernels.Tensor
+}
+
+// Layer is one transformer block.
+type Layer struct {
+	Attention
+	FeedForward
+}
+
+// Model is a loaded Llama-family model.
+type Model struct {
+	cfg    model.Config
+	be     kernels.Backend
+	file   *gguf.File
+	tok    *tokenizer.Tokenizer
+	tmpl   string
+	eps    float32
+	rope   kernels.RoPE
+	embed  kernels.Tensor // token_embd
+	norm   kernels.Tensor // output_norm
+	output kernels.Tensor // output, or token_embd when tied
+	layers []Layer
+
+	s scratch
+}
+
+var _ model.Model = (*Model)(nil)
+
+// scratch holds activations sized for the largest batch seen so far; a
+// forward pass works on row-slices of it, so steady-state decoding does not
+// allocate.
+type scratch struct {
+	rows, logitRows       int
+	x, h, q, k, v, att, o kernels.Tensor
+	gate, up              kernels.Tensor
+	xl, hl, logits        kernels.Tensor
+}
+
+// New builds a model from an open GGUF file. It takes ownership of f.
+func New(f *gguf.File, be kernels.Backend) (model.Model, error) {
+	arch, _ := f.String("general.architecture")
+	name, _ := f.String("general.name")
+	key := func(k string) string { return arch + "." + k }
+	need := func(k string) (int, error) {
+		v, ok := f.Uint(key(k))
+		if !ok {
+			return 0, fmt.Errorf("llama: metadata %s missing", key(k))
+		}
+		if v == 0 || v > 1<<24 {
+			return 0, fmt.Errorf("llama: metadata %s = %d out of range", key(k), v)
+		}
+		return int(v), nil
+	}
+	c := model.Config{Arch: arch, Name: name}
+	var err error
+	if c.Layers, err = need("block_count"); err != nil {
+		return nil, err
+	}
+	if c.Dim, err = need("embedding_length"); err != nil {
+		return nil, err
+	}
+	if c.Heads, err = need("attention.head_count"); err != nil {
+		return nil, err
+	}
+	if c.FFN, err = need("feed_forward_length"); err != nil {
+		return nil, err
+	}
+	c.KVHeads = c.Heads
+	if v, ok := f.Uint(key("attention.head_count_kv")); ok {
+		c.KVHeads = int(v)
+	}
+	if c.KVHeads <= 0 || c.Heads%c.KVHeads != 0 || c.Dim%c.Heads != 0 {
+		return nil, fmt.Errorf("llama: %d heads, %d kv heads, dim %d do not divide", c.Heads, c.KVHeads, c.Dim)
+	}
+	c.HeadDim = c.Dim / c.Heads
+	if v, ok := f.Uint(key("attention.key_length")); ok && int(v) != c.HeadDim {
+		return nil, fmt.Errorf("llama: key_length %d differs from dim/heads %d (not supported)", v, c.HeadDim)
+	}
+	c.Context = 2048
+	if v, ok := f.Uint(key("context_length")); ok && v > 0 && v < 1<<24 {
+		c.Context = int(v)
+	}
+	eps := 1e-5
+	if v, ok := f.Float(key("attention.layer_norm_rms_epsilon")); ok {
+		eps = v
+	}
+
+	rope := kernels.RoPE{HeadDim: c.HeadDim, Base: 10000, NeoX: arch == "qwen2"}
+	if v, ok := f.Uint(key("rope.dimension_count")); ok {
+		if int(v) > c.HeadDim || v%2 != 0 {
+			return nil, fmt.Errorf("llama: rope.dimension_count %d invalid for head dim %d", v, c.HeadDim)
+		}
+		rope.Dims = int(v)
+	}
+	if v, ok := f.Float(key("rope.freq_base")); ok && v > 0 {
+		rope.Base = float32(v)
+	}
+	if t, _ := f.String(key("rope.scaling.type")); t == "linear" {
+		if v, ok := f.Float(key("rope.scaling.factor")); ok && v > 0 {
+			rope.Scale = float32(v)
+		}
+	}
+
+	tok, err := model.NewTokenizer(f)
+	if err != nil {
+		return nil, err
+	}
+	c.Vocab = tok.VocabSize()
+	tmpl, _ := f.String("tokenizer.chat_template")
+
+	m := &Model{cfg: c, be: be, file: f, tok: tok, tmpl: tmpl, eps: float32(eps), rope: rope}
+	ld := loader{f: f, be: be, cfg: &m.cfg}
+	if ti, ok := f.Tensor("rope_freqs.weight"); ok {
+		// Llama 3.1 frequency scaling: one divisor per rotated pair.
+		pairs := c.HeadDim / 2
+		if rope.Dims > 0 {
+			pairs = rope.Dims / 2
+		}
+		if ti.Type != kernels.F32 || ti.Cols() != pairs || ti.Rows() != 1 {
+			return nil, fmt.Errorf("llama: rope_freqs.weight: %v of %d, want F32 of %d", ti.Type, ti.Cols(), pairs)
+		}
+		fr := make([]float32, ti.Cols())
+		if err := kernels.Dequantize(kernels.F32, f.Data(ti), fr); err != nil {
+			return nil, fmt.Errorf("llama: rope_freqs.weight: %w", err)
+		}
+		m.rope.Freqs = fr
+	}
+	m.embed = ld.matrix("token_embd.weight", c.Vocab, c.Dim)
+	m.norm = ld.vector("output_norm.weight", c.Dim)
+	if _, ok := f.Tensor("output.weight"); ok {
+		m.output = ld.matrix("output.weight", c.Vocab, c.Dim)
+	} else {
+		m.output = m.embed
+		ld.countBytes(m.embed) // the tied head reads the whole table
+	}
+	kvw := c.KVWidth()
+	m.layers = make([]Layer, c.Layers)
+	for i := range m.layers {
+		p := fmt.Sprintf("blk.%d.", i)
+		l := &m.layers[i]
+		l.Attention.Norm = ld.vector(p+"attn_norm.weight", c.Dim)
+		l.Q = ld.matrix(p+"attn_q.weight", c.Dim, c.Dim)
+		l.K = ld.matrix(p+"attn_k.weight", kvw, c.Dim)
+		l.V = ld.matrix(p+"attn_v.weight", kvw, c.Dim)
+		l.O = ld.matrix(p+"attn_output.weight", c.Dim, c.Dim)
+		l.QB = ld.optionalVector(p+"attn_q.bias", c.Dim)
+		l.KB = ld.optionalVector(p+"attn_k.bias", kvw)
+		l.VB = ld.optionalVector(p+"attn_v.bias", kvw)
+		l.FeedForward.Norm = ld.vector(p+"ffn_norm.weight", c.Dim)
+		l.Gate = ld.matrix(p+"ffn_gate.weight", c.FFN, c.Dim)
+		l.Up = ld.matrix(p+"ffn_up.weight", c.FFN, c.Dim)
+		l.Down = ld.matrix(p+"ffn_down.weight", c.Dim, c.FFN)
+	}
+	if ld.err != nil {
+		return nil, ld.err
+	}
+	if ti, ok := f.Tensor("blk.0.attn_q.weight"); ok {
+		m.cfg.WeightType = ti.Type
+	}
+	return m, nil
+}
+
+// loader reads named tensors, checking shapes, and keeps the first error.
+type loader struct {
+	f   *gguf.File
+	be  kernels.Backend
+	cfg *model.Config
+	err error
+}
+
+func (l *loader) get(name string, rows, cols int, optional bool) kernels.Tensor {
+	if l.err != nil {
+		return nil
+	}
+	ti, ok := l.f.Tensor(name)
+	if !ok {
+		if !optional {
+			l.err = fmt.Errorf("llama: tensor %s missing", name)
+		}
+		return nil
+	}
+	if ti.Rows() != rows || ti.Cols() != cols {
+		l.err = fmt.Errorf("llama: tensor %s is %d×%d, want %d×%d", name, ti.Rows(), ti.Cols(), rows, cols)
+		return nil
+	}
+	t, err := l.be.Weights(ti.Type, rows, cols, l.f.Data(ti))
+	if err != nil {
+		l.err = fmt.Errorf("llama: tensor %s: %w", name, err)
+		return nil
+	}
+	l.cfg.Params += int64(rows * cols)
+	// The embedding lookup reads one row per token; everything else is
+	// read in full by every forward pass.
+	if name != "token_embd.weight" {
+		l.countBytes(t)
+	}
+	return t
+}
+
+// countBytes adds a tensor that every forward pass reads in full to the
+// model's per-pass byte total.
+func (l *loader) countBytes(t kernels.Tensor) {
+	r, c := t.Dims()
+	n, _ := t.DType().RowBytes(c)
+	l.cfg.WeightBytes += int64(r * n)
+}
+
+func (l *loader) matrix(name string, rows, cols int) kernels.Tensor {
+	return l.get(name, rows, cols, false)
+}
+
+func (l *loader) vector(name string, n int) kernels.Tensor { return l.get(name, 1, n, false) }
+
+func (l *loader) optionalVector(name string, n int) kernels.Tensor {
+	return l.get(name, 1, n, true)
+}
+
+func (m *Model) Config() model.Config            { return m.cfg }
+func (m *Model) Tokenizer() *tokenizer.Tokenizer { return m.tok }
+func (m *Model) ChatTemplate() string            { return m.tmpl }
+func (m *Model) Backend() kernels.Backend        { return m.be }
+
+// Close unmaps the model file. The backend's tensors view that mapping, so
+// the model must not be used afterwards.
+func (m *Model) Close() error { return m.file.Close() }
+
+// NewKV allocates a paged KV cache for this model.
+func (m *Model) NewKV(blocks, blockSize int) (kernels.KVCache, error) {
+	return m.be.NewKV(kernels.KVSpec{Layers: m.cfg.Layers, Blocks: blocks, BlockSize: blockSize, Width: m.cfg.KVWidth()})
+}
+
+// ErrBatch reports a malformed batch.
+var ErrBatch = errors.New("llama: bad batch")
+
+func (m *Model) check(kv kernels.KVCache, b *model.Batch, out []float32) error {
+	n := b.Len()
+	if n == 0 {
+		return fmt.Errorf("%w: empty", ErrBatch)
+	}
+	if len(b.Pos) != n || len(b.Slots) != n || len(b.Attn) != n {
+		return fmt.Errorf("%w: %d tokens, %d positions, %d slots, %d attention rows", ErrBatch, n, len(b.Pos), len(b.Slots), len(b.Attn))
+	}
+	spec := kv.Spec()
+	if spec.Layers != m.cfg.Layers || spec.Width != m.cfg.KVWidth() {
+		return fmt.Errorf("%w: KV cache of %d layers × %d wide, model needs %d × %d", ErrBatch, spec.Layers, spec.Width, m.cfg.Layers, m.cfg.KVWidth())
+	}
+	slots := int32(spec.Blocks * spec.BlockSize)
+	for i, t := range b.Tokens {
+		if t < 0 || int(t) >= m.cfg.Vocab {
+			return fmt.Errorf("%w: token %d at %d outside vocabulary of %d", ErrBatch, t, i, m.cfg.Vocab)
+		}
+		if b.Slots[i] < 0 || b.Slots[i] >= slots {
+			return fmt.Errorf("%w: slot %d at %d outside cache of %d", ErrBatch, b.Slots[i], i, slots)
+		}
+		if b.Pos[i] < 0 {
+			return fmt.Errorf("%w: negative position at %d", ErrBatch, i)
+		}
+		r := b.Attn[i]
+		if r.Len <= 0 || int(r.Len) > len(r.Table)*spec.BlockSize {
+			return fmt.Errorf("%w: row %d attends to %d positions through %d blocks", ErrBatch, i, r.Len, len(r.Table))
+		}
+		for _, blk := range r.Table[:(int(r.Len)+spec.BlockSize-1)/spec.BlockSize] {
+			if blk < 0 || int(blk) >= spec.Blocks {
+				return fmt.Errorf("%w: row %d names block %d outside cache of %d", ErrBatch, i, blk, spec.Blocks)
+			}
+		}
+	}
+	for _, r := range b.Logits {
+		if r < 0 || int(r) >= n {
+			return fmt.Errorf("%w: logits row %d outside batch of %d", ErrBatch, r, n)
+		}
+	}
+	if len(out) < len(b.Logits)*m.cfg.Vocab {
+		return fmt.Errorf("%w: output of %d floats for %d logit rows", ErrBatch, len(out), len(b.Logits))
+	}
+	return nil
+}
+
+func (m *Model) grow(n, nl int) {
+	be, c, s := m.be, m.cfg, &m.s
+	if n > s.rows {
+		s.rows = max(n, 2*s.rows)
+		r := s.rows
+		s.x, s.h = be.Alloc(r, c.Dim), be.Alloc(r, c.Dim)
+		s.q, s.att, s.o = be.Alloc(r, c.Dim), be.Alloc(r, c.Dim), be.Alloc(r, c.Dim)
+		s.k, s.v = be.Alloc(r, c.KVWidth()), be.Alloc(r, c.KVWidth())
+		s.gate, s.up = be.Alloc(r, c.FFN), be.Alloc(r, c.FFN)
+	}
+	if nl > s.logitRows {
+		s.logitRows = max(nl, 2*s.logitRows)
+		s.xl, s.hl = be.Alloc(s.logitRows, c.Dim), be.Alloc(s.logitRows, c.Dim)
+		s.logits = be.Alloc(s.logitRows, c.Vocab)
+	}
+}
+
+// Forward runs one batch. See model.Model.
+func (m *Model) Forward(kv kernels.KVCache, b *model.Batch, out []float32) error {
+	if err := m.check(kv, b, out); err != nil {
+		return err
+	}
+	n, nl := b.Len(), len(b.Logits)
+	m.grow(n, max(nl, 1))
+	be, s := m.be, &m.s
+	rows := func(t kernels.Tensor, k int) kernels.Tensor { return be.Slice(t, 0, k) }
+	x, h := rows(s.x, n), rows(s.h, n)
+	be.Gather(x, m.embed, b.Tokens)
+	attn := kernels.Attn{Heads: m.cfg.Heads, KVHeads: m.cfg.KVHeads, HeadDim: m.cfg.HeadDim,
+		Scale: float32(1 / math.Sqrt(float64(m.cfg.HeadDim))), Rows: b.Attn}
+	st := state{m: m, n: n, x: x, h: h}
+	for i := range m.layers {
+		l := &m.layers[i]
+		l.Attention.Forward(&st, kv, i, b, attn)
+		l.FeedForward.Forward(&st)
+	}
+	if nl == 0 {
+		return nil
+	}
+	xl, hl, logits := rows(s.xl, nl), rows(s.hl, nl), rows(s.logits, nl)
+	be.Gather(xl, x, b.Logits)
+	be.RMSNorm(hl, xl, m.norm, m.eps)
+	be.MatMul(logits, hl, m.output)
+	be.Download(out[:nl*m.cfg.Vocab], logits)
+	return nil
+}
+
+// state is what a block's Forward works on: the residual stream x and the
+// model's scratch, both n rows.
+type state struct {
+	m    *Model
+	n    int
+	x, h kernels.Tensor
+}
+
+func (st *state) rows(t kernels.Tensor) kernels.Tensor { return st.m.be.Slice(t, 0, st.n) }
+
+// Forward adds the attention output to the residual stream.
+func (a *Attention) Forward(st *state, kv kernels.KVCache, layer int, b *model.Batch, attn kernels.Attn) {
+	be, s, m := st.m.be, &st.m.s, st.m
+	q, k, v, att, o := st.rows(s.q), st.rows(s.k), st.rows(s.v), st.rows(s.att), st.rows(s.o)
+	be.RMSNorm(st.h, st.x, a.Norm, m.eps)
+	be.MatMul(q, st.h, a.Q)
+	be.MatMul(k, st.h, a.K)
+	be.MatMul(v, st.h, a.V)
+	if a.QB != nil {
+		be.AddBias(q, a.QB)
+	}
+	if a.KB != nil {
+		be.AddBias(k, a.KB)
+	}
+	if a.VB != nil {
+		be.AddBias(v, a.VB)
+	}
+	be.RoPE(q, b.Pos, m.rope)
+	be.RoPE(k, b.Pos, m.rope)
+	be.StoreKV(kv, layer, k, v, b.Slots)
+	be.Attention(att, q, kv, layer, attn)
+	be.MatMul(o, att, a.O)
+	be.Add(st.x, st.x, o)
+}
+
+// Forward adds the SwiGLU feed-forward output to the residual stream.
+func (f *FeedForward) Forward(st *state) {
+	be, s, m := st.m.be, &st.m.s, st.m
+	gate, up, o := st.rows(s.gate), st.rows(s.up), st.rows(s.o)
+	be.RMSNorm(st.h, st.x, f.Norm, m.eps)
+	be.MatMul(gate, st.h, f.Gate)
+	be.MatMul(up, st.h, f.Up)
+	be.SwiGLU(gate, gate, up)
+	be.MatMul(o, gate, f.Down)
+	be.Add(st.x, st.x, o)
+}

@@ -1,0 +1,112 @@
+// Package model loads GGUF language models and runs their forward pass on a
+// kernels.Backend.
+//
+// An architecture is a small package (engine/model/llama) that registers a
+// constructor by its general.architecture name; Load picks it from the file.
+package model
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/specgate/specgate/engine/model/gguf"
+	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/kernels"
+)
+
+// Config is the shape of a loaded model.
+type Config struct {
+	Arch       string
+	Name       string
+	Layers     int
+	Dim        int
+	Heads      int
+	KVHeads    int
+	HeadDim    int
+	FFN        int
+	Vocab      int
+	Context    int // trained context length
+	WeightType kernels.DType
+	Params     int64 // parameter count
+	// WeightBytes is how many bytes of weights one forward pass reads.
+	WeightBytes int64
+}
+
+// KVWidth is the width of one token's K (or V) row in one layer.
+func (c Config) KVWidth() int { return c.KVHeads * c.HeadDim }
+
+// Model is a loaded model: its weights on a backend and its tokenizer.
+// Forward is not safe for concurrent use: one goroutine drives a model.
+type Model interface {
+	Config() Config
+	Tokenizer() *tokenizer.Tokenizer
+	// ChatTemplate is tokenizer.chat_template from the file ("" if none).
+	ChatTemplate() string
+	// Backend is the backend the weights live on.
+	Backend() kernels.Backend
+	// NewKV allocates a paged KV cache of the given number of blocks.
+	NewKV(blocks, blockSize int) (kernels.KVCache, error)
+	// Forward runs b through the model, writing its K/V to kv at b.Slots
+	// and len(b.Logits) rows of Vocab logits to out.
+	Forward(kv kernels.KVCache, b *Batch, out []float32) error
+	// Close releases the model file (not the backend).
+	Close() error
+}
+
+// Constructor builds a model of one architecture from an open GGUF file.
+// The model owns f from then on and closes it.
+type Constructor func(f *gguf.File, b kernels.Backend) (Model, error)
+
+var (
+	archMu sync.Mutex // protects archs
+	archs  = map[string]Constructor{}
+)
+
+// Register makes an architecture loadable. It panics on an empty name, a nil
+// constructor or a duplicate: registration happens in init.
+func Register(arch string, c Constructor) {
+	archMu.Lock()
+	defer archMu.Unlock()
+	if arch == "" || c == nil {
+		panic("model: Register with empty name or nil constructor")
+	}
+	if _, dup := archs[arch]; dup {
+		panic("model: Register called twice for " + arch)
+	}
+	archs[arch] = c
+}
+
+// Archs returns the registered architectures, sorted.
+func Archs() []string {
+	archMu.Lock()
+	defer archMu.Unlock()
+	var n []string
+	for a := range archs {
+		n = append(n, a)
+	}
+	sort.Strings(n)
+	return n
+}
+
+// Load opens a GGUF file and builds its model on b.
+func Load(path string, b kernels.Backend) (Model, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	arch, _ := f.String("general.architecture")
+	archMu.Lock()
+	c := archs[arch]
+	archMu.Unlock()
+	if c == nil {
+		f.Close()
+		return nil, fmt.Errorf("model: %s: architecture %q is not supported (supported: %v)", path, arch, Archs())
+	}
+	m, err := c(f, b)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("model: %s: %w", path, err)
+	}
+	return m, nil
+}
