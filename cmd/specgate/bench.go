@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/specgate/specgate/engine/model"
+	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/cpu"
+)
+
+func runBench(ctx context.Context, args []string) error {
+	fs := newFlags("bench", "--model FILE [--batches 1,8] [--prompt N] [--steps N]")
+	path := fs.String("model", "", "GGUF model `file`")
+	batches := fs.String("batches", "1,8", "comma-separated decode batch sizes")
+	promptLen := fs.Int("prompt", 128, "prompt tokens for the prefill measurement")
+	steps := fs.Int("steps", 32, "decode steps per batch size")
+	ctxLen := fs.Int("ctx", 64, "tokens already in each sequence when decoding starts")
+	backend := fs.String("backend", "cpu", "compute backend")
+	threads := fs.Int("threads", 0, "worker threads (0 = one per CPU)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *path == "" {
+		return fmt.Errorf("--model is required")
+	}
+	var sizes []int
+	for _, f := range strings.Split(*batches, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("--batches: %q is not a positive number", f)
+		}
+		sizes = append(sizes, n)
+	}
+	be, err := kernels.Open(*backend, kernels.Options{Threads: *threads})
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	m, err := model.Load(*path, be)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	c := m.Config()
+	if *promptLen+1 > c.Context || *ctxLen+*steps > c.Context {
+		return fmt.Errorf("--prompt/--ctx/--steps exceed the model's context of %d", c.Context)
+	}
+
+	bw := cpu.MeasureBandwidth(256<<20, 500*time.Millisecond)
+	fmt.Printf("model %s: %s, %.1fM parameters, %d layers, dim %d, vocab %d; weights read per pass %.1f MB\n",
+		*path, c.WeightType, float64(c.Params)/1e6, c.Layers, c.Dim, c.Vocab, float64(c.WeightBytes)/1e6)
+	fmt.Printf("memory bandwidth (measured, all threads): %.2f GB/s\n\n", bw/1e9)
+
+	// Prefill: one prompt in one pass.
+	seqs, err := model.NewSequences(m, 1, *promptLen+1)
+	if err != nil {
+		return err
+	}
+	prompt := make([]int32, *promptLen)
+	for i := range prompt {
+		prompt[i] = int32(3 + (i*7919)%(c.Vocab-3))
+	}
+	if _, err := seqs.Step([][]int32{prompt}); err != nil { // warm up
+		return err
+	}
+	const prefillRuns = 3
+	t0 := time.Now()
+	for r := 0; r < prefillRuns; r++ {
+		seqs.Reset(0)
+		if _, err := seqs.Step([][]int32{prompt}); err != nil {
+			return err
+		}
+	}
+	prefill := time.Since(t0) / prefillRuns
+
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "phase\tbatch\ttokens/s\tms/step\tMB/step\tfloor ms/step\tof floor\t\n")
+	fmt.Fprintf(tw, "prefill\t%d\t%.1f\t%.2f\t%.1f\t%.2f\t%.0f%%\t\n", *promptLen, float64(*promptLen)/prefill.Seconds(),
+		ms(prefill), float64(c.WeightBytes)/1e6, 1e3*float64(c.WeightBytes)/bw, 100*float64(c.WeightBytes)/bw/prefill.Seconds())
+	var base float64
+	for _, b := range sizes {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		tps, step, err := decodeRate(m, b, *ctxLen, *steps)
+		if err != nil {
+			return err
+		}
+		// Each step reads every weight once plus each sequence's KV.
+		kvBytes := int64(b) * int64(c.Layers) * 2 * int64(*ctxLen+*steps/2) * int64(c.KVWidth()) * 4
+		bytes := float64(c.WeightBytes + kvBytes)
+		floor := bytes / bw
+		if base == 0 {
+			base = tps
+		}
+		fmt.Fprintf(tw, "decode\t%d\t%.1f\t%.2f\t%.1f\t%.2f\t%.0f%%\t(%.2fx batch %d)\n", b, tps, ms(step), bytes/1e6,
+			1e3*floor, 100*floor/step.Seconds(), tps/base, sizes[0])
+	}
+	return tw.Flush()
+}
+
+// decodeRate prefills b sequences to ctx tokens, then times steps decode
+// steps of one greedy token per sequence in one batch.
+func decodeRate(m model.Model, b, ctx, steps int) (tokensPerSec float64, perStep time.Duration, err error) {
+	c := m.Config()
+	seqs, err := model.NewSequences(m, b, ctx+steps+1)
+	if err != nil {
+		return 0, 0, err
+	}
+	in := make([][]int32, b)
+	for i := range in {
+		in[i] = make([]int32, ctx)
+		for j := range in[i] {
+			in[i][j] = int32(3 + (i*131+j*7919)%(c.Vocab-3))
+		}
+	}
+	logits, err := seqs.Step(in)
+	if err != nil {
+		return 0, 0, err
+	}
+	next := func() {
+		for i := range in {
+			in[i] = append(in[i][:0], sample.Argmax(logits[i*c.Vocab:(i+1)*c.Vocab]))
+		}
+	}
+	next()
+	if logits, err = seqs.Step(in); err != nil { // warm up
+		return 0, 0, err
+	}
+	t0 := time.Now()
+	for s := 0; s < steps; s++ {
+		next()
+		if logits, err = seqs.Step(in); err != nil {
+			return 0, 0, err
+		}
+	}
+	d := time.Since(t0)
+	return float64(b*steps) / d.Seconds(), d / time.Duration(steps), nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/specgate/specgate/engine/model"
+	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/kernels"
+)
+
+func runGenerate(ctx context.Context, args []string) error {
+	fs := newFlags("generate", "--model FILE --prompt TEXT [-n N] [--temperature T] [--seed S] [--ids]")
+	path := fs.String("model", "", "GGUF model `file`")
+	prompt := fs.String("prompt", "", "prompt text")
+	n := fs.Int("n", 64, "tokens to generate")
+	var p sample.Params
+	fs.Var(float32Flag{&p.Temperature}, "temperature", "sampling temperature (0 = greedy)")
+	fs.IntVar(&p.TopK, "top-k", 0, "keep the k most likely tokens (0 = off)")
+	fs.Var(float32Flag{&p.TopP}, "top-p", "nucleus sampling mass (0 or 1 = off)")
+	fs.Var(float32Flag{&p.MinP}, "min-p", "drop tokens below this fraction of the top probability")
+	fs.Var(float32Flag{&p.RepeatPenalty}, "repeat-penalty", "repetition penalty (1 = off)")
+	fs.Uint64Var(&p.Seed, "seed", 0, "sampling seed")
+	ids := fs.Bool("ids", false, "also print the token ids")
+	backend := fs.String("backend", "cpu", "compute backend")
+	threads := fs.Int("threads", 0, "worker threads (0 = one per CPU)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *path == "" {
+		return fmt.Errorf("--model is required")
+	}
+	if *n < 0 {
+		return fmt.Errorf("-n must not be negative")
+	}
+	be, err := kernels.Open(*backend, kernels.Options{Threads: *threads})
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	m, err := model.Load(*path, be)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	tok := m.Tokenizer()
+	in := tok.Encode(*prompt)
+	if len(in) == 0 {
+		return fmt.Errorf("the prompt encodes to no tokens")
+	}
+	ctxLen := len(in) + *n
+	if ctxLen > m.Config().Context {
+		return fmt.Errorf("prompt (%d tokens) plus -n %d exceeds the model's context of %d", len(in), *n, m.Config().Context)
+	}
+	seqs, err := model.NewSequences(m, 1, ctxLen)
+	if err != nil {
+		return err
+	}
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	smp := sample.New(p)
+	det := tok.NewContinuationDetokenizer()
+	history := append([]int32(nil), in...)
+	var gen []int32
+
+	t0 := time.Now()
+	logits, err := seqs.Step([][]int32{in})
+	if err != nil {
+		return err
+	}
+	tPrefill := time.Since(t0)
+	t1 := time.Now()
+	for len(gen) < *n {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		next := smp.Sample(logits, history)
+		if tok.IsEOG(next) {
+			break
+		}
+		gen = append(gen, next)
+		history = append(history, next)
+		out.WriteString(det.Add(next))
+		out.Flush()
+		if len(gen) == *n {
+			break
+		}
+		if logits, err = seqs.Step([][]int32{{next}}); err != nil {
+			return err
+		}
+	}
+	out.WriteString(det.Flush())
+	out.WriteString("\n")
+	if *ids {
+		fmt.Fprintln(out, "prompt ids:", in)
+		fmt.Fprintln(out, "ids:", gen)
+	}
+	tDecode := time.Since(t1)
+	out.Flush()
+	fmt.Fprintf(os.Stderr, "prompt: %d tokens in %v (%.1f tok/s); generated: %d tokens in %v (%.1f tok/s)\n",
+		len(in), tPrefill.Round(time.Microsecond), rate(len(in), tPrefill),
+		len(gen), tDecode.Round(time.Microsecond), rate(len(gen), tDecode))
+	return nil
+}
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// float32Flag adapts a float32 to flag.Value.
+type float32Flag struct{ p *float32 }
+
+func (f float32Flag) String() string {
+	if f.p == nil {
+		return "0"
+	}
+	return fmt.Sprint(*f.p)
+}
+
+func (f float32Flag) Set(s string) error {
+	var v float64
+	if _, err := fmt.Sscan(s, &v); err != nil {
+		return fmt.Errorf("not a number: %q", s)
+	}
+	*f.p = float32(v)
+	return nil
+}
