@@ -1,0 +1,107 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/specgate/specgate/tenants"
+)
+
+// Identity is who a connection or HTTP request acts for.
+type Identity struct {
+	Tenant *tenants.Tenant
+	User   string // the JWT sub
+	Kid    string
+}
+
+// authenticator verifies JWTs against tenants' signing keys.
+type authenticator struct {
+	tenants  *tenants.Store
+	audience string
+	leeway   time.Duration
+	now      func() time.Time
+}
+
+// verify checks a token and returns the identity it names, or an *Error
+// whose Reason says why it was refused. Only the algorithm of the key the
+// kid names is accepted, so neither "none" nor an HS256 token signed with an
+// RSA public key (HS/RS confusion) can pass.
+func (a *authenticator) verify(ctx context.Context, token string) (Identity, *Error) {
+	unauth := func(reason, msg string) (Identity, *Error) {
+		return Identity{}, &Error{Code: CodeUnauthorized, Reason: reason, Message: msg}
+	}
+	if token == "" {
+		return unauth(ReasonMissingToken, "missing token")
+	}
+	// The header names the key, and the key decides the algorithm; nothing
+	// in the unverified token is trusted beyond choosing which key to try.
+	unverified, _, err := jwt.NewParser().ParseUnverified(token, jwt.MapClaims{})
+	if err != nil {
+		return unauth(ReasonMalformedToken, "malformed token")
+	}
+	alg, _ := unverified.Header["alg"].(string)
+	kid, _ := unverified.Header["kid"].(string)
+	if alg == "" || alg == "none" {
+		return unauth(ReasonAlgNotAllowed, "algorithm not allowed")
+	}
+	if kid == "" {
+		return unauth(ReasonUnknownKid, "token has no kid")
+	}
+	tenant, key, err := a.tenants.ByKid(ctx, kid)
+	if errors.Is(err, tenants.ErrNotFound) {
+		return unauth(ReasonUnknownKid, "unknown kid")
+	}
+	if err != nil {
+		return Identity{}, unavailable("cannot read tenant keys")
+	}
+	if alg != key.Alg {
+		return unauth(ReasonAlgNotAllowed, "algorithm not allowed for this key")
+	}
+	verifyKey, err := key.VerifyKey()
+	if err != nil {
+		return Identity{}, &Error{Code: CodeInternal, Message: "tenant key is unusable"}
+	}
+	aud := a.audience
+	if tenant.Audience != "" {
+		aud = tenant.Audience
+	}
+	p := jwt.NewParser(
+		jwt.WithValidMethods([]string{key.Alg}),
+		jwt.WithExpirationRequired(),
+		jwt.WithAudience(aud),
+		jwt.WithLeeway(a.leeway),
+		jwt.WithTimeFunc(a.now),
+	)
+	var claims jwt.RegisteredClaims
+	_, err = p.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return verifyKey, nil })
+	switch {
+	case err == nil:
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return unauth(ReasonMalformedToken, "malformed token")
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return unauth(ReasonBadSignature, "bad signature")
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return unauth(ReasonTokenExpired, "token expired")
+	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return unauth(ReasonNotYetValid, "token not valid yet")
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return unauth(ReasonWrongAudience, "wrong audience")
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		if claims.ExpiresAt == nil {
+			return unauth(ReasonMissingExp, "token has no exp")
+		}
+		return unauth(ReasonWrongAudience, "token has no aud")
+	default:
+		return unauth(ReasonInvalidToken, "invalid token")
+	}
+	if claims.Subject == "" || len(claims.Subject) > MaxIDLen || !idPattern.MatchString(claims.Subject) {
+		return unauth(ReasonMissingSubject, "token needs a sub of 1-128 of A-Z a-z 0-9 . _ : -")
+	}
+	if tenant.Disabled {
+		return Identity{}, &Error{Code: CodeForbidden, Reason: ReasonTenantDisabled, Message: "tenant disabled"}
+	}
+	return Identity{Tenant: tenant, User: claims.Subject, Kid: kid}, nil
+}

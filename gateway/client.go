@@ -1,0 +1,284 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/specgate/specgate/tenants"
+)
+
+// client is one authenticated socket: it reads frames in the HTTP handler's
+// goroutine and answers through its Connection. Goroutines it starts
+// (resumes) stop with ctx and are waited for in wg.
+type client struct {
+	s     *Server
+	conn  *Connection
+	id    string // lease holder id, unique per connection
+	ident Identity
+	ctx   context.Context
+	wg    sync.WaitGroup
+}
+
+func randomID(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
+	bearer, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	ws, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader has answered with an HTTP error
+	}
+	ws.SetReadLimit(s.o.MaxFrameBytes)
+	conn := newConnection(ws, connConfig{
+		queueFrames:  s.o.WriteQueueFrames,
+		queueBytes:   s.o.WriteQueueBytes,
+		maxBatch:     s.o.MaxBatch,
+		writeTimeout: s.o.WriteTimeout,
+		pingInterval: s.o.PingInterval,
+	}, func(typ string) { s.metrics.frames.WithLabelValues("out", typ).Inc() })
+	s.metrics.connections.Inc()
+	defer s.metrics.connections.Dec()
+
+	ctx, cancel := context.WithCancel(r.Context())
+	c := &client{s: s, conn: conn, id: randomID("c_"), ctx: ctx}
+	defer func() {
+		cancel()
+		c.wg.Wait()
+		<-conn.Done()
+		if _, reason := conn.CloseReason(); reason != "" {
+			s.metrics.disconnects.WithLabelValues(reason).Inc()
+		}
+	}()
+	// When the connection starts closing (slow consumer, shutdown), stop
+	// the reader and the client's goroutines too.
+	go func() {
+		select {
+		case <-conn.Closing():
+			cancel()
+			_ = ws.SetReadDeadline(time.Now())
+		case <-ctx.Done():
+		}
+	}()
+
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		c.refuse(&Error{Code: CodeUnavailable, Reason: ReasonShutdown, Message: "gateway shutting down", Temporary: true}, CloseGoingAway)
+		return
+	}
+	s.conns[conn] = c
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, conn)
+		s.mu.Unlock()
+	}()
+
+	// Apps authenticate at the upgrade; browsers, which cannot set headers
+	// on a WebSocket, send an auth frame first, within AuthTimeout.
+	token := bearer
+	if !hasBearer {
+		_ = ws.SetReadDeadline(time.Now().Add(s.o.AuthTimeout))
+		_, msg, err := ws.ReadMessage()
+		if err != nil {
+			var ne interface{ Timeout() bool }
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.refuseAuth(&Error{Code: CodeUnauthorized, Reason: ReasonAuthTimeout, Message: "no auth frame within the timeout"})
+			} else {
+				conn.abort(websocket.CloseNormalClosure, "")
+			}
+			return
+		}
+		s.metrics.frames.WithLabelValues("in", TypeAuth).Inc()
+		f, err := DecodeFrame(msg)
+		if err != nil {
+			e := clientError(err)
+			if e.Code == CodeBadRequest {
+				e = &Error{Code: CodeUnauthorized, Reason: ReasonNotAuthenticated, Message: "the first frame must be auth"}
+			}
+			c.refuseAuth(e)
+			return
+		}
+		if f.Type != TypeAuth {
+			c.refuseAuth(&Error{Code: CodeUnauthorized, Reason: ReasonNotAuthenticated, Message: "the first frame must be auth"})
+			return
+		}
+		token = f.Token
+	}
+	ident, aerr := s.auth.verify(ctx, token)
+	if aerr != nil {
+		c.refuseAuth(aerr)
+		return
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r.Host) && !ident.Tenant.AllowsOrigin(origin) {
+		c.refuseAuth(&Error{Code: CodeForbidden, Reason: ReasonOriginNotAllowed, Message: "origin not allowed for this tenant"})
+		return
+	}
+	c.ident = ident
+	lim := ident.Tenant.Limits.MaxConnections
+	ok, err := s.limiter.Acquire(ctx, ident.Tenant.ID, tenants.LeaseConnections, c.id, lim, s.o.LeaseTTL)
+	if err != nil {
+		c.refuse(unavailable("cannot reach the rate limiter"), CloseTryAgainLater)
+		return
+	}
+	if !ok {
+		c.refuse(&Error{Code: CodeOverQuota, Reason: ReasonTooManyConns, Message: "tenant connection limit reached", Temporary: true}, CloseTryAgainLater)
+		return
+	}
+	if lim > 0 {
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = s.limiter.Release(ctx, ident.Tenant.ID, tenants.LeaseConnections, c.id)
+		}()
+	}
+
+	conn.Send(ServerFrame{Type: TypeReady, Tenant: ident.Tenant.ID, User: ident.User, Protocol: ProtocolVersion})
+	c.readLoop(ws)
+}
+
+// sameOrigin allows the gateway's own web UI: an Origin whose host is the
+// request's Host.
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	return err == nil && u.Host != "" && strings.EqualFold(u.Host, host)
+}
+
+func (c *client) refuseAuth(e *Error) {
+	c.s.metrics.authFailures.WithLabelValues(e.Reason).Inc()
+	c.refuse(e, ClosePolicyViolation)
+}
+
+// refuse sends e and closes the socket with code, reason e.Reason.
+func (c *client) refuse(e *Error, code int) {
+	c.conn.Send(errorFrame(e, ""))
+	reason := e.Reason
+	if reason == "" {
+		reason = e.Code
+	}
+	c.conn.Close(code, reason)
+}
+
+func (c *client) readLoop(ws *websocket.Conn) {
+	pongWait := c.s.o.PongWait
+	_ = ws.SetReadDeadline(time.Now().Add(pongWait))
+	ws.SetPongHandler(func(string) error {
+		return ws.SetReadDeadline(time.Now().Add(pongWait))
+	})
+	for {
+		_, msg, err := ws.ReadMessage()
+		if err != nil {
+			if errors.Is(err, websocket.ErrReadLimit) {
+				c.conn.Send(errorFrame(badRequest("frame over the read limit"), ""))
+				c.conn.Close(CloseMessageTooBig, "frame too big")
+				return
+			}
+			// Gone, or closing: generations continue without this socket.
+			c.conn.abort(websocket.CloseNormalClosure, "")
+			return
+		}
+		_ = ws.SetReadDeadline(time.Now().Add(pongWait))
+		frames, err := DecodeMessage(msg)
+		for _, f := range frames {
+			c.s.metrics.frames.WithLabelValues("in", f.Type).Inc()
+			c.handle(f)
+		}
+		if err != nil {
+			c.s.metrics.frames.WithLabelValues("in", "invalid").Inc()
+			c.conn.Send(errorFrame(clientError(err), ""))
+		}
+	}
+}
+
+// handle answers one frame. Session operations run inline (they are one
+// Redis round trip); chat starts a turn that outlives the socket; resume
+// starts a goroutine owned by the client.
+func (c *client) handle(f ClientFrame) {
+	ctx := c.ctx
+	t, u := c.ident.Tenant.ID, c.ident.User
+	fail := func(err error, request string) {
+		c.conn.Send(errorFrame(clientError(err), request))
+	}
+	switch f.Type {
+	case TypePing:
+		c.conn.Send(ServerFrame{Type: TypePong})
+	case TypeAuth:
+		fail(badRequest("already authenticated"), "")
+	case TypeSessionCreate:
+		v, err := c.s.sessions.Create(ctx, t, u, f.Title)
+		if err != nil {
+			fail(unavailable("cannot store the session"), "")
+			return
+		}
+		c.conn.Send(ServerFrame{Type: TypeSession, Session: v})
+	case TypeSessionGet:
+		v, err := c.s.sessions.Get(ctx, t, u, f.Session)
+		if err != nil {
+			fail(storeError(err), "")
+			return
+		}
+		c.conn.Send(ServerFrame{Type: TypeSession, Session: v})
+	case TypeSessionList:
+		list, err := c.s.sessions.List(ctx, t, u, f.Limit)
+		if err != nil {
+			fail(storeError(err), "")
+			return
+		}
+		c.conn.Send(ServerFrame{Type: TypeSessions, Sessions: list})
+	case TypeSessionRename:
+		if err := c.s.sessions.Rename(ctx, t, u, f.Session, f.Title); err != nil {
+			fail(storeError(err), "")
+			return
+		}
+		v, err := c.s.sessions.Get(ctx, t, u, f.Session)
+		if err != nil {
+			fail(storeError(err), "")
+			return
+		}
+		c.conn.Send(ServerFrame{Type: TypeSession, Session: v})
+	case TypeSessionDelete:
+		if err := c.s.sessions.Delete(ctx, t, u, f.Session); err != nil {
+			fail(storeError(err), "")
+			return
+		}
+		c.conn.Send(ServerFrame{Type: TypeDeleted, SessionID: f.Session})
+	case TypeSessionResume:
+		c.s.metrics.resumes.WithLabelValues("started").Inc()
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.resume(f)
+		}()
+	case TypeChat:
+		if err := c.s.startTurn(c, f); err != nil {
+			fail(err, f.Request)
+		}
+	case TypeCancel:
+		if !c.s.cancelTurn(c.ident, f.Request) {
+			fail(notFound("request"), f.Request)
+		}
+	}
+}
+
+// storeError maps a session-store error for the client.
+func storeError(err error) *Error {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return notFound("session")
+	case errors.Is(err, ErrDuplicateRequest):
+		return badRequest("request id already used in this session")
+	}
+	return unavailable("session storage unavailable")
+}

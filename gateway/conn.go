@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// connConfig are a connection's write-side limits (from Options).
+type connConfig struct {
+	queueFrames  int
+	queueBytes   int
+	maxBatch     int
+	writeTimeout time.Duration
+	pingInterval time.Duration
+}
+
+// Connection is one WebSocket with a bounded write queue drained by a
+// writer goroutine that the connection owns. Send never blocks: a client
+// that does not read fast enough fills its queue and is disconnected with
+// reason slow_consumer, so it cannot hold up generation or other clients.
+//
+// The writer batches: frames queued together go out in one WebSocket
+// message, separated by newlines (at most maxBatch per message).
+type Connection struct {
+	ws  *websocket.Conn
+	cfg connConfig
+	// onFrame, when set, counts each frame written (metrics).
+	onFrame func(typ string)
+
+	mu         sync.Mutex // protects the fields below
+	queue      []queued
+	queueBytes int
+	closing    bool // no more Sends; the writer flushes, then closes
+	closeCode  int
+	closeText  string
+
+	wake    chan struct{} // cap 1: the writer has work
+	closeCh chan struct{} // closed when the connection starts closing
+	done    chan struct{} // closed when the writer has exited and the socket is closed
+}
+
+type queued struct {
+	typ  string
+	data []byte
+}
+
+func newConnection(ws *websocket.Conn, cfg connConfig, onFrame func(string)) *Connection {
+	c := &Connection{
+		ws:      ws,
+		cfg:     cfg,
+		onFrame: onFrame,
+		wake:    make(chan struct{}, 1),
+		closeCh: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	go c.writer()
+	return c
+}
+
+// Send queues f for the client and reports whether it was queued. It never
+// blocks. A full queue closes the connection (slow_consumer); Send on a
+// closing connection returns false.
+func (c *Connection) Send(f ServerFrame) bool {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return false
+	}
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return false
+	}
+	if len(c.queue) >= c.cfg.queueFrames || c.queueBytes+len(b) > c.cfg.queueBytes {
+		c.mu.Unlock()
+		c.abort(CloseTryAgainLater, ReasonSlowConsumer)
+		return false
+	}
+	c.queue = append(c.queue, queued{typ: f.Type, data: b})
+	c.queueBytes += len(b)
+	c.mu.Unlock()
+	c.signal()
+	return true
+}
+
+func (c *Connection) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close flushes what is queued, then closes with code and reason text.
+// Later calls do nothing.
+func (c *Connection) Close(code int, text string) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.closing, c.closeCode, c.closeText = true, code, text
+	close(c.closeCh)
+	c.mu.Unlock()
+	c.signal()
+}
+
+// abort closes at once, dropping what is queued: for a slow or broken
+// client, whose writes may be stuck.
+func (c *Connection) abort(code int, text string) {
+	c.mu.Lock()
+	already := c.closing
+	if !already {
+		c.closing, c.closeCode, c.closeText = true, code, text
+		close(c.closeCh)
+	}
+	c.queue, c.queueBytes = nil, 0
+	c.mu.Unlock()
+	if !already {
+		// WriteControl may run concurrently with the writer's write, and
+		// closing the socket unblocks a write stuck on a full TCP window.
+		_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(time.Second))
+	}
+	_ = c.ws.Close()
+	c.signal()
+}
+
+// Closing is closed when the connection starts closing.
+func (c *Connection) Closing() <-chan struct{} { return c.closeCh }
+
+// Done is closed when the socket is closed and the writer has exited.
+func (c *Connection) Done() <-chan struct{} { return c.done }
+
+// CloseReason returns the close code and text, once closing.
+func (c *Connection) CloseReason() (int, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closeCode, c.closeText
+}
+
+// take removes up to n queued frames.
+func (c *Connection) take(n int) (batch []queued, closing bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := min(n, len(c.queue))
+	batch = append(batch, c.queue[:k]...)
+	c.queue = c.queue[k:]
+	for _, q := range batch {
+		c.queueBytes -= len(q.data)
+	}
+	if len(c.queue) == 0 {
+		c.queue = nil // let the backing array go
+	}
+	return batch, c.closing
+}
+
+func (c *Connection) writer() {
+	defer close(c.done)
+	defer c.ws.Close()
+	ping := time.NewTicker(c.cfg.pingInterval)
+	defer ping.Stop()
+	var buf bytes.Buffer
+	for {
+		select {
+		case <-c.wake:
+		case <-ping.C:
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.cfg.writeTimeout)); err != nil {
+				c.abort(websocket.CloseAbnormalClosure, "ping failed")
+				return
+			}
+			continue
+		}
+		for {
+			batch, closing := c.take(c.cfg.maxBatch)
+			if len(batch) == 0 {
+				if closing {
+					code, text := c.CloseReason()
+					_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(c.cfg.writeTimeout))
+					return
+				}
+				break
+			}
+			buf.Reset()
+			for i, q := range batch {
+				if i > 0 {
+					buf.WriteByte('\n')
+				}
+				buf.Write(q.data)
+			}
+			_ = c.ws.SetWriteDeadline(time.Now().Add(c.cfg.writeTimeout))
+			if err := c.ws.WriteMessage(websocket.TextMessage, buf.Bytes()); err != nil {
+				c.abort(CloseTryAgainLater, ReasonSlowConsumer)
+				return
+			}
+			if c.onFrame != nil {
+				for _, q := range batch {
+					c.onFrame(q.typ)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package gateway
+
+import (
+	"context"
+	"testing"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/model"
+	_ "github.com/specgate/specgate/engine/model/llama"
+	"github.com/specgate/specgate/internal/testmodels"
+	"github.com/specgate/specgate/kernels"
+	_ "github.com/specgate/specgate/kernels/cpu"
+)
+
+// TestRealModelEndToEnd runs a chat turn over a real socket and Redis
+// against the real engine and the tiny TinyStories model.
+func TestRealModelEndToEnd(t *testing.T) {
+	path := testmodels.Path(t, testmodels.Stories260K)
+	be, err := kernels.Open("cpu", kernels.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(path, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(m, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close() })
+
+	e := newEnv(t, nil, "", func(o *Options) { o.Generator = Adapt(eng.Submit, eng.Cancel) })
+	c := e.login("alice")
+	sid := c.createSession("real")
+	c.send(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "Once upon a time",
+		"params": map[string]any{"max_tokens": 24, "temperature": 0, "seed": 1}})
+	text, last, done, errs := c.collect("r1")
+	if len(errs) > 0 || text == "" || last == 0 {
+		t.Fatalf("have %q after %d deltas (errors %v); want some text", text, last, errs)
+	}
+	if done.FinishReason != engine.FinishStop && done.FinishReason != engine.FinishLength {
+		t.Fatalf("have %+v; want stop or length", done)
+	}
+	if done.Usage == nil || done.Usage.CompletionTokens == 0 || done.Usage.CompletionTokens > 24 {
+		t.Fatalf("have usage %+v; want 1..24 completion tokens", done.Usage)
+	}
+	v, err := e.srv.Sessions().Get(context.Background(), "acme", "alice", sid)
+	if err != nil || len(v.Messages) != 2 || v.Messages[1].Content != text {
+		t.Fatalf("have %+v, %v; want the reply stored", v, err)
+	}
+
+	// Greedy is deterministic: the same prompt in a new session gives the
+	// same text.
+	sid2 := c.createSession("again")
+	c.send(map[string]any{"type": "chat", "session": sid2, "request": "r1", "content": "Once upon a time",
+		"params": map[string]any{"max_tokens": 24, "temperature": 0, "seed": 1}})
+	if again, _, _, _ := c.collect("r1"); again != text {
+		t.Fatalf("have %q; want %q again", again, text)
+	}
+}

@@ -1,0 +1,81 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+)
+
+func FuzzDecodeFrame(f *testing.F) {
+	seeds := []string{
+		`{"type":"auth","token":"a.b.c"}`,
+		`{"type":"session.create","title":"t"}`,
+		`{"type":"session.resume","session":"s_1","request":"r1","after":3}`,
+		`{"type":"chat","session":"s_1","request":"r1","content":"hi","params":{"max_tokens":64,"temperature":0,"top_p":1,"top_k":0,"seed":1,"priority":"batch","regex":"a+"}}`,
+		`{"type":"cancel","request":"r1"}`,
+		`{"type":"ping","v":1}`,
+		`{"type":"ping","v":2}`,
+		`{"type":"chat","session":"../x","request":"r","content":"c"}`,
+		`{"type":"chat","params":{"schema":{"type":"object"},"regex":"x"}}`,
+		`{}`, `[]`, `null`, `{"type":1}`, "\xff", `{"type":"ping"} {}`,
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fr, err := DecodeFrame(data)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Code == "" {
+				t.Fatalf("have error %v; want a typed *Error", err)
+			}
+			return
+		}
+		// A frame that decodes re-encodes to one that decodes the same.
+		b, err := json.Marshal(fr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := DecodeFrame(b)
+		if err != nil {
+			t.Fatalf("re-decode of %s: %v", b, err)
+		}
+		b2, _ := json.Marshal(again)
+		if string(b) != string(b2) {
+			t.Fatalf("have %s then %s; want a fixed point", b, b2)
+		}
+	})
+}
+
+func TestDecodeFrame(t *testing.T) {
+	tests := []struct {
+		in   string
+		code string // "" for ok
+	}{
+		{`{"type":"ping"}`, ""},
+		{`{"type":"chat","session":"s","request":"r","content":"c","extra":1}`, ""},
+		{`{"type":"chat","session":"s","request":"r"}`, CodeBadRequest},
+		{`{"type":"chat","session":"s","request":"r","content":"c","params":{"priority":"urgent"}}`, CodeBadRequest},
+		{`{"type":"chat","session":"s","request":"r","content":"c","params":{"max_tokens":-1}}`, CodeBadRequest},
+		{`{"type":"session.resume","session":"s","after":-1}`, CodeBadRequest},
+		{`{"type":"session.get","session":"a b"}`, CodeBadRequest},
+		{`{"type":"nope"}`, CodeBadRequest},
+		{`{"type":"ping","v":2}`, CodeBadRequest},
+		{`{"type":"auth"}`, CodeUnauthorized},
+		{`not json`, CodeBadRequest},
+	}
+	for _, tt := range tests {
+		_, err := DecodeFrame([]byte(tt.in))
+		code := ""
+		if err != nil {
+			code = clientError(err).Code
+		}
+		if code != tt.code {
+			t.Errorf("%s: have %q (%v); want %q", tt.in, code, err, tt.code)
+		}
+	}
+	frames, err := DecodeMessage([]byte("{\"type\":\"ping\"}\n\n{\"type\":\"session.list\"}"))
+	if err != nil || len(frames) != 2 {
+		t.Fatalf("batched message: have %d frames, %v; want 2", len(frames), err)
+	}
+}

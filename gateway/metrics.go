@@ -1,0 +1,142 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/specgate/specgate/engine"
+)
+
+// metrics are the gateway's own Prometheus collectors.
+type metrics struct {
+	connections  prometheus.Gauge
+	frames       *prometheus.CounterVec // direction, type
+	authFailures *prometheus.CounterVec // reason
+	resumes      *prometheus.CounterVec // outcome
+	disconnects  *prometheus.CounterVec // reason
+	chats        *prometheus.CounterVec // tenant, outcome
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "specgate_ws_connections", Help: "Open WebSocket connections.",
+		}),
+		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "specgate_ws_frames_total", Help: "Protocol frames by direction (in, out) and type.",
+		}, []string{"direction", "type"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "specgate_auth_failures_total", Help: "Refused authentications by reason.",
+		}, []string{"reason"}),
+		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "specgate_resumes_total", Help: "session.resume requests by outcome (ok, not_found, expired, error).",
+		}, []string{"outcome"}),
+		disconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "specgate_ws_server_closes_total", Help: "Connections the gateway closed, by reason.",
+		}, []string{"reason"}),
+		chats: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "specgate_chat_requests_total", Help: "Chat requests by tenant and outcome (finish reason or error code).",
+		}, []string{"tenant", "outcome"}),
+	}
+	for _, c := range []prometheus.Collector{m.connections, m.frames, m.authFailures, m.resumes, m.disconnects, m.chats} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// EngineMetrics implements engine.Metrics over Prometheus. Register it with
+// the same registry as the gateway (Options.Registry) so that /metrics
+// shows both. Its methods never block.
+type EngineMetrics struct {
+	queueDepth  *prometheus.GaugeVec
+	running     prometheus.Gauge
+	preempted   prometheus.Gauge
+	preemptions *prometheus.CounterVec
+	kvBlocks    *prometheus.GaugeVec
+	ttft        *prometheus.HistogramVec
+	interToken  *prometheus.HistogramVec
+	tokens      *prometheus.CounterVec
+	stepTokens  prometheus.Histogram
+	stepSeqs    prometheus.Histogram
+	stepTime    prometheus.Histogram
+	finished    *prometheus.CounterVec
+}
+
+var _ engine.Metrics = (*EngineMetrics)(nil)
+
+// NewEngineMetrics creates the engine's collectors and registers them.
+func NewEngineMetrics(reg prometheus.Registerer) (*EngineMetrics, error) {
+	latency := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	m := &EngineMetrics{
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "specgate_engine_queue_depth", Help: "Waiting requests by priority class."}, []string{"priority"}),
+		running:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "specgate_engine_running_sequences", Help: "Sequences decoding or prefilling."}),
+		preempted:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "specgate_engine_preempted_sequences", Help: "Waiting sequences that were preempted."}),
+		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_engine_preemptions_total", Help: "Preemptions by tenant and whether KV was swapped to host."},
+			[]string{"tenant", "swapped"}),
+		kvBlocks: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "specgate_kv_blocks", Help: "KV blocks by tier and state (used, free)."}, []string{"tier", "state"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "specgate_ttft_seconds", Help: "Submit to first token.", Buckets: latency},
+			[]string{"tenant", "priority"}),
+		interToken: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "specgate_inter_token_seconds", Help: "Gap between consecutive tokens.", Buckets: latency},
+			[]string{"tenant", "priority"}),
+		tokens:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_tokens_total", Help: "Tokens by tenant and kind (prompt, completion)."}, []string{"tenant", "kind"}),
+		stepTokens: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "specgate_step_tokens", Help: "Tokens per forward pass.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+		stepSeqs:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "specgate_step_sequences", Help: "Sequences per forward pass.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
+		stepTime:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "specgate_step_seconds", Help: "Forward pass duration.", Buckets: latency}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_engine_finished_total", Help: "Finished requests by tenant, priority and finish reason."},
+			[]string{"tenant", "priority", "reason"}),
+	}
+	for _, c := range []prometheus.Collector{m.queueDepth, m.running, m.preempted, m.preemptions, m.kvBlocks, m.ttft, m.interToken, m.tokens, m.stepTokens, m.stepSeqs, m.stepTime, m.finished} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *EngineMetrics) QueueDepth(p engine.Priority, n int) {
+	m.queueDepth.WithLabelValues(p.String()).Set(float64(n))
+}
+
+func (m *EngineMetrics) Sequences(running, preempted int) {
+	m.running.Set(float64(running))
+	m.preempted.Set(float64(preempted))
+}
+
+func (m *EngineMetrics) Preemption(tenant string, swapped bool) {
+	s := "false"
+	if swapped {
+		s = "true"
+	}
+	m.preemptions.WithLabelValues(tenant, s).Inc()
+}
+
+func (m *EngineMetrics) KVBlocks(tier string, used, free int) {
+	m.kvBlocks.WithLabelValues(tier, "used").Set(float64(used))
+	m.kvBlocks.WithLabelValues(tier, "free").Set(float64(free))
+}
+
+func (m *EngineMetrics) TTFT(tenant string, p engine.Priority, d time.Duration) {
+	m.ttft.WithLabelValues(tenant, p.String()).Observe(d.Seconds())
+}
+
+func (m *EngineMetrics) InterToken(tenant string, p engine.Priority, d time.Duration) {
+	m.interToken.WithLabelValues(tenant, p.String()).Observe(d.Seconds())
+}
+
+func (m *EngineMetrics) Tokens(tenant string, prompt, completion int) {
+	m.tokens.WithLabelValues(tenant, "prompt").Add(float64(prompt))
+	m.tokens.WithLabelValues(tenant, "completion").Add(float64(completion))
+}
+
+func (m *EngineMetrics) Step(tokens, seqs int, d time.Duration) {
+	m.stepTokens.Observe(float64(tokens))
+	m.stepSeqs.Observe(float64(seqs))
+	m.stepTime.Observe(d.Seconds())
+}
+
+func (m *EngineMetrics) Finished(tenant string, p engine.Priority, reason string) {
+	m.finished.WithLabelValues(tenant, p.String(), reason).Inc()
+}

@@ -1,0 +1,282 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"unicode/utf8"
+)
+
+// ProtocolVersion is the protocol this gateway speaks (PROTOCOL.md).
+const ProtocolVersion = 1
+
+// Client → server frame types.
+const (
+	TypeAuth          = "auth"
+	TypeSessionCreate = "session.create"
+	TypeSessionResume = "session.resume"
+	TypeSessionGet    = "session.get"
+	TypeSessionList   = "session.list"
+	TypeSessionRename = "session.rename"
+	TypeSessionDelete = "session.delete"
+	TypeChat          = "chat"
+	TypeCancel        = "cancel"
+	TypePing          = "ping"
+)
+
+// Server → client frame types.
+const (
+	TypeReady    = "ready"
+	TypeSession  = "session"
+	TypeSessions = "sessions"
+	TypeDeleted  = "session.deleted"
+	TypeDelta    = "delta"
+	TypeDone     = "done"
+	TypeError    = "error"
+	TypePong     = "pong"
+)
+
+// Limits on client frames. Longer values are refused with bad_request.
+const (
+	MaxIDLen      = 128
+	MaxTitleLen   = 512
+	MaxTokenLen   = 8 << 10
+	MaxContentLen = 256 << 10
+	MaxStops      = 8
+)
+
+// ChatParams are a chat frame's generation parameters. Zero values mean the
+// engine's defaults (greedy, up to the context limit).
+type ChatParams struct {
+	MaxTokens   int     `json:"max_tokens,omitempty"`
+	Temperature float32 `json:"temperature,omitempty"`
+	TopP        float32 `json:"top_p,omitempty"`
+	TopK        int     `json:"top_k,omitempty"`
+	MinP        float32 `json:"min_p,omitempty"`
+	Seed        uint64  `json:"seed,omitempty"`
+	// Priority may lower the tenant's class for this request, never raise it.
+	Priority string          `json:"priority,omitempty"`
+	Schema   json.RawMessage `json:"schema,omitempty"`
+	Regex    string          `json:"regex,omitempty"`
+	Choices  []string        `json:"choices,omitempty"`
+	JSON     bool            `json:"json,omitempty"`
+	Stop     []string        `json:"stop,omitempty"`
+}
+
+// ClientFrame is any client → server frame; Type says which fields matter.
+type ClientFrame struct {
+	Type string `json:"type"`
+	// V, when set, is the protocol version the client speaks; only 1 is
+	// accepted.
+	V       int         `json:"v,omitempty"`
+	Token   string      `json:"token,omitempty"`
+	Title   string      `json:"title,omitempty"`
+	Session string      `json:"session,omitempty"`
+	Request string      `json:"request,omitempty"`
+	After   int         `json:"after,omitempty"`
+	Content string      `json:"content,omitempty"`
+	Limit   int         `json:"limit,omitempty"`
+	Params  *ChatParams `json:"params,omitempty"`
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
+
+// DecodeFrame reads and validates one client frame (one JSON object).
+// Unknown fields are ignored, so clients may be newer than the gateway;
+// unknown types, missing or malformed fields are a *Error with code
+// bad_request. It never panics, whatever the input.
+func DecodeFrame(data []byte) (ClientFrame, error) {
+	var f ClientFrame
+	if !utf8.Valid(data) {
+		return f, badRequest("frame is not UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&f); err != nil {
+		return ClientFrame{}, badRequest("frame is not a JSON object: " + err.Error())
+	}
+	if dec.More() {
+		return ClientFrame{}, badRequest("trailing data after the frame")
+	}
+	if err := f.validate(); err != nil {
+		return ClientFrame{}, err
+	}
+	return f, nil
+}
+
+// DecodeMessage splits one WebSocket message into frames: a message may
+// carry several frames separated by newlines (JSON never contains a raw
+// newline). Blank lines are skipped.
+func DecodeMessage(msg []byte) ([]ClientFrame, error) {
+	var out []ClientFrame
+	for line := range bytes.SplitSeq(msg, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		f, err := DecodeFrame(line)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, f)
+	}
+	if len(out) == 0 {
+		return nil, badRequest("empty message")
+	}
+	return out, nil
+}
+
+func (f *ClientFrame) validate() error {
+	if f.V != 0 && f.V != ProtocolVersion {
+		return badRequest(fmt.Sprintf("protocol version %d is not supported (want %d)", f.V, ProtocolVersion))
+	}
+	needID := func(name, v string) error {
+		if v == "" {
+			return badRequest(f.Type + ": missing " + name)
+		}
+		return checkID(name, v)
+	}
+	optID := func(name, v string) error {
+		if v == "" {
+			return nil
+		}
+		return checkID(name, v)
+	}
+	if len(f.Title) > MaxTitleLen {
+		return badRequest(fmt.Sprintf("title longer than %d bytes", MaxTitleLen))
+	}
+	switch f.Type {
+	case TypeAuth:
+		if f.Token == "" {
+			return &Error{Code: CodeUnauthorized, Reason: ReasonMissingToken, Message: "auth: missing token"}
+		}
+		if len(f.Token) > MaxTokenLen {
+			return &Error{Code: CodeUnauthorized, Reason: ReasonMalformedToken, Message: "auth: token too long"}
+		}
+	case TypeSessionCreate, TypeSessionList, TypePing:
+	case TypeSessionGet, TypeSessionDelete:
+		return needID("session", f.Session)
+	case TypeSessionRename:
+		return needID("session", f.Session)
+	case TypeSessionResume:
+		if err := needID("session", f.Session); err != nil {
+			return err
+		}
+		if err := optID("request", f.Request); err != nil {
+			return err
+		}
+		if f.After < 0 {
+			return badRequest("session.resume: after must be >= 0")
+		}
+	case TypeChat:
+		if err := needID("session", f.Session); err != nil {
+			return err
+		}
+		if err := needID("request", f.Request); err != nil {
+			return err
+		}
+		if f.Content == "" {
+			return badRequest("chat: missing content")
+		}
+		if len(f.Content) > MaxContentLen {
+			return badRequest(fmt.Sprintf("chat: content longer than %d bytes", MaxContentLen))
+		}
+		if p := f.Params; p != nil {
+			if p.MaxTokens < 0 || p.TopK < 0 || p.Temperature < 0 || p.TopP < 0 || p.MinP < 0 {
+				return badRequest("chat: negative parameter")
+			}
+			switch p.Priority {
+			case "", "interactive", "standard", "batch":
+			default:
+				return badRequest("chat: priority must be interactive, standard or batch")
+			}
+			n := 0
+			for _, set := range []bool{len(p.Schema) > 0, p.Regex != "", len(p.Choices) > 0, p.JSON} {
+				if set {
+					n++
+				}
+			}
+			if n > 1 {
+				return badRequest("chat: at most one of schema, regex, choices and json")
+			}
+			if len(p.Stop) > MaxStops {
+				return badRequest(fmt.Sprintf("chat: at most %d stop strings", MaxStops))
+			}
+		}
+	case TypeCancel:
+		return needID("request", f.Request)
+	case "":
+		return badRequest("frame without type")
+	default:
+		return badRequest(fmt.Sprintf("unknown frame type %q", f.Type))
+	}
+	return nil
+}
+
+func checkID(name, v string) error {
+	if len(v) > MaxIDLen || !idPattern.MatchString(v) {
+		return badRequest(fmt.Sprintf("%s must be 1-%d of A-Z a-z 0-9 . _ : -", name, MaxIDLen))
+	}
+	return nil
+}
+
+// Usage and Stats as the done frame carries them.
+type (
+	Usage struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		CachedTokens     int `json:"cached_tokens"`
+	}
+	Stats struct {
+		QueueMS         float64 `json:"queue_ms"`
+		TTFTMS          float64 `json:"ttft_ms"`
+		TokensPerSecond float64 `json:"tokens_per_s"`
+		AcceptedPerStep float64 `json:"accepted_per_step"`
+	}
+)
+
+// SessionInfo is a session without its messages, for lists.
+type SessionInfo struct {
+	ID       string `json:"id"`
+	Title    string `json:"title"`
+	Created  int64  `json:"created"` // Unix milliseconds
+	Updated  int64  `json:"updated"` // Unix milliseconds
+	Messages int    `json:"message_count"`
+}
+
+// SessionView is a session with its history.
+type SessionView struct {
+	ID       string    `json:"id"`
+	Title    string    `json:"title"`
+	Created  int64     `json:"created"`
+	Updated  int64     `json:"updated"`
+	Messages []Message `json:"messages"`
+}
+
+// ServerFrame is any server → client frame; Type says which fields are set.
+type ServerFrame struct {
+	Type string `json:"type"`
+	// ready
+	Tenant   string `json:"tenant,omitempty"`
+	User     string `json:"user,omitempty"`
+	Protocol int    `json:"protocol,omitempty"`
+	// session, sessions, session.deleted
+	Session   *SessionView  `json:"session,omitempty"`
+	Sessions  []SessionInfo `json:"sessions,omitempty"`
+	SessionID string        `json:"session_id,omitempty"`
+	// delta, done, error
+	Request      string `json:"request,omitempty"`
+	Seq          int    `json:"seq,omitempty"`
+	Text         string `json:"text,omitempty"`
+	FinishReason string `json:"finish_reason,omitempty"`
+	Usage        *Usage `json:"usage,omitempty"`
+	Stats        *Stats `json:"stats,omitempty"`
+	// error
+	Code      string `json:"code,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	Message   string `json:"message,omitempty"`
+	Temporary bool   `json:"temporary,omitempty"`
+}
+
+func errorFrame(e *Error, request string) ServerFrame {
+	return ServerFrame{Type: TypeError, Code: e.Code, Reason: e.Reason, Message: e.Message, Temporary: e.Temporary, Request: request}
+}

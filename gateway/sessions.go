@@ -1,0 +1,303 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Sentinel errors of the session store.
+var (
+	// ErrNotFound: no such session for this (tenant, user). Another
+	// tenant's or user's session reads as not found, never as forbidden.
+	ErrNotFound = errors.New("gateway: session not found")
+	// ErrDuplicateRequest: the request id was already used in the session.
+	ErrDuplicateRequest = errors.New("gateway: request id already used in this session")
+)
+
+// Message is one stored turn.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+	// Request is the chat request that produced the turn.
+	Request string `json:"request,omitempty"`
+	// FinishReason is set on assistant messages: stop, length, cancelled,
+	// error.
+	FinishReason string `json:"finish_reason,omitempty"`
+	// Partial marks an assistant message that ended before the model
+	// finished; Interrupted says why: cancel, shutdown, error.
+	Partial     bool   `json:"partial,omitempty"`
+	Interrupted string `json:"interrupted,omitempty"`
+	Created     int64  `json:"created"` // Unix milliseconds
+}
+
+// SessionStore keeps sessions in Redis. Safe for concurrent use.
+//
+// Keys (under the prefix):
+//
+//	sess:<id>                  hash: tenant, user, title, created, updated
+//	sess:<id>:msgs             list of JSON Messages, oldest first
+//	idx:<tenant>:<user>        sorted set: session id → updated (ms)
+//	sess:<id>:req:<request>    hash: state (running|done); expires with its log
+//	sess:<id>:req:<request>:log  stream: the request's deltas (streamlog.go)
+type SessionStore struct {
+	rdb    redis.UniversalClient
+	prefix string
+	now    func() time.Time
+	logTTL time.Duration
+}
+
+func (s *SessionStore) sessKey(id string) string { return s.prefix + "sess:" + id }
+func (s *SessionStore) msgsKey(id string) string { return s.prefix + "sess:" + id + ":msgs" }
+func (s *SessionStore) idxKey(tenant, user string) string {
+	return s.prefix + "idx:" + tenant + ":" + user
+}
+func (s *SessionStore) reqKey(sid, rid string) string {
+	return s.prefix + "sess:" + sid + ":req:" + rid
+}
+
+func newSessionID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "s_" + hex.EncodeToString(b[:])
+}
+
+// ownerCheck is the Lua prologue that ends a script with 0 when the
+// session (KEYS[1]) does not belong to tenant ARGV[1], user ARGV[2].
+const ownerCheck = `
+local owner = redis.call('HMGET', KEYS[1], 'tenant', 'user')
+if owner[1] ~= ARGV[1] or owner[2] ~= ARGV[2] then return 0 end
+`
+
+// Create makes a new session for (tenant, user).
+func (s *SessionStore) Create(ctx context.Context, tenant, user, title string) (*SessionView, error) {
+	id := newSessionID()
+	now := s.now().UnixMilli()
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, s.sessKey(id), "tenant", tenant, "user", user, "title", title, "created", now, "updated", now)
+		p.ZAdd(ctx, s.idxKey(tenant, user), redis.Z{Score: float64(now), Member: id})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: create session: %w", err)
+	}
+	return &SessionView{ID: id, Title: title, Created: now, Updated: now, Messages: []Message{}}, nil
+}
+
+// Get returns a session with its history; ErrNotFound unless it belongs to
+// (tenant, user).
+func (s *SessionStore) Get(ctx context.Context, tenant, user, id string) (*SessionView, error) {
+	var h *redis.MapStringStringCmd
+	var msgs *redis.StringSliceCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		h = p.HGetAll(ctx, s.sessKey(id))
+		msgs = p.LRange(ctx, s.msgsKey(id), 0, -1)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: read session: %w", err)
+	}
+	m := h.Val()
+	if m["tenant"] != tenant || m["user"] != user {
+		return nil, ErrNotFound
+	}
+	v := &SessionView{ID: id, Title: m["title"], Messages: []Message{}}
+	v.Created, _ = strconv.ParseInt(m["created"], 10, 64)
+	v.Updated, _ = strconv.ParseInt(m["updated"], 10, 64)
+	for _, raw := range msgs.Val() {
+		var msg Message
+		if err := json.Unmarshal([]byte(raw), &msg); err != nil {
+			return nil, fmt.Errorf("gateway: session %s: stored message: %w", id, err)
+		}
+		v.Messages = append(v.Messages, msg)
+	}
+	return v, nil
+}
+
+// List returns (tenant, user)'s sessions, most recently active first, at
+// most limit (0: 100).
+func (s *SessionStore) List(ctx context.Context, tenant, user string, limit int) ([]SessionInfo, error) {
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	ids, err := s.rdb.ZRevRange(ctx, s.idxKey(tenant, user), 0, int64(limit-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: list sessions: %w", err)
+	}
+	hs := make([]*redis.SliceCmd, len(ids))
+	ns := make([]*redis.IntCmd, len(ids))
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			hs[i] = p.HMGet(ctx, s.sessKey(id), "tenant", "user", "title", "created", "updated")
+			ns[i] = p.LLen(ctx, s.msgsKey(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: list sessions: %w", err)
+	}
+	out := make([]SessionInfo, 0, len(ids))
+	for i, id := range ids {
+		v := hs[i].Val()
+		if len(v) != 5 || v[0] != tenant || v[1] != user {
+			continue // deleted meanwhile
+		}
+		info := SessionInfo{ID: id, Messages: int(ns[i].Val())}
+		info.Title, _ = v[2].(string)
+		c, _ := v[3].(string)
+		u, _ := v[4].(string)
+		info.Created, _ = strconv.ParseInt(c, 10, 64)
+		info.Updated, _ = strconv.ParseInt(u, 10, 64)
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+var renameScript = redis.NewScript(ownerCheck + `
+redis.call('HSET', KEYS[1], 'title', ARGV[3], 'updated', ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+return 1
+`)
+
+// Rename sets a session's title.
+func (s *SessionStore) Rename(ctx context.Context, tenant, user, id, title string) error {
+	now := s.now().UnixMilli()
+	n, err := renameScript.Run(ctx, s.rdb, []string{s.sessKey(id), s.idxKey(tenant, user)}, tenant, user, title, now, id).Int()
+	if err != nil {
+		return fmt.Errorf("gateway: rename session: %w", err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+var deleteScript = redis.NewScript(ownerCheck + `
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[3])
+return 1
+`)
+
+// Delete removes a session and its history. Its request logs expire on
+// their own; a resume of them reads as not found once the session is gone.
+func (s *SessionStore) Delete(ctx context.Context, tenant, user, id string) error {
+	n, err := deleteScript.Run(ctx, s.rdb, []string{s.sessKey(id), s.msgsKey(id), s.idxKey(tenant, user)}, tenant, user, id).Int()
+	if err != nil {
+		return fmt.Errorf("gateway: delete session: %w", err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// startScript begins a turn atomically: owner check, request id unused,
+// request record, user message appended, activity index updated. Returns
+// the history (JSON messages) including the new one, or 0 (not found) or
+// -1 (duplicate request).
+//
+// KEYS: sess, msgs, idx, req. ARGV: tenant, user, message JSON, now ms, id,
+// request-record TTL ms.
+var startScript = redis.NewScript(ownerCheck + `
+if redis.call('EXISTS', KEYS[4]) == 1 then return -1 end
+redis.call('HSET', KEYS[4], 'state', 'running', 'created', ARGV[4])
+redis.call('PEXPIRE', KEYS[4], ARGV[6])
+redis.call('RPUSH', KEYS[2], ARGV[3])
+redis.call('HSET', KEYS[1], 'updated', ARGV[4])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
+return redis.call('LRANGE', KEYS[2], 0, -1)
+`)
+
+// StartTurn stores the user's message before generation starts and returns
+// the whole history, the new message last. ErrNotFound unless the session
+// is (tenant, user)'s; ErrDuplicateRequest when request was used before.
+func (s *SessionStore) StartTurn(ctx context.Context, tenant, user, sid, request, content string) ([]Message, error) {
+	now := s.now().UnixMilli()
+	msg, _ := json.Marshal(Message{Role: "user", Content: content, Request: request, Created: now})
+	res, err := startScript.Run(ctx, s.rdb,
+		[]string{s.sessKey(sid), s.msgsKey(sid), s.idxKey(tenant, user), s.reqKey(sid, request)},
+		tenant, user, msg, now, sid, s.logTTL.Milliseconds()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: store user message: %w", err)
+	}
+	switch v := res.(type) {
+	case int64:
+		if v == 0 {
+			return nil, ErrNotFound
+		}
+		return nil, ErrDuplicateRequest
+	case []any:
+		out := make([]Message, 0, len(v))
+		for _, raw := range v {
+			str, _ := raw.(string)
+			var m Message
+			if err := json.Unmarshal([]byte(str), &m); err != nil {
+				return nil, fmt.Errorf("gateway: session %s: stored message: %w", sid, err)
+			}
+			out = append(out, m)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("gateway: store user message: unexpected reply %T", res)
+}
+
+// finishScript appends the assistant message when the session still
+// exists (it may have been deleted during generation: then the message is
+// dropped) and marks the request done. KEYS: sess, msgs, idx, req. ARGV:
+// message JSON, now ms, session id, record TTL ms.
+var finishScript = redis.NewScript(`
+redis.call('HSET', KEYS[4], 'state', 'done')
+redis.call('PEXPIRE', KEYS[4], ARGV[4])
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[1], 'updated', ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[3])
+return 1
+`)
+
+// FinishTurn stores the assistant message of a turn and marks the request
+// done.
+func (s *SessionStore) FinishTurn(ctx context.Context, tenant, user, sid string, m Message) error {
+	m.Role = "assistant"
+	if m.Created == 0 {
+		m.Created = s.now().UnixMilli()
+	}
+	b, _ := json.Marshal(m)
+	err := finishScript.Run(ctx, s.rdb,
+		[]string{s.sessKey(sid), s.msgsKey(sid), s.idxKey(tenant, user), s.reqKey(sid, m.Request)},
+		b, m.Created, sid, s.logTTL.Milliseconds()).Err()
+	if err != nil {
+		return fmt.Errorf("gateway: store assistant message: %w", err)
+	}
+	return nil
+}
+
+// requestState returns "running", "done" or "" (unknown or expired).
+func (s *SessionStore) requestState(ctx context.Context, sid, rid string) (string, error) {
+	st, err := s.rdb.HGet(ctx, s.reqKey(sid, rid), "state").Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("gateway: read request %s: %w", rid, err)
+	}
+	return st, nil
+}
+
+// owns reports whether session sid is (tenant, user)'s.
+func (s *SessionStore) owns(ctx context.Context, tenant, user, sid string) (bool, error) {
+	v, err := s.rdb.HMGet(ctx, s.sessKey(sid), "tenant", "user").Result()
+	if err != nil {
+		return false, fmt.Errorf("gateway: read session: %w", err)
+	}
+	t, _ := v[0].(string)
+	u, _ := v[1].(string)
+	return t == tenant && u == user, nil
+}

@@ -1,0 +1,136 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// streamLog is the per-request log of deltas in a Redis stream, read by
+// session.resume on any gateway. Entry ids are "<seq>-0", so a resume after
+// seq n is an exclusive XRANGE from "n-0": no gap, no duplicate. The last
+// entry is the done record (id lastSeq+1). The stream is capped (MAXLEN ~)
+// and expires, so an abandoned request costs nothing forever.
+type streamLog struct {
+	rdb    redis.UniversalClient
+	prefix string
+	maxLen int64
+	ttl    time.Duration
+}
+
+func (l *streamLog) key(sid, rid string) string {
+	return l.prefix + "sess:" + sid + ":req:" + rid + ":log"
+}
+
+// logEntry is one decoded entry.
+type logEntry struct {
+	Seq  int
+	Text string
+	Done *ServerFrame // the done frame, on the last entry
+}
+
+// appendDelta adds delta seq. The TTL is set with the first delta and
+// renewed at done, so a log outlives its request by ttl.
+func (l *streamLog) appendDelta(ctx context.Context, sid, rid string, seq int, text string) error {
+	key := l.key(sid, rid)
+	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(seq) + "-0", MaxLen: l.maxLen, Approx: true, Values: []any{"d", text}})
+		if seq == 1 {
+			p.PExpire(ctx, key, l.ttl)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("gateway: append delta %d of %s: %w", seq, rid, err)
+	}
+	return nil
+}
+
+// appendDone adds the done record after the last delta (seq lastSeq).
+func (l *streamLog) appendDone(ctx context.Context, sid, rid string, lastSeq int, done ServerFrame) error {
+	key := l.key(sid, rid)
+	b, _ := json.Marshal(done)
+	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(lastSeq+1) + "-0", MaxLen: l.maxLen, Approx: true, Values: []any{"done", string(b)}})
+		p.PExpire(ctx, key, l.ttl)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("gateway: append done of %s: %w", rid, err)
+	}
+	return nil
+}
+
+func decodeEntries(msgs []redis.XMessage) ([]logEntry, error) {
+	out := make([]logEntry, 0, len(msgs))
+	for _, m := range msgs {
+		ms, _, _ := strings.Cut(m.ID, "-")
+		seq, err := strconv.Atoi(ms)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: log entry id %q", m.ID)
+		}
+		e := logEntry{Seq: seq}
+		if d, ok := m.Values["done"].(string); ok {
+			var f ServerFrame
+			if err := json.Unmarshal([]byte(d), &f); err != nil {
+				return nil, fmt.Errorf("gateway: log done entry: %w", err)
+			}
+			e.Done = &f
+		} else {
+			e.Text, _ = m.Values["d"].(string)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// readAfter returns up to count entries with seq > after.
+func (l *streamLog) readAfter(ctx context.Context, sid, rid string, after int, count int64) ([]logEntry, error) {
+	msgs, err := l.rdb.XRangeN(ctx, l.key(sid, rid), "("+strconv.Itoa(after)+"-0", "+", count).Result()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: read log of %s: %w", rid, err)
+	}
+	return decodeEntries(msgs)
+}
+
+// waitAfter blocks up to block for entries with seq > after; none is not
+// an error.
+func (l *streamLog) waitAfter(ctx context.Context, sid, rid string, after int, count int64, block time.Duration) ([]logEntry, error) {
+	res, err := l.rdb.XRead(ctx, &redis.XReadArgs{
+		Streams: []string{l.key(sid, rid), strconv.Itoa(after) + "-0"},
+		Count:   count,
+		Block:   block,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gateway: wait on log of %s: %w", rid, err)
+	}
+	if len(res) == 0 {
+		return nil, nil
+	}
+	return decodeEntries(res[0].Messages)
+}
+
+// first returns the seq of the oldest entry, 0 when the log is empty.
+func (l *streamLog) first(ctx context.Context, sid, rid string) (int, error) {
+	msgs, err := l.rdb.XRangeN(ctx, l.key(sid, rid), "-", "+", 1).Result()
+	if err != nil {
+		return 0, fmt.Errorf("gateway: read log of %s: %w", rid, err)
+	}
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	es, err := decodeEntries(msgs)
+	if err != nil {
+		return 0, err
+	}
+	return es[0].Seq, nil
+}
