@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin/specgate
 MODELS  ?= var/models
-FUZZTIME ?= 5s
+FUZZTIME ?= 4s
 
 .PHONY: all build test run bench lint fuzz clean
 
@@ -15,17 +15,35 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+# The tests talk to a real Redis: deploy/redis.sh starts the project's own
+# (or uses $$REDIS_URL).
 test: lint
+	./deploy/redis.sh
 	$(GO) test -count=1 ./...
 	$(MAKE) fuzz
 
 # Every parser's fuzz target runs for a few seconds; `make fuzz FUZZTIME=5m`
-# digs deeper.
-fuzz:
-	$(GO) test -run=NONE -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./engine/model/gguf
+# digs deeper. Each entry is package:target.
+FUZZ := \
+	./engine/model/gguf:FuzzParse \
+	./engine/tokenizer:FuzzEncode \
+	./engine/tokenizer:FuzzPreTokenize \
+	./engine/sample:FuzzSample \
+	./engine/model/chat:FuzzRender \
+	./gateway:FuzzDecodeFrame
 
+fuzz:
+	@set -e; for f in $(FUZZ); do \
+		pkg=$${f%%:*}; target=$${f##*:}; \
+		echo "fuzz $$pkg $$target ($(FUZZTIME))"; \
+		$(GO) test -run=NONE -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s $$pkg; \
+	done
+
+# The service with its own Redis; MODEL=path.gguf picks the model, else the
+# default one is fetched (or a demo model generated). It prints a sign-in URL.
 run: build
-	./$(BIN) generate --model $${MODEL:?set MODEL to a GGUF file} --prompt "$${PROMPT:-Once upon a time}" -n 64
+	./deploy/redis.sh
+	./$(BIN) serve --dev
 
 # Benchmarks: the kernels, then end-to-end prefill/decode against the
 # memory-bandwidth floor on stories260K and on ~100M-parameter models.

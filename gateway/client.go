@@ -145,7 +145,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 
-	conn.Send(ServerFrame{Type: TypeReady, Tenant: ident.Tenant.ID, User: ident.User, Protocol: ProtocolVersion})
+	conn.Send(ServerFrame{Type: TypeReady, Tenant: ident.Tenant.ID, User: ident.User, Protocol: ProtocolVersion, Notice: s.o.Notice})
 	c.readLoop(ws)
 }
 

@@ -259,6 +259,9 @@ type ServerFrame struct {
 	Tenant   string `json:"tenant,omitempty"`
 	User     string `json:"user,omitempty"`
 	Protocol int    `json:"protocol,omitempty"`
+	// Notice is a server-wide message for the user (e.g. that the model is
+	// a demo), shown as a banner.
+	Notice string `json:"notice,omitempty"`
 	// session, sessions, session.deleted
 	Session   *SessionView  `json:"session,omitempty"`
 	Sessions  []SessionInfo `json:"sessions,omitempty"`

@@ -94,6 +94,9 @@ type Options struct {
 	// Ready reports whether the model is loaded, for /readyz (nil: ask the
 	// Generator if it implements Readier, else ready).
 	Ready func() error
+	// Notice, when set, is sent in every ready frame for clients to show
+	// (e.g. "demo model: random weights").
+	Notice string
 	// SkipMigrate makes New only check the Redis schema instead of applying
 	// pending migrations. Either way New refuses a newer schema.
 	SkipMigrate bool

@@ -1,6 +1,8 @@
 // Command specgate is the multi-tenant LLM chat service and its tools.
 //
-//	specgate serve      run the service (gateway and engine)
+//	specgate serve      run the service (gateway, web UI and engine)
+//	specgate tenant     manage tenants and their signing keys
+//	specgate migrate    apply pending Redis data migrations
 //	specgate generate   print a model's continuation of a prompt
 //	specgate bench      measure prefill and decode speed against the memory floor
 //	specgate mkmodel    write a random-weight llama GGUF of any shape
@@ -28,6 +30,9 @@ type command struct {
 }
 
 var commands = map[string]command{
+	"serve":    {"run the service: WebSocket gateway, web UI and engine", runServe},
+	"tenant":   {"manage tenants and their signing keys", runTenant},
+	"migrate":  {"apply pending Redis data migrations", runMigrate},
 	"generate": {"print a model's continuation of a prompt", runGenerate},
 	"bench":    {"measure prefill and decode tokens/s against the memory-bandwidth floor", runBench},
 	"mkmodel":  {"write a random-weight llama GGUF of any shape", runMkmodel},

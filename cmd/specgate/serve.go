@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/model"
+	"github.com/specgate/specgate/engine/model/download"
+	"github.com/specgate/specgate/engine/model/synth"
+	"github.com/specgate/specgate/gateway"
+	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/tenants"
+	"github.com/specgate/specgate/web"
+)
+
+func runServe(ctx context.Context, args []string) error {
+	fs := newFlags("serve", "[flags]")
+	addr := fs.String("addr", envOr("SPECGATE_ADDR", "127.0.0.1:8080"), "listen address ($SPECGATE_ADDR)")
+	url := fs.String("redis", "", "Redis URL (default $REDIS_URL or "+defaultRedis+")")
+	modelPath := fs.String("model", os.Getenv("MODEL"), "GGUF model file ($MODEL); empty fetches the default model")
+	backend := fs.String("backend", "cpu", "compute backend")
+	threads := fs.Int("threads", 0, "worker threads (0 = one per CPU)")
+	kvMB := fs.Int64("kv-mb", 512, "device KV cache budget in MiB")
+	hostKVMB := fs.Int64("host-kv-mb", 1024, "host KV tier budget in MiB (preempted sequences)")
+	maxBatch := fs.Int("max-batch-tokens", 0, "token budget of one engine step (0 = engine default)")
+	adminToken := fs.String("admin-token", os.Getenv("SPECGATE_ADMIN_TOKEN"), "token guarding /admin/v1 ($SPECGATE_ADMIN_TOKEN); empty disables it")
+	dev := fs.Bool("dev", false, "create a 'dev' tenant if missing and print a sign-in URL with a token")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	rdb, err := openRedis(ctx, redisURL(*url))
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+
+	be, err := kernels.Open(*backend, kernels.Options{Threads: *threads})
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	m, notice, err := serveModel(ctx, log, *modelPath, be)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	c := m.Config()
+	log.Info("model loaded", "name", c.Name, "arch", c.Arch, "type", c.WeightType.String(),
+		"params_M", float64(c.Params)/1e6, "layers", c.Layers, "vocab", c.Vocab, "context", c.Context)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	em, err := gateway.NewEngineMetrics(reg)
+	if err != nil {
+		return err
+	}
+	eng, err := engine.New(m, engine.Options{
+		KVBytes:        *kvMB << 20,
+		HostKVBytes:    *hostKVMB << 20,
+		MaxBatchTokens: *maxBatch,
+		Metrics:        em,
+	})
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+
+	gw, err := gateway.New(gateway.Options{
+		Redis:      rdb,
+		Generator:  gateway.Adapt(eng.Submit, eng.Cancel),
+		Registry:   reg,
+		AdminToken: *adminToken,
+		Logger:     log,
+		Notice:     notice,
+	})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", web.Handler())
+	for _, p := range []string{"/v1/", "/metrics", "/healthz", "/readyz", "/admin/"} {
+		mux.Handle(p, gw.Handler())
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	base := "http://" + ln.Addr().String() + "/"
+	if *dev {
+		tok, err := devToken(ctx, gw.Tenants())
+		if err != nil {
+			return err
+		}
+		fmt.Printf("\n  specgate is up: open %s#token=%s\n\n", base, tok)
+	} else {
+		log.Info("listening", "url", base)
+	}
+
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing or storing in-flight generations")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	herr := hs.Shutdown(sctx)
+	gerr := gw.Shutdown(sctx)
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return errors.Join(herr, gerr)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// serveModel loads path, or without one the default model (downloaded once
+// into the user's cache), or, when that cannot be had, a generated demo
+// model whose random weights make noise; the returned notice says so to
+// every client.
+func serveModel(ctx context.Context, log *slog.Logger, path string, be kernels.Backend) (model.Model, string, error) {
+	if path != "" {
+		m, err := model.Load(path, be)
+		return m, "", err
+	}
+	d := download.Default
+	log.Info("no --model given: fetching the default model", "name", d.Name, "url", d.URL)
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	p, err := download.Fetch(fctx, download.Options{URL: d.URL, SHA256: d.SHA256, Progress: os.Stderr})
+	cancel()
+	if err == nil {
+		m, err := model.Load(p, be)
+		return m, "", err
+	}
+	if ctx.Err() != nil {
+		return nil, "", ctx.Err()
+	}
+	dir, derr := os.UserCacheDir()
+	if derr != nil {
+		dir = os.TempDir()
+	}
+	demo := filepath.Join(dir, "specgate", "models", "demo-random.gguf")
+	log.Warn("cannot fetch the default model; falling back to a generated DEMO model with random weights (its answers are noise); set MODEL=path.gguf for a real one", "error", err, "demo", demo)
+	if _, serr := os.Stat(demo); serr != nil {
+		if err := os.MkdirAll(filepath.Dir(demo), 0o755); err != nil {
+			return nil, "", err
+		}
+		o := synth.Options{Layers: 4, Dim: 256, Heads: 8, KVHeads: 4, FFN: 768, Vocab: 4096, Context: 2048, Seed: 1}
+		if err := synth.WriteFile(demo, o); err != nil {
+			return nil, "", fmt.Errorf("write demo model: %w", err)
+		}
+	}
+	m, lerr := model.Load(demo, be)
+	return m, "Demo model: random weights, so answers are noise. Start with MODEL=path/to/model.gguf for a real model.", lerr
+}
+
+// devToken makes sure a "dev" tenant with an HS256 key exists and signs a
+// day-long token for user "dev" with it.
+func devToken(ctx context.Context, ts *tenants.Store) (string, error) {
+	t, err := ts.Get(ctx, "dev")
+	if errors.Is(err, tenants.ErrNotFound) {
+		if _, err = ts.CreateFromSpec(ctx, tenants.CreateSpec{ID: "dev", Name: "Development", Priority: "interactive", Key: tenants.KeySpec{Alg: "HS256"}}); err != nil {
+			return "", fmt.Errorf("create dev tenant: %w", err)
+		}
+		t, err = ts.Get(ctx, "dev")
+	}
+	if err != nil {
+		return "", fmt.Errorf("dev tenant: %w", err)
+	}
+	var key *tenants.Key
+	for i := range t.Keys {
+		if t.Keys[i].Alg == "HS256" && len(t.Keys[i].Secret) > 0 {
+			key = &t.Keys[i]
+		}
+	}
+	if key == nil {
+		return "", fmt.Errorf("dev tenant has no HS256 key to sign a token with (add one: specgate tenant add-key dev --alg HS256)")
+	}
+	aud := t.Audience
+	if aud == "" {
+		aud = "specgate"
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
+		Subject:   "dev",
+		Audience:  jwt.ClaimStrings{aud},
+		IssuedAt:  jwt.NewNumericDate(time.Now()),
+		ExpiresAt: jwt.NewNumericDate(time.Now().Add(24 * time.Hour)),
+	})
+	tok.Header["kid"] = key.ID
+	return tok.SignedString(key.Secret)
+}
