@@ -1,0 +1,186 @@
+// Package engine serves many tenants' generation requests on one model:
+// admission, a priority-aware fair scheduler, continuous batching over a
+// paged KV cache, preemption, and streaming of results.
+//
+// One goroutine owns the engine state and runs step(); everything else talks
+// to it through Submit, Cancel and the returned Streams.
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/specgate/specgate/engine/sample"
+)
+
+// Priority is a request's scheduling class. Classes are strict (with aging,
+// so a lower class is never starved forever); the zero value is Standard.
+type Priority int
+
+const (
+	Standard Priority = iota
+	Interactive
+	Batch
+)
+
+func (p Priority) String() string {
+	switch p {
+	case Interactive:
+		return "interactive"
+	case Standard:
+		return "standard"
+	case Batch:
+		return "batch"
+	}
+	return fmt.Sprintf("priority(%d)", int(p))
+}
+
+// Rank orders classes: a lower rank is served first.
+func (p Priority) Rank() int {
+	switch p {
+	case Interactive:
+		return 0
+	case Batch:
+		return 2
+	}
+	return 1
+}
+
+// ParsePriority reads a class name; "" is Standard.
+func ParsePriority(s string) (Priority, error) {
+	switch s {
+	case "interactive":
+		return Interactive, nil
+	case "standard", "":
+		return Standard, nil
+	case "batch":
+		return Batch, nil
+	}
+	return Standard, fmt.Errorf("engine: unknown priority %q (want interactive, standard or batch)", s)
+}
+
+// TenantLimits are one tenant's scheduling weight and caps. Zero values mean
+// the engine's defaults (weight 1, caps from Options).
+type TenantLimits struct {
+	Weight          float64
+	MaxConcurrent   int // running sequences
+	MaxQueued       int // waiting requests
+	TokensPerMinute int // prompt + completion tokens
+	MaxContext      int // prompt + max tokens
+}
+
+// Message is one chat turn, for requests that give messages instead of
+// prompt tokens; the engine renders them with the model's chat template.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Guided constrains generation to a language. At most one field is set.
+type Guided struct {
+	Regex   string          `json:"regex,omitempty"`
+	Schema  json.RawMessage `json:"schema,omitempty"`
+	Choices []string        `json:"choices,omitempty"`
+	JSON    bool            `json:"json,omitempty"` // any JSON value
+}
+
+// Request is one generation.
+type Request struct {
+	// ID names the request for Cancel; unique among live requests.
+	ID      string
+	Tenant  string
+	User    string
+	Session string // conversation key: prefix affinity and retention
+	// Priority is the class; Limits the tenant's weight and caps as the
+	// caller knows them (the engine keeps the latest per tenant).
+	Priority Priority
+	Limits   TenantLimits
+	// Prompt is the token ids; when empty, Messages are rendered with the
+	// chat template and tokenized.
+	Prompt   []int32
+	Messages []Message
+	Sample   sample.Params
+	// MaxTokens caps the completion; zero means up to the context limit.
+	MaxTokens int
+	// Stop ends generation when the text contains one of these (the stop
+	// string itself is not emitted); StopTokens likewise for ids. EOS and
+	// end-of-turn tokens always stop.
+	Stop       []string
+	StopTokens []int32
+	Guided     *Guided
+	// Deadline, when set, ends generation with reason "cancelled" at that
+	// time.
+	Deadline time.Time
+	// Generated are tokens already streamed to the client by an earlier
+	// attempt (failover): the engine re-prefills prompt+generated and
+	// continues, numbering deltas after them.
+	Generated []int32
+}
+
+// Finish reasons.
+const (
+	FinishStop      = "stop"
+	FinishLength    = "length"
+	FinishCancelled = "cancelled"
+	FinishError     = "error"
+)
+
+// Usage counts tokens.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	CachedTokens     int `json:"cached_tokens"`
+}
+
+// Stats are a request's timings and speculation figures.
+type Stats struct {
+	Queue           time.Duration   // submit → first scheduled
+	TTFT            time.Duration   // submit → first token
+	Total           time.Duration   // submit → done
+	InterToken      []time.Duration // gaps between deltas
+	TokensPerSecond float64         // completion tokens / decode time
+	AcceptedPerStep float64         // mean tokens committed per decode step
+	Preemptions     int
+}
+
+// Final is the last event of a stream.
+type Final struct {
+	FinishReason string
+	Usage        Usage
+	Stats        Stats
+	// Err is set when FinishReason is "error".
+	Err error
+}
+
+// Event is one item of a Stream: a delta (Tokens/Text, numbered from 1 by
+// Seq) or, last, Final.
+type Event struct {
+	Seq    int
+	Tokens []int32
+	Text   string
+	Final  *Final
+}
+
+// Error codes, shared with the gateway protocol.
+const (
+	CodeBadRequest     = "bad_request"
+	CodeOverQuota      = "over_quota"
+	CodeQueueFull      = "queue_full"
+	CodeContextTooLong = "context_too_long"
+	CodeInternal       = "internal"
+)
+
+// Error is a typed refusal with a stable code.
+type Error struct {
+	Code    string
+	Message string
+	// Temporary says retrying later may succeed (queue full, rate limit).
+	Temporary bool
+}
+
+func (e *Error) Error() string { return "engine: " + e.Code + ": " + e.Message }
+
+// ErrClosed is returned by Submit after the engine stopped.
+var ErrClosed = errors.New("engine: closed")

@@ -1,0 +1,365 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/specgate/specgate/engine/model"
+	"github.com/specgate/specgate/engine/model/chat"
+	"github.com/specgate/specgate/engine/sched"
+	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/prefixcache"
+)
+
+// blockAllocator hands out the block ids of one KV tier.
+// prefixcache.Pool is the implementation; the interface keeps the engine to
+// what it uses.
+type blockAllocator interface {
+	// Alloc takes n blocks, all or nothing.
+	Alloc(n int) ([]int32, error)
+	// Unref drops the caller's reference; the last one frees the block.
+	Unref(b int32) error
+	Free() int
+	Used() int
+	Cap() int
+}
+
+var _ blockAllocator = (*prefixcache.Pool)(nil)
+
+// Engine serves generation requests on one model. Submit, Cancel and Close
+// are safe for concurrent use; one goroutine, started by New and stopped by
+// Close, owns everything else.
+type Engine struct {
+	m     model.Model
+	tok   *tokenizer.Tokenizer
+	tmpl  *chat.Template
+	o     Options
+	clock Clock
+	met   Metrics
+
+	// Owned by the step goroutine.
+	sched  *sched.Scheduler
+	dev    blockAllocator
+	host   blockAllocator // nil without a host tier
+	devKV  kernels.KVCache
+	hostKV kernels.KVCache
+	seqs   map[string]*sequence
+	batch  model.Batch
+	rows   []*sequence // the sequence of each logits row of batch
+	logits []float32
+
+	mu     sync.Mutex // protects the fields below
+	inbox  []op
+	closed bool
+
+	wake    chan struct{} // cap 1: the inbox has ops
+	quit    chan struct{} // closed by Close
+	done    chan struct{} // closed when the loop exits
+	started bool
+	once    sync.Once
+	nextID  atomic.Uint64
+}
+
+// op is one message to the step goroutine: a submission or a cancel.
+type op struct {
+	sub    *submission
+	cancel string
+}
+
+type submission struct {
+	req    Request
+	tokens []int32 // prompt, then req.Generated
+	prompt int
+	max    int // completion cap, Generated included
+	stream *Stream
+	reply  chan error
+	at     time.Time // when Submit was called: queue time starts here
+}
+
+// New builds an engine on m and starts its step goroutine; Close stops it.
+// The engine does not close m.
+func New(m model.Model, o Options) (*Engine, error) {
+	e, err := newEngine(m, o)
+	if err != nil {
+		return nil, err
+	}
+	e.started = true
+	go e.loop()
+	return e, nil
+}
+
+// newEngine builds an engine without starting its goroutine: tests drive
+// step directly.
+func newEngine(m model.Model, o Options) (*Engine, error) {
+	cfg := m.Config()
+	if err := o.validate(cfg.KVWidth(), cfg.Layers, cfg.Context); err != nil {
+		return nil, err
+	}
+	tok := m.Tokenizer()
+	if tok == nil {
+		return nil, errors.New("engine: model has no tokenizer")
+	}
+	tmpl, err := chat.New(m.ChatTemplate(), chat.Options{BOS: tok.Token(tok.BOS()), EOS: tok.Token(tok.EOS())})
+	if err != nil {
+		return nil, fmt.Errorf("engine: chat template: %w", err)
+	}
+	s, err := sched.New(sched.Config{
+		BlockSize:  o.BlockSize,
+		MaxRunning: o.MaxRunning,
+		MaxQueued:  o.MaxQueued,
+		AgingAfter: o.AgingAfter,
+		Quantum:    o.Quantum,
+		Defaults:   schedLimits(o.Limits),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	devKV, err := m.NewKV(o.KVBlocks, o.BlockSize)
+	if err != nil {
+		return nil, fmt.Errorf("engine: device KV of %d blocks: %w", o.KVBlocks, err)
+	}
+	e := &Engine{
+		m: m, tok: tok, tmpl: tmpl, o: o, clock: o.Clock, met: o.Metrics,
+		sched: s, devKV: devKV, dev: prefixcache.NewPool(prefixcache.Device, o.KVBlocks),
+		seqs: map[string]*sequence{},
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
+	}
+	if o.HostKVBlocks > 0 {
+		if e.hostKV, err = m.NewKV(o.HostKVBlocks, o.BlockSize); err != nil {
+			return nil, fmt.Errorf("engine: host KV of %d blocks: %w", o.HostKVBlocks, err)
+		}
+		e.host = prefixcache.NewPool(prefixcache.Host, o.HostKVBlocks)
+	}
+	return e, nil
+}
+
+func schedLimits(l TenantLimits) sched.Limits {
+	return sched.Limits{Weight: l.Weight, MaxConcurrent: l.MaxConcurrent, MaxQueued: l.MaxQueued, TokensPerMinute: l.TokensPerMinute}
+}
+
+// Options returns the engine's options with defaults filled in.
+func (e *Engine) Options() Options { return e.o }
+
+// Submit queues r and returns its stream, or refuses it at once with an
+// *Error (bad_request, over_quota, queue_full, context_too_long) or
+// ErrClosed. Cancelling ctx later cancels the request (its stream ends with
+// finish reason "cancelled"). A request without an ID gets one; see
+// Stream.ID.
+func (e *Engine) Submit(ctx context.Context, r Request) (*Stream, error) {
+	sub, err := e.prepare(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.send(op{sub: sub}); err != nil {
+		return nil, err
+	}
+	select {
+	case err := <-sub.reply:
+		if err != nil {
+			return nil, err
+		}
+	case <-ctx.Done():
+		// The loop may still admit it: the cancel queued behind the
+		// submission undoes that.
+		e.Cancel(sub.req.ID)
+		return nil, ctx.Err()
+	case <-e.done:
+		return nil, ErrClosed
+	}
+	sub.stream.watch(ctx)
+	return sub.stream, nil
+}
+
+// Cancel stops request id: a waiting request leaves the queue, a running one
+// stops within one step and frees its blocks. Its stream ends with finish
+// reason "cancelled". Unknown or finished ids are ignored.
+func (e *Engine) Cancel(id string) {
+	e.send(op{cancel: id})
+}
+
+func (e *Engine) send(o op) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return ErrClosed
+	}
+	e.inbox = append(e.inbox, o)
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Close stops the step goroutine; requests still live end with finish reason
+// "error" (ErrClosed). It is idempotent and waits for the goroutine.
+func (e *Engine) Close() error {
+	e.once.Do(func() {
+		e.mu.Lock()
+		e.closed = true
+		e.mu.Unlock()
+		close(e.quit)
+		if e.started {
+			<-e.done
+		} else {
+			e.shutdown()
+			close(e.done)
+		}
+	})
+	return nil
+}
+
+// loop is the step goroutine: a single select that drains the inbox and
+// steps while there is work.
+func (e *Engine) loop() {
+	defer close(e.done)
+	for {
+		now := e.clock.Now()
+		e.drain(now)
+		busy := e.step(now)
+		var idle <-chan time.Time
+		if !busy && len(e.seqs) > 0 {
+			// Work exists but none could run (a transient the next
+			// step resolves): poll instead of spinning.
+			idle = time.After(time.Millisecond)
+		}
+		if busy {
+			select {
+			case <-e.quit:
+				e.shutdown()
+				return
+			default:
+				continue
+			}
+		}
+		select {
+		case <-e.quit:
+			e.shutdown()
+			return
+		case <-e.wake:
+		case <-idle:
+		}
+	}
+}
+
+// drain applies the queued submissions and cancels in order.
+func (e *Engine) drain(now time.Time) {
+	e.mu.Lock()
+	ops := e.inbox
+	e.inbox = nil
+	e.mu.Unlock()
+	for _, o := range ops {
+		if o.sub != nil {
+			o.sub.reply <- e.enqueue(now, o.sub)
+			continue
+		}
+		if s := e.seqs[o.cancel]; s != nil {
+			e.end(s, now, FinishCancelled, nil)
+		}
+	}
+}
+
+// shutdown ends every live request and refuses queued submissions.
+func (e *Engine) shutdown() {
+	e.mu.Lock()
+	ops := e.inbox
+	e.inbox = nil
+	e.mu.Unlock()
+	for _, o := range ops {
+		if o.sub != nil {
+			o.sub.reply <- ErrClosed
+		}
+	}
+	now := e.clock.Now()
+	for _, s := range e.seqs {
+		e.end(s, now, FinishError, ErrClosed)
+	}
+}
+
+// prepare checks r against the model and renders its prompt; it runs on the
+// caller's goroutine.
+func (e *Engine) prepare(r Request) (*submission, error) {
+	bad := func(format string, a ...any) error {
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf(format, a...)}
+	}
+	if r.ID == "" {
+		r.ID = "req-" + strconv.FormatUint(e.nextID.Add(1), 10)
+	}
+	switch r.Priority {
+	case Interactive, Standard, Batch:
+	default:
+		return nil, bad("unknown priority %d", int(r.Priority))
+	}
+	if r.MaxTokens < 0 {
+		return nil, bad("max tokens %d is negative", r.MaxTokens)
+	}
+	if r.Guided != nil {
+		return nil, bad("guided decoding is not supported by this engine yet")
+	}
+	if r.Limits.Weight < 0 || r.Limits.MaxConcurrent < 0 || r.Limits.MaxQueued < 0 || r.Limits.TokensPerMinute < 0 || r.Limits.MaxContext < 0 {
+		return nil, bad("negative tenant limit in %+v", r.Limits)
+	}
+	prompt := r.Prompt
+	if len(prompt) == 0 {
+		if len(r.Messages) == 0 {
+			return nil, bad("request has neither prompt tokens nor messages")
+		}
+		msgs := make([]chat.Message, len(r.Messages))
+		for i, m := range r.Messages {
+			msgs[i] = chat.Message{Role: m.Role, Content: m.Content}
+		}
+		text, err := e.tmpl.Render(msgs)
+		if err != nil {
+			if errors.Is(err, chat.ErrRaised) {
+				return nil, bad("%v", err)
+			}
+			return nil, &Error{Code: CodeInternal, Message: err.Error()}
+		}
+		if e.tmpl.Fallback() {
+			prompt = e.tok.Encode(text)
+		} else {
+			prompt = e.tok.EncodeSpecial(text)
+		}
+		if len(prompt) == 0 {
+			return nil, bad("messages render to an empty prompt")
+		}
+	}
+	vocab := int32(e.m.Config().Vocab)
+	for _, ids := range [][]int32{prompt, r.Generated} {
+		for i, t := range ids {
+			if t < 0 || t >= vocab {
+				return nil, bad("token %d at %d is outside the vocabulary of %d", t, i, vocab)
+			}
+		}
+	}
+	limit := e.o.MaxContext
+	if c := r.Limits.MaxContext; c > 0 && c < limit {
+		limit = c
+	}
+	// A sequence must fit the device pool alone, or it could never finish.
+	limit = min(limit, e.o.KVBlocks*e.o.BlockSize)
+	maxTok := r.MaxTokens
+	if maxTok == 0 {
+		maxTok = limit - len(prompt)
+	}
+	if maxTok <= 0 || len(prompt)+maxTok > limit {
+		return nil, &Error{Code: CodeContextTooLong, Message: fmt.Sprintf("prompt of %d tokens plus %d to generate exceeds the context limit of %d", len(prompt), maxTok, limit)}
+	}
+	if len(r.Generated) >= maxTok {
+		return nil, bad("%d tokens already generated of at most %d", len(r.Generated), maxTok)
+	}
+	tokens := make([]int32, 0, len(prompt)+maxTok)
+	tokens = append(append(tokens, prompt...), r.Generated...)
+	r.Prompt = prompt
+	return &submission{
+		req: r, tokens: tokens, prompt: len(prompt), max: maxTok,
+		stream: newStream(r.ID, e.Cancel), reply: make(chan error, 1), at: e.clock.Now(),
+	}, nil
+}

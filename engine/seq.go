@@ -1,0 +1,76 @@
+package engine
+
+import (
+	"strings"
+	"time"
+
+	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/engine/tokenizer"
+)
+
+// sequence is one live request, owned by the step goroutine.
+type sequence struct {
+	req    Request
+	stream *Stream
+
+	tokens   []int32 // prompt, then every generated token
+	prompt   int     // prompt tokens at the front of tokens
+	replayed int     // Request.Generated tokens after the prompt
+	max      int     // completion cap, replayed tokens included
+	stopToks []int32
+
+	table []int32 // device blocks in position order
+	host  []int32 // host blocks while swapped out
+
+	sampler *sample.Sampler
+	detok   *tokenizer.Detokenizer
+	// held is text not yet emitted because it could be the start of a
+	// stop string; heldToks are the tokens behind it (and any text
+	// emitted early in the same delta run).
+	held     string
+	heldToks []int32
+
+	submitted, scheduled, first, last time.Time
+	inter                             []time.Duration
+	preemptions                       int
+	prefilled                         int // prompt tokens counted for metrics
+}
+
+func (s *sequence) generated() int { return len(s.tokens) - s.prompt }
+
+func (s *sequence) isStopToken(t int32) bool {
+	for _, x := range s.stopToks {
+		if x == t {
+			return true
+		}
+	}
+	return false
+}
+
+// stopMatch returns where the earliest stop string starts in text, or -1,
+// and how many trailing bytes of text could begin a stop string and must be
+// held back.
+func stopMatch(text string, stops []string) (at, hold int) {
+	at = -1
+	for _, st := range stops {
+		if st == "" {
+			continue
+		}
+		if i := strings.Index(text, st); i >= 0 && (at < 0 || i < at) {
+			at = i
+		}
+	}
+	if at >= 0 {
+		return at, 0
+	}
+	for _, st := range stops {
+		// Longest proper prefix of st that text ends with.
+		for k := min(len(st)-1, len(text)); k > hold; k-- {
+			if strings.HasSuffix(text, st[:k]) {
+				hold = k
+				break
+			}
+		}
+	}
+	return -1, hold
+}

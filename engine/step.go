@@ -1,0 +1,330 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/engine/sched"
+	"github.com/specgate/specgate/kernels"
+)
+
+// enqueue hands a prepared submission to the scheduler: the request waits,
+// or is refused with a typed error.
+func (e *Engine) enqueue(now time.Time, sub *submission) error {
+	r := sub.req
+	err := e.sched.Enqueue(now, sched.Request{
+		ID:     r.ID,
+		Tenant: r.Tenant,
+		Class:  sched.Class(r.Priority.Rank()),
+		Limits: schedLimits(r.Limits),
+		Tokens: len(sub.tokens),
+		Charge: sub.prompt,
+	})
+	if err != nil {
+		return refusal(err)
+	}
+	s := &sequence{
+		req:      r,
+		stream:   sub.stream,
+		tokens:   sub.tokens,
+		prompt:   sub.prompt,
+		replayed: len(r.Generated),
+		max:      sub.max,
+		stopToks: r.StopTokens,
+		sampler:  sample.New(r.Sample),
+		detok:    e.tok.NewContinuationDetokenizer(),
+	}
+	s.submitted = sub.at
+	for _, t := range r.Generated {
+		s.detok.Add(t) // already streamed: only the decoder state matters
+	}
+	e.seqs[r.ID] = s
+	return nil
+}
+
+func refusal(err error) error {
+	switch {
+	case errors.Is(err, sched.ErrQueueFull):
+		return &Error{Code: CodeQueueFull, Message: err.Error(), Temporary: true}
+	case errors.Is(err, sched.ErrOverQuota):
+		return &Error{Code: CodeOverQuota, Message: err.Error(), Temporary: true}
+	case errors.Is(err, sched.ErrDuplicate), errors.Is(err, sched.ErrInvalid):
+		return &Error{Code: CodeBadRequest, Message: err.Error()}
+	}
+	return &Error{Code: CodeInternal, Message: err.Error()}
+}
+
+// step runs one scheduling round and one forward pass at time now, and
+// reports whether it ran any tokens. It is the engine's whole core: tests
+// call it directly, with a fake clock and no goroutines.
+func (e *Engine) step(now time.Time) bool {
+	for _, s := range e.seqs {
+		if d := s.req.Deadline; !d.IsZero() && !now.Before(d) {
+			e.end(s, now, FinishCancelled, nil)
+		}
+	}
+	if len(e.seqs) == 0 {
+		e.gauges()
+		return false
+	}
+	hostFree := 0
+	if e.host != nil {
+		hostFree = e.host.Free()
+	}
+	plan := e.sched.Schedule(now, sched.Resources{Tokens: e.o.MaxBatchTokens, FreeBlocks: e.dev.Free(), FreeHostBlocks: hostFree})
+	for _, p := range plan.Preempt {
+		e.preempt(e.seqs[p.ID], p)
+	}
+	e.batch.Reset()
+	e.rows = e.rows[:0]
+	var failed []*sequence
+	for _, c := range plan.Run {
+		s := e.seqs[c.ID]
+		if err := e.place(s, c); err != nil {
+			failed = append(failed, s)
+			continue
+		}
+		if s.scheduled.IsZero() {
+			s.scheduled = now
+		}
+		bs := int32(e.o.BlockSize)
+		for i := c.Start; i < c.Start+c.N; i++ {
+			pos := int32(i)
+			slot := s.table[pos/bs]*bs + pos%bs
+			last := i == c.Start+c.N-1
+			e.batch.Add(s.tokens[i], pos, slot, s.table, last && c.Logits)
+		}
+		if c.Logits {
+			e.rows = append(e.rows, s)
+		}
+		if fresh := min(c.Start+c.N, s.prompt) - max(c.Start, s.prefilled); fresh > 0 {
+			s.prefilled += fresh
+			e.met.Tokens(s.req.Tenant, fresh, 0)
+		}
+	}
+	for _, s := range failed {
+		e.end(s, now, FinishError, &Error{Code: CodeInternal, Message: "KV blocks ran out"})
+	}
+	if e.batch.Len() == 0 {
+		e.gauges()
+		return false
+	}
+	vocab := e.m.Config().Vocab
+	if need := len(e.batch.Logits) * vocab; cap(e.logits) < need {
+		e.logits = make([]float32, need)
+	}
+	e.logits = e.logits[:len(e.batch.Logits)*vocab]
+	err := e.m.Forward(e.devKV, &e.batch, e.logits)
+	e.met.Step(e.batch.Len(), len(plan.Run), e.clock.Now().Sub(now))
+	if err != nil {
+		// The pass's output is unusable for every sequence in it.
+		ferr := &Error{Code: CodeInternal, Message: fmt.Sprintf("forward pass: %v", err)}
+		for _, c := range plan.Run {
+			if s := e.seqs[c.ID]; s != nil {
+				e.end(s, now, FinishError, ferr)
+			}
+		}
+		e.gauges()
+		return true
+	}
+	// Tokens are stamped when the pass ends: that is when a client could
+	// first see them.
+	now = e.clock.Now()
+	for i, s := range e.rows {
+		if e.seqs[s.req.ID] != s {
+			continue
+		}
+		row := e.logits[i*vocab : (i+1)*vocab]
+		e.accept(s, s.sampler.Sample(row, s.tokens), now)
+	}
+	e.gauges()
+	return true
+}
+
+// place makes sure s's blocks are on the device and cover chunk c.
+func (e *Engine) place(s *sequence, c sched.Chunk) error {
+	if c.Resume && len(s.host) > 0 {
+		dst, err := e.dev.Alloc(len(s.host))
+		if err != nil {
+			return fmt.Errorf("engine: swap in %s: %w", s.req.ID, err)
+		}
+		moves := make([]kernels.BlockCopy, len(dst))
+		for i := range dst {
+			moves[i] = kernels.BlockCopy{Src: s.host[i], Dst: dst[i]}
+		}
+		e.m.Backend().CopyBlocks(e.devKV, e.hostKV, moves)
+		e.unref(e.host, s.host)
+		s.host = nil
+		s.table = dst
+	}
+	if n := c.Blocks - len(s.table); n > 0 {
+		b, err := e.dev.Alloc(n)
+		if err != nil {
+			return fmt.Errorf("engine: grow %s: %w", s.req.ID, err)
+		}
+		s.table = append(s.table, b...)
+	}
+	return nil
+}
+
+// preempt takes s off the device as p says: its KV goes to the host tier or
+// is dropped (the scheduler will have it recomputed).
+func (e *Engine) preempt(s *sequence, p sched.Preemption) {
+	s.preemptions++
+	e.met.Preemption(s.req.Tenant, p.Swap)
+	if p.Swap && e.host != nil {
+		if dst, err := e.host.Alloc(len(s.table)); err == nil {
+			moves := make([]kernels.BlockCopy, len(dst))
+			for i := range dst {
+				moves[i] = kernels.BlockCopy{Src: s.table[i], Dst: dst[i]}
+			}
+			e.m.Backend().CopyBlocks(e.hostKV, e.devKV, moves)
+			s.host = dst
+		}
+	}
+	e.unref(e.dev, s.table)
+	s.table = nil
+	if p.Swap && s.host == nil {
+		// The scheduler counted on the swap; without it the KV is
+		// gone, so the sequence must restart from scratch. Removing
+		// and failing is the honest outcome of this internal error.
+		e.end(s, e.clock.Now(), FinishError, &Error{Code: CodeInternal, Message: "host tier refused a planned swap"})
+	}
+}
+
+func (e *Engine) unref(p blockAllocator, blocks []int32) {
+	for _, b := range blocks {
+		// An error here means the block was already free: a bug that
+		// the leak test catches through the pool counts.
+		_ = p.Unref(b)
+	}
+}
+
+// accept takes one sampled token for s: stop checks, text, deltas.
+func (e *Engine) accept(s *sequence, tok int32, now time.Time) {
+	s.tokens = append(s.tokens, tok)
+	if s.first.IsZero() {
+		s.first = now
+		e.met.TTFT(s.req.Tenant, s.req.Priority, now.Sub(s.submitted))
+	} else {
+		gap := now.Sub(s.last)
+		s.inter = append(s.inter, gap)
+		e.met.InterToken(s.req.Tenant, s.req.Priority, gap)
+	}
+	s.last = now
+	e.met.Tokens(s.req.Tenant, 0, 1)
+	if e.tok.IsEOG(tok) || s.isStopToken(tok) {
+		e.release(s, true)
+		e.end(s, now, FinishStop, nil)
+		return
+	}
+	s.held += s.detok.Add(tok)
+	s.heldToks = append(s.heldToks, tok)
+	if len(s.req.Stop) > 0 {
+		at, hold := stopMatch(s.held, s.req.Stop)
+		if at >= 0 {
+			// Text after the stop string, a partial rune included,
+			// is never shown.
+			s.held = s.held[:at]
+			e.release(s, false)
+			e.end(s, now, FinishStop, nil)
+			return
+		}
+		if hold > 0 {
+			// Emit what cannot be part of a stop string; keep the
+			// tokens until their text is settled.
+			if n := len(s.held) - hold; n > 0 {
+				s.stream.push(Event{Seq: s.generated(), Text: s.held[:n]})
+				s.held = s.held[n:]
+			}
+		} else {
+			e.release(s, false)
+		}
+	} else {
+		e.release(s, false)
+	}
+	if s.generated() >= s.max {
+		e.release(s, true)
+		e.end(s, now, FinishLength, nil)
+		return
+	}
+	e.sched.Append(now, s.req.ID, 1)
+}
+
+// release emits the held text and tokens as one delta; at the end it also
+// flushes the detokenizer's partial rune.
+func (e *Engine) release(s *sequence, final bool) {
+	if final {
+		s.held += s.detok.Flush()
+	}
+	if s.held == "" && len(s.heldToks) == 0 {
+		return
+	}
+	s.stream.push(Event{Seq: s.generated(), Tokens: s.heldToks, Text: s.held})
+	s.held, s.heldToks = "", nil
+}
+
+// end finishes s: frees its blocks, forgets it, and sends the final event.
+func (e *Engine) end(s *sequence, now time.Time, reason string, err error) {
+	if e.seqs[s.req.ID] != s {
+		return
+	}
+	delete(e.seqs, s.req.ID)
+	e.sched.Remove(s.req.ID)
+	e.unref(e.dev, s.table)
+	if e.host != nil {
+		e.unref(e.host, s.host)
+	}
+	s.table, s.host = nil, nil
+	if reason != FinishStop && reason != FinishLength {
+		s.held, s.heldToks = "", nil // a cancelled stream ends where it was
+	}
+	st := Stats{Total: now.Sub(s.submitted), InterToken: s.inter, Preemptions: s.preemptions}
+	if !s.scheduled.IsZero() {
+		st.Queue = s.scheduled.Sub(s.submitted)
+	}
+	gen := s.generated() - s.replayed
+	if !s.first.IsZero() {
+		st.TTFT = s.first.Sub(s.submitted)
+		if d := s.last.Sub(s.first); d > 0 && gen > 1 {
+			st.TokensPerSecond = float64(gen-1) / d.Seconds()
+		}
+		st.AcceptedPerStep = 1
+	}
+	f := &Final{
+		FinishReason: reason,
+		Usage:        Usage{PromptTokens: s.prompt, CompletionTokens: gen},
+		Stats:        st,
+		Err:          err,
+	}
+	if reason == FinishError && err == nil {
+		f.Err = &Error{Code: CodeInternal, Message: "request failed"}
+	}
+	e.met.Finished(s.req.Tenant, s.req.Priority, reason)
+	s.stream.finish(f)
+}
+
+// gauges reports the per-step gauges.
+func (e *Engine) gauges() {
+	st := e.sched.Stats()
+	for _, c := range sched.Classes {
+		e.met.QueueDepth(priorityOf(c), st.Waiting[c])
+	}
+	e.met.Sequences(st.Running, st.Preempted)
+	e.met.KVBlocks("device", e.dev.Used(), e.dev.Free())
+	if e.host != nil {
+		e.met.KVBlocks("host", e.host.Used(), e.host.Free())
+	}
+}
+
+func priorityOf(c sched.Class) Priority {
+	switch c {
+	case sched.Interactive:
+		return Interactive
+	case sched.Batch:
+		return Batch
+	}
+	return Standard
+}
