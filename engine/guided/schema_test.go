@@ -1,0 +1,403 @@
+package guided
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/specgate/specgate/kernels"
+)
+
+func validator(t *testing.T, schema []byte) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	if err != nil {
+		t.Fatalf("schema %s: %v", schema, err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("mem://schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("mem://schema.json")
+	if err != nil {
+		t.Fatalf("schema %s: %v", schema, err)
+	}
+	return sch
+}
+
+func validates(sch *jsonschema.Schema, out []byte) error {
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(out))
+	if err != nil {
+		return err
+	}
+	return sch.Validate(inst)
+}
+
+// generate greedy-decodes under the grammar with random logits: each step
+// masks the logits (kernels.MaskLogitsRef) and takes the argmax. After
+// budget tokens it steers to the nearest accepting state (fewest bytes
+// left), as a length-aware engine would, so every run ends.
+func generate(t testing.TB, g *Grammar, rng *rand.Rand, budget int) []byte {
+	t.Helper()
+	v := g.Vocab()
+	m := g.NewMatcher()
+	logits := make([]float32, v.Size()+37) // padded past the vocabulary, as real models are
+	var out []byte
+	for step := 0; step < budget+4000; step++ {
+		if m.Done() {
+			return out
+		}
+		for i := range logits {
+			logits[i] = float32(rng.NormFloat64())
+		}
+		kernels.MaskLogitsRef(logits, m.Mask())
+		best, bestScore := int32(-1), math.Inf(-1)
+		for i, l := range logits {
+			if math.IsInf(float64(l), -1) {
+				if i < v.Size() && m.Allowed(int32(i)) {
+					t.Fatalf("allowed token %d masked", i)
+				}
+				continue
+			}
+			if !m.Allowed(int32(i)) {
+				t.Fatalf("forbidden token %d (%q) not masked", i, v.Piece(int32(i)))
+			}
+			score := float64(l)
+			if step >= budget { // steer: fewer bytes to finish first
+				n := g.Next(m.State(), int32(i))
+				d := -1.0
+				if n != Final {
+					d = float64(g.d.dist[n])
+				}
+				score = -d*100 + float64(l)
+			}
+			if score > bestScore {
+				best, bestScore = int32(i), score
+			}
+		}
+		if best < 0 {
+			t.Fatalf("stuck after %q: no token allowed", out)
+		}
+		if err := m.Advance(best); err != nil {
+			t.Fatal(err)
+		}
+		if m.State() == Final {
+			return out
+		}
+		out = append(out, v.Piece(best)...)
+	}
+	t.Fatalf("no end after %d tokens: %q", budget+4000, out)
+	return nil
+}
+
+var fixedSchemas = []string{
+	`{"type":"object","properties":{"name":{"type":"string","maxLength":20},"age":{"type":"integer","minimum":0,"maximum":150},
+	  "email":{"type":"string","pattern":"^[a-z]+@[a-z]+\\.com$"},"tags":{"type":"array","items":{"type":"string","enum":["a","b","c d"]},"maxItems":3},
+	  "address":{"type":"object","properties":{"street":{"type":"string"},"zip":{"type":"string","pattern":"^[0-9]{5}$"}},"required":["zip"],"additionalProperties":false}},
+	  "required":["name","age"],"additionalProperties":false}`,
+	`{"type":"array","items":{"type":"number"},"minItems":2,"maxItems":4}`,
+	`{"anyOf":[{"type":"null"},{"type":"boolean"},{"type":"integer","exclusiveMinimum":-7,"exclusiveMaximum":1000}]}`,
+	`{"oneOf":[{"const":{"k":[1,"x\"y"]}},{"type":"string","format":"date-time"}]}`,
+	`{"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v","kids"]}},"$ref":"#/$defs/node"}`,
+	`{"type":"object","additionalProperties":{"type":"integer","maximum":-5}}`,
+	`{"type":"string","pattern":"é|\"|\\\\|\n"}`,
+	`{"type":"string","minLength":2,"maxLength":5}`,
+	`{"type":"object","properties":{"a":{"type":"boolean"},"b":{"type":"boolean"},"c":{"type":"boolean"}}}`,
+	`{"type":["string","null"],"enum":["x",null,3]}`,
+	`{"type":"object","properties":{"id":{"type":"string","format":"uuid"},"d":{"type":"string","format":"date"}},"required":["id","d"]}`,
+	`{"type":"integer","minimum":-123456789,"maximum":987654321}`,
+	`true`,
+	`{}`,
+	`{"type":"object","required":["x"]}`,
+	`{"description":"x","definitions":{"s":{"type":"string","enum":["on","off"]}},"type":"array","items":{"$ref":"#/definitions/s"},"minItems":1}`,
+}
+
+// TestSchemaGenerates decodes under each schema with random logits and
+// validates every output with an independent JSON-schema validator.
+func TestSchemaGenerates(t *testing.T) {
+	v := synthVocab(4000)
+	rng := rand.New(rand.NewPCG(3, 5))
+	runs := 12
+	if testing.Short() {
+		runs = 3
+	}
+	for i, s := range fixedSchemas {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			g, err := Compile(Spec{Schema: json.RawMessage(s)}, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sch := validator(t, []byte(s))
+			for range runs {
+				out := generate(t, g, rng, 40)
+				if err := validates(sch, out); err != nil {
+					t.Fatalf("output %s does not validate: %v", out, err)
+				}
+			}
+		})
+	}
+}
+
+// randSchema builds a random schema from the supported subset. anyOf
+// branches have distinct, non-overlapping types so oneOf would hold too.
+func randSchema(rng *rand.Rand, depth int) map[string]any {
+	kinds := []string{"string", "integer", "number", "boolean", "null", "enum"}
+	if depth > 0 {
+		kinds = append(kinds, "object", "object", "array", "anyOf")
+	}
+	switch kinds[rng.IntN(len(kinds))] {
+	case "string":
+		s := map[string]any{"type": "string"}
+		switch rng.IntN(4) {
+		case 0:
+			s["minLength"] = rng.IntN(3)
+			s["maxLength"] = 3 + rng.IntN(5)
+		case 1:
+			s["pattern"] = []string{"^[a-z]{1,4}$", "ab", "^x?\"\\\\$", "[0-9]+", "^(é|ü)*$"}[rng.IntN(5)]
+		case 2:
+			s["format"] = []string{"date", "uuid", "time"}[rng.IntN(3)]
+		}
+		return s
+	case "integer":
+		s := map[string]any{"type": "integer"}
+		if rng.IntN(2) == 0 {
+			s["minimum"] = rng.IntN(2000) - 1000
+		}
+		if rng.IntN(2) == 0 {
+			s["maximum"] = rng.IntN(2000) + 1000
+		}
+		return s
+	case "enum":
+		return map[string]any{"enum": []any{"red", 7, nil, "gr\"een", []any{1, 2}}[:1+rng.IntN(5)]}
+	case "object":
+		props := map[string]any{}
+		var req []string
+		for i := range 1 + rng.IntN(4) {
+			name := fmt.Sprintf("p%d", i)
+			props[name] = randSchema(rng, depth-1)
+			if rng.IntN(2) == 0 {
+				req = append(req, name)
+			}
+		}
+		s := map[string]any{"type": "object", "properties": props}
+		if req != nil {
+			s["required"] = req
+		}
+		if rng.IntN(2) == 0 {
+			s["additionalProperties"] = false
+		}
+		return s
+	case "array":
+		s := map[string]any{"type": "array", "items": randSchema(rng, depth-1)}
+		if rng.IntN(2) == 0 {
+			s["minItems"] = rng.IntN(3)
+		}
+		if rng.IntN(2) == 0 {
+			s["maxItems"] = 2 + rng.IntN(3)
+		}
+		return s
+	case "anyOf":
+		// Branches of distinct JSON types never overlap.
+		perm := rng.Perm(5)
+		pick := func(i int) map[string]any {
+			switch perm[i] {
+			case 0:
+				return map[string]any{"type": "string", "maxLength": 4}
+			case 1:
+				return map[string]any{"type": "integer", "minimum": -3}
+			case 2:
+				return map[string]any{"type": "boolean"}
+			case 3:
+				return map[string]any{"type": "null"}
+			}
+			return map[string]any{"type": "array", "items": randSchema(rng, depth-1), "maxItems": 2}
+		}
+		a, b := pick(0), pick(1)
+		return map[string]any{[]string{"anyOf", "oneOf"}[rng.IntN(2)]: []any{a, b}}
+	}
+	return map[string]any{"type": []string{"number", "boolean", "null"}[rng.IntN(3)]}
+}
+
+// TestRandomSchemas: over random schemas, generated outputs validate
+// (completeness of the generator is the validator's side), and random
+// mutations of them that the grammar still accepts validate too (the
+// grammar never accepts an invalid instance).
+func TestRandomSchemas(t *testing.T) {
+	v := synthVocab(4000)
+	rng := rand.New(rand.NewPCG(9, 1))
+	n := 60
+	if testing.Short() {
+		n = 15
+	}
+	mutants := []string{"", " ", ",", "0", "-", "\"", "}", "]", "{", "[", "a", "null", "1e5", ".5", "\\u0041"}
+	for i := range n {
+		raw, _ := json.Marshal(randSchema(rng, 3))
+		g, err := Compile(Spec{Schema: raw}, v)
+		if err != nil {
+			t.Fatalf("schema %d %s: %v", i, raw, err)
+		}
+		sch := validator(t, raw)
+		for range 4 {
+			out := generate(t, g, rng, 30)
+			if err := validates(sch, out); err != nil {
+				t.Fatalf("schema %s: output %s does not validate: %v", raw, out, err)
+			}
+			for range 20 {
+				mut := []byte(string(out))
+				p, q := rng.IntN(len(mut)+1), rng.IntN(len(mut)+1)
+				if p > q {
+					p, q = q, p
+				}
+				if q-p > 3 {
+					q = p + 3
+				}
+				mut = append(mut[:p:p], append([]byte(mutants[rng.IntN(len(mutants))]), mut[q:]...)...)
+				if g.d.accept[g.d.run(g.d.start, mut)] {
+					if err := validates(sch, mut); err != nil {
+						t.Fatalf("schema %s: grammar accepts %s, which does not validate: %v", raw, mut, err)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestSchemaErrors(t *testing.T) {
+	v := synthVocab(500)
+	tests := []struct {
+		schema string
+		want   error
+		text   string
+	}{
+		{`{"type":"integer","multipleOf":3}`, ErrUnsupported, "multipleOf at #"},
+		{`{"type":"object","properties":{"a":{"not":{}},"b":{"type":"array","uniqueItems":true}}}`, ErrUnsupported,
+			"not at #/properties/a; uniqueItems at #/properties/b"},
+		{`{"type":"number","minimum":0}`, ErrUnsupported, "minimum on a number"},
+		{`{"type":"string","format":"email"}`, ErrUnsupported, `format "email"`},
+		{`{"$ref":"http://x/y"}`, ErrUnsupported, `$ref "http://x/y"`},
+		{`{"$ref":"#/nope"}`, ErrInvalid, "does not resolve"},
+		{`{"allOf":[{},{}]}`, ErrUnsupported, "allOf with more than one"},
+		{`{"type":"string","pattern":"a\\b"}`, ErrUnsupported, `pattern "a\\b"`},
+		{`{"type":"strin"}`, ErrInvalid, `unknown type "strin"`},
+		{`{"type":`, ErrInvalid, "not valid JSON"},
+		{`[1]`, ErrInvalid, "object or a boolean"},
+		{`false`, ErrEmpty, "matches nothing"},
+		{`{"type":"integer","minimum":5,"maximum":4}`, ErrEmpty, ""},
+		{`{"type":"string","maxLength":100000}`, ErrTooLarge, ""},
+		{strings.Repeat(`{"type":"array","items":`, 20) + `{}` + strings.Repeat(`}`, 20), ErrTooLarge, "nests deeper than 16"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.schema, func(t *testing.T) {
+			_, err := Compile(Spec{Schema: json.RawMessage(tt.schema)}, v)
+			if !errors.Is(err, tt.want) || !strings.Contains(fmt.Sprint(err), tt.text) {
+				t.Fatalf("have error %v; want %v containing %q", err, tt.want, tt.text)
+			}
+		})
+	}
+}
+
+// TestIntegerRanges checks the digit-range construction against
+// arithmetic over a window of values.
+func TestIntegerRanges(t *testing.T) {
+	v := synthVocab(500)
+	tests := []struct{ lo, hi string }{
+		{"0", "0"}, {"-5", "5"}, {"7", "1234"}, {"-1234", "-7"}, {"99", "101"}, {"", "-3"}, {"15", ""}, {"", ""}, {"-0.5", "9.5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.lo+".."+tt.hi, func(t *testing.T) {
+			s := `{"type":"integer"`
+			if tt.lo != "" {
+				s += `,"minimum":` + tt.lo
+			}
+			if tt.hi != "" {
+				s += `,"maximum":` + tt.hi
+			}
+			s += "}"
+			g, err := Compile(Spec{Schema: json.RawMessage(s)}, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sch := validator(t, []byte(s))
+			for x := -1500; x <= 1500; x++ {
+				str := fmt.Sprint(x)
+				want := validates(sch, []byte(str)) == nil
+				if have := g.d.accept[g.d.run(g.d.start, []byte(str))]; have != want {
+					t.Fatalf("%s: have %v; want %v", str, have, want)
+				}
+			}
+			for _, bad := range []string{"-0", "01", "+1", "1.0", ""} {
+				if g.d.accept[g.d.run(g.d.start, []byte(bad))] {
+					t.Errorf("%q: have accepted; want rejected (not canonical)", bad)
+				}
+			}
+		})
+	}
+}
+
+func TestAnyJSON(t *testing.T) {
+	v := synthVocab(3000)
+	g, err := Compile(Spec{JSON: true}, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		in   string
+		want bool
+	}{
+		{`{"a": [1, 2.5e-3, "x\n", true, null, {}]}`, true},
+		{`[[[["deep"]]]]`, true},
+		{`[[[[["too deep"]]]]]`, false},
+		{`{"a":1,}`, false},
+		{`{"a" : 1}`, false}, // no space before ':'
+		{`"\ud83d"`, false},  // \u escapes are limited to control characters
+		{`"\u001f"`, true},
+		{`-0.0`, true},
+		{`01`, false},
+	}
+	for _, tt := range tests {
+		if have := accepts(t, g, tt.in); have != tt.want {
+			t.Errorf("%s: have %v; want %v", tt.in, have, tt.want)
+		}
+		if tt.want && !json.Valid([]byte(tt.in)) {
+			t.Errorf("%s: test case is not JSON", tt.in)
+		}
+	}
+	rng := rand.New(rand.NewPCG(4, 4))
+	for range 20 {
+		if out := generate(t, g, rng, 60); !json.Valid(out) {
+			t.Fatalf("generated %q: not valid JSON", out)
+		}
+	}
+}
+
+func TestChoices(t *testing.T) {
+	v := synthVocab(3000)
+	g, err := Compile(Spec{Choices: []string{"yes", "no", "not sure", "\xff raw"}}, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		in   string
+		want bool
+	}{{"yes", true}, {"not sure", true}, {"no", true}, {"not", false}, {"yesno", false}, {"\xff raw", true}} {
+		if have := accepts(t, g, tt.in); have != tt.want {
+			t.Errorf("%q: have %v; want %v", tt.in, have, tt.want)
+		}
+	}
+	m := g.NewMatcher()
+	for _, tok := range tokenize(v, []byte("yes")) {
+		if err := m.Advance(tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !m.Done() {
+		t.Errorf("after \"yes\": have Done false; want true (nothing may follow)")
+	}
+}
