@@ -1,0 +1,208 @@
+package spec
+
+import (
+	"time"
+)
+
+// Off is the empty shape: no drafting, plain decoding.
+var Off = Shape{Name: "off"}
+
+// Policy is a tenant's say over speculation, applied per sequence on top
+// of the dispatcher's choice. The zero value leaves it to the dispatcher.
+type Policy struct {
+	// Off disables speculation for the tenant's requests.
+	Off bool
+	// MaxBatch, when above zero, disables speculation for the tenant's
+	// requests in steps whose batch holds more sequences (the tenant's
+	// "batch class under load").
+	MaxBatch int
+}
+
+// Shape returns the shape a sequence of this policy gets when the
+// dispatcher chose s for a step of batch sequences.
+func (p Policy) Shape(s Shape, batch int) Shape {
+	if p.Off || (p.MaxBatch > 0 && batch > p.MaxBatch) {
+		return Off
+	}
+	return s
+}
+
+// Tier lists the shapes worth trying for steps of up to MaxBatch sequences
+// (MaxBatch 0: any size).
+type Tier struct {
+	MaxBatch int
+	Shapes   []Shape
+}
+
+// DefaultTiers: bushy trees when one sequence leaves the hardware idle,
+// shorter chains as the batch fills it, and plain decoding for large
+// batches, where a forward pass is already compute-bound and extra draft
+// tokens cost as much as they could win. Each tier also offers Off, so the
+// dispatcher can always fall back to plain speed.
+func DefaultTiers() []Tier {
+	return []Tier{
+		{MaxBatch: 1, Shapes: []Shape{Bushy, Wide, Chain(4), Chain(2)}},
+		{MaxBatch: 4, Shapes: []Shape{Wide, Chain(4), Chain(2)}},
+		{MaxBatch: 8, Shapes: []Shape{Chain(4), Chain(2)}},
+		{MaxBatch: 16, Shapes: []Shape{Chain(2)}},
+		{MaxBatch: 0, Shapes: nil},
+	}
+}
+
+// Dispatcher picks the tree shape of each step. Within the tier of the
+// step's batch size it measures each option's committed tokens per second
+// (an exponentially weighted average, so it follows the acceptance rate of
+// the current traffic), plays the best, and re-tries the others now and
+// then. Off is always an option, so speculation never stays slower than
+// plain decoding for long. Time is passed in by the caller. Not safe for
+// concurrent use.
+type Dispatcher struct {
+	tiers []tierState
+	// Alpha is the weight of a new observation in the averages; zero
+	// means 0.2.
+	Alpha float64
+	// Explore is how many steps pass between re-tries of a non-best
+	// option; zero means 16, negative never re-tries.
+	Explore int
+	// Warmup is how many observations each option gets before the best is
+	// chosen; zero means 2.
+	Warmup int
+}
+
+type tierState struct {
+	max     int
+	options []option
+	steps   int
+	retry   int // next option to re-try
+}
+
+type option struct {
+	shape Shape
+	n     int
+	rate  float64 // tokens per second
+	acc   float64 // mean accepted draft tokens per sequence-step
+}
+
+// NewDispatcher returns a dispatcher over tiers (nil: DefaultTiers()).
+func NewDispatcher(tiers []Tier) *Dispatcher {
+	if tiers == nil {
+		tiers = DefaultTiers()
+	}
+	d := &Dispatcher{}
+	for _, t := range tiers {
+		ts := tierState{max: t.MaxBatch}
+		for _, s := range t.Shapes {
+			if !s.Off() {
+				ts.options = append(ts.options, option{shape: s})
+			}
+		}
+		ts.options = append(ts.options, option{shape: Off})
+		d.tiers = append(d.tiers, ts)
+	}
+	return d
+}
+
+// Fixed returns a dispatcher that always picks s (for tests and A/B runs).
+func Fixed(s Shape) *Dispatcher {
+	d := NewDispatcher([]Tier{{Shapes: []Shape{s}}})
+	d.tiers[0].options = d.tiers[0].options[:1]
+	return d
+}
+
+func (d *Dispatcher) tier(batch int) *tierState {
+	for i := range d.tiers {
+		if t := &d.tiers[i]; t.max == 0 || batch <= t.max {
+			return t
+		}
+	}
+	return nil
+}
+
+// Pick returns the shape for a step of batch sequences.
+func (d *Dispatcher) Pick(batch int) Shape {
+	t := d.tier(batch)
+	if t == nil || len(t.options) == 0 {
+		return Off
+	}
+	warm := d.Warmup
+	if warm <= 0 {
+		warm = 2
+	}
+	for _, o := range t.options {
+		if o.n < warm {
+			return o.shape
+		}
+	}
+	best := 0
+	for i, o := range t.options {
+		if o.rate > t.options[best].rate {
+			best = i
+		}
+	}
+	explore := d.Explore
+	if explore == 0 {
+		explore = 16
+	}
+	t.steps++
+	if explore > 0 && len(t.options) > 1 && t.steps%explore == 0 {
+		t.retry = (t.retry + 1) % len(t.options)
+		if t.retry == best {
+			t.retry = (t.retry + 1) % len(t.options)
+		}
+		return t.options[t.retry].shape
+	}
+	return t.options[best].shape
+}
+
+// Observe records a step run with shape s over batch sequences that
+// committed tokens tokens (accepted drafts plus one per sequence) in
+// elapsed time.
+func (d *Dispatcher) Observe(batch int, s Shape, tokens int, elapsed time.Duration) {
+	t := d.tier(batch)
+	if t == nil || elapsed <= 0 || batch <= 0 {
+		return
+	}
+	a := d.Alpha
+	if a <= 0 {
+		a = 0.2
+	}
+	for i := range t.options {
+		o := &t.options[i]
+		if o.shape.Name != s.Name {
+			continue
+		}
+		rate := float64(tokens) / elapsed.Seconds()
+		acc := float64(tokens-batch) / float64(batch)
+		if o.n == 0 {
+			o.rate, o.acc = rate, acc
+		} else {
+			o.rate += a * (rate - o.rate)
+			o.acc += a * (acc - o.acc)
+		}
+		o.n++
+		return
+	}
+}
+
+// ShapeStats is one option's measurements.
+type ShapeStats struct {
+	Shape string
+	// Steps observed, committed tokens per second, and accepted draft
+	// tokens per sequence-step (both averages weighted to recent steps).
+	Steps        int
+	TokensPerSec float64
+	Accepted     float64
+}
+
+// Stats returns the measurements of the tier that serves batch.
+func (d *Dispatcher) Stats(batch int) []ShapeStats {
+	t := d.tier(batch)
+	if t == nil {
+		return nil
+	}
+	out := make([]ShapeStats, len(t.options))
+	for i, o := range t.options {
+		out[i] = ShapeStats{Shape: o.shape.Name, Steps: o.n, TokensPerSec: o.rate, Accepted: o.acc}
+	}
+	return out
+}

@@ -1,0 +1,193 @@
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestShapeFromPaths(t *testing.T) {
+	tests := []struct {
+		name   string
+		paths  [][]int
+		parent []int32
+		rank   []int32
+		depth  int
+		err    bool
+	}{
+		{"chain", [][]int{{0}, {0, 0}, {0, 0, 0}}, []int32{-1, 0, 1}, []int32{0, 0, 0}, 3, false},
+		// Depth-first, rank 0 first: the main chain leads.
+		{"tree", [][]int{{1}, {0}, {0, 1}, {0, 0}, {1, 0}}, []int32{-1, 0, 0, -1, 3}, []int32{0, 0, 1, 1, 0}, 2, false},
+		{"missing_prefix", [][]int{{0, 0}}, nil, nil, 0, true},
+		{"empty_path", [][]int{{}}, nil, nil, 0, true},
+		{"negative", [][]int{{-1}}, nil, nil, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := ShapeFromPaths(tt.name, tt.paths)
+			if tt.err {
+				if !errors.Is(err, ErrShape) {
+					t.Fatalf("have error %v; want ErrShape", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(s.Parent, tt.parent) || !slices.Equal(s.Rank, tt.rank) || s.MaxDepth != tt.depth {
+				t.Errorf("have parent %v rank %v depth %d; want %v %v %d", s.Parent, s.Rank, s.MaxDepth, tt.parent, tt.rank, tt.depth)
+			}
+		})
+	}
+	for _, s := range []Shape{Bushy, Wide, Chain(4)} {
+		if have := mainChain(s).Len(); have != s.MaxDepth {
+			t.Errorf("%s: main chain of %d nodes; want %d", s.Name, have, s.MaxDepth)
+		}
+	}
+	if !Chain(0).Off() || !mainChain(Off).Off() {
+		t.Errorf("Chain(0) and mainChain(Off) should be off")
+	}
+}
+
+func TestNGramLookup(t *testing.T) {
+	tests := []struct {
+		name string
+		hay  []int32
+		k    int
+		want []int32
+	}{
+		// Suffix [1 2] occurred twice: followed by 9 (recent) and 3; the
+		// 1-gram [2] adds nothing new.
+		{"recent_first", []int32{1, 2, 3, 5, 1, 2, 9, 7, 1, 2}, 3, []int32{9, 3}},
+		// After the 2-gram candidates, the 1-gram ones.
+		{"backoff", []int32{4, 2, 8, 1, 2, 6, 1, 2}, 2, []int32{6, 8}},
+		{"no_match", []int32{1, 2, 3}, 2, nil},
+		{"limit", []int32{1, 2, 3, 1, 2, 4, 1, 2}, 1, []int32{4}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			have := lookup(tt.hay, 1, 4, tt.k, nil)
+			if !slices.Equal(have, tt.want) {
+				t.Errorf("have %v; want %v", have, tt.want)
+			}
+		})
+	}
+	// A tree over history: the shape's ranks take the candidates in order.
+	var tr Tree
+	g := &NGram{}
+	err := g.Propose([]Context{{Tokens: []int32{5, 6}, History: []int32{5, 6, 7, 8, 5, 6, 9}, Shape: Wide}}, []*Tree{&tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Tokens) < 2 || tr.Tokens[0] != 9 || tr.Parent[0] != -1 {
+		t.Errorf("have tree %v / %v; want 9 (the most recent continuation) first", tr.Tokens, tr.Parent)
+	}
+}
+
+func TestVerifyGreedy(t *testing.T) {
+	// root → a(5) → c(7); root → b(6) → d(8)
+	tr := &Tree{Tokens: []int32{5, 7, 6, 8}, Parent: []int32{-1, 0, -1, 2}, Q: make([][]float32, 4)}
+	tests := []struct {
+		name   string
+		target []int32 // after root, a, c, b, d
+		path   []int32
+		bonus  int32
+	}{
+		{"main", []int32{5, 7, 1, 0, 0}, []int32{0, 1}, 1},
+		{"second_branch", []int32{6, 0, 0, 8, 3}, []int32{2, 3}, 3},
+		{"reject_all", []int32{4, 0, 0, 0, 0}, nil, 4},
+		{"partial", []int32{5, 9, 0, 0, 0}, []int32{0}, 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path, bonus := VerifyGreedy(tr, tt.target)
+			if !slices.Equal(path, tt.path) || bonus != tt.bonus {
+				t.Errorf("have %v, %d; want %v, %d", path, bonus, tt.path, tt.bonus)
+			}
+		})
+	}
+}
+
+func TestDispatcher(t *testing.T) {
+	d := NewDispatcher([]Tier{{MaxBatch: 1, Shapes: []Shape{Chain(4)}}, {MaxBatch: 0}})
+	if s := d.Pick(32); !s.Off() {
+		t.Errorf("batch 32: have %s; want off", s.Name)
+	}
+	// Chain4 commits 3 tokens per 2 ms, off 1 token per 1 ms: chain4 wins
+	// once both are warm.
+	for range 4 {
+		s := d.Pick(1)
+		if s.Off() {
+			d.Observe(1, s, 1, time.Millisecond)
+		} else {
+			d.Observe(1, s, 3, 2*time.Millisecond)
+		}
+	}
+	picks := map[string]int{}
+	for range 32 {
+		s := d.Pick(1)
+		picks[s.Name]++
+	}
+	if picks["chain4"] < 28 || picks["off"] == 0 {
+		t.Errorf("have picks %v; want mostly chain4 with a re-try of off", picks)
+	}
+	// Acceptance collapses: off takes over.
+	for range 20 {
+		s := d.Pick(1)
+		el := time.Millisecond
+		if !s.Off() {
+			el = 3 * time.Millisecond // one token (no drafts accepted), slower
+		}
+		d.Observe(1, s, 1, el)
+	}
+	if s := d.Pick(1); !s.Off() {
+		t.Errorf("after acceptance collapsed: have %s; want off (stats %+v)", s.Name, d.Stats(1))
+	}
+}
+
+func TestPolicy(t *testing.T) {
+	tests := []struct {
+		p     Policy
+		batch int
+		off   bool
+	}{
+		{Policy{}, 32, false},
+		{Policy{Off: true}, 1, true},
+		{Policy{MaxBatch: 8}, 8, false},
+		{Policy{MaxBatch: 8}, 9, true},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%+v/%d", tt.p, tt.batch), func(t *testing.T) {
+			if have := tt.p.Shape(Bushy, tt.batch).Off(); have != tt.off {
+				t.Errorf("have off %v; want %v", have, tt.off)
+			}
+		})
+	}
+}
+
+func TestRunnerRejectsBadRequests(t *testing.T) {
+	p := synthPair(t)
+	r := newRunner(t, p.target, &NGram{}, 2, 32, nil)
+	tests := []struct {
+		name string
+		reqs []Request
+	}{
+		{"too_many", make([]Request, 3)},
+		{"empty_prompt", []Request{{MaxTokens: 4}}},
+		{"no_tokens", []Request{{Prompt: []int32{5}}}},
+		{"too_long", []Request{{Prompt: make([]int32, 30), MaxTokens: 4}}},
+		{"bad_token", []Request{{Prompt: []int32{99999}, MaxTokens: 4}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := r.Run(tt.reqs); !errors.Is(err, ErrRequest) {
+				t.Errorf("have %v; want ErrRequest", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,189 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/specgate/specgate/kernels"
+)
+
+func randVals(r *rand.Rand, n int, scale float32) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = (r.Float32()*2 - 1) * scale
+	}
+	return out
+}
+
+// treeFixture is a cache filled with random K/V in one layer, with a
+// scattered block table per sequence.
+func treeFixture(t *testing.T, b *Backend, r *rand.Rand, spec kernels.KVSpec, layer int) *KV {
+	t.Helper()
+	c, err := b.NewKV(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := c.(*KV)
+	n := spec.Blocks * spec.BlockSize
+	slots := make([]int32, n)
+	for i := range slots {
+		slots[i] = int32(i)
+	}
+	k := b.Alloc(n, spec.Width)
+	v := b.Alloc(n, spec.Width)
+	b.Upload(k, randVals(r, n*spec.Width, 1))
+	b.Upload(v, randVals(r, n*spec.Width, 1))
+	b.StoreKV(kv, layer, k, v, slots)
+	return kv
+}
+
+func checkClose(t *testing.T, what string, have []float32, want []float64) {
+	t.Helper()
+	if len(have) != len(want) {
+		t.Fatalf("%s: have %d values; want %d", what, len(have), len(want))
+	}
+	bad := 0
+	for i := range have {
+		if d := math.Abs(float64(have[i]) - want[i]); !(d <= 2e-5+1e-4*math.Abs(want[i])) {
+			if bad < 5 {
+				t.Errorf("%s[%d]: have %g; want %g", what, i, have[i], want[i])
+			}
+			bad++
+		}
+	}
+}
+
+// TestTreeAttention checks the op against the reference masked softmax for
+// bushy trees over scattered prefixes, including rows with no prefix, rows
+// with no tree slots and rows that see nothing.
+func TestTreeAttention(t *testing.T) {
+	cases := []struct {
+		name                   string
+		heads, kvHeads, hd, bs int
+		prefixes               []int32
+		qscale                 float32
+	}{
+		{"mha", 4, 4, 16, 4, []int32{1, 7, 13}, 1},
+		{"gqa", 8, 2, 32, 16, []int32{40, 17}, 1},
+		{"mqa", 4, 1, 64, 8, []int32{0, 9, 64}, 1},
+		{"peaked", 2, 2, 32, 16, []int32{33, 3}, 200},
+	}
+	for _, threads := range []int{1, 2} {
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%s/threads=%d", tc.name, threads), func(t *testing.T) {
+				b := open(t, threads)
+				r := rand.New(rand.NewPCG(21, uint64(threads)))
+				spec := kernels.KVSpec{Layers: 2, Blocks: 24, BlockSize: tc.bs, Width: tc.kvHeads * tc.hd}
+				kv := treeFixture(t, b, r, spec, 1)
+				nslots := spec.Blocks * spec.BlockSize
+				var a kernels.Attn
+				a.Heads, a.KVHeads, a.HeadDim = tc.heads, tc.kvHeads, tc.hd
+				var tree kernels.TreeMask
+				for _, pre := range tc.prefixes {
+					nb := (int(pre)+tc.bs-1)/tc.bs + 1
+					table := make([]int32, nb)
+					for i := range table {
+						table[i] = int32(r.IntN(spec.Blocks))
+					}
+					// A tree of 6 nodes: parents before children.
+					parent := []int{-1, 0, 0, 1, -1, 4}
+					tslots := make([]int32, len(parent))
+					for i := range tslots {
+						tslots[i] = int32(r.IntN(nslots))
+					}
+					for i := range parent {
+						var vis []int32
+						for j := i; j >= 0; j = parent[j] {
+							vis = append(vis, tslots[j])
+						}
+						a.Rows = append(a.Rows, kernels.AttnRow{Table: table, Len: 1})
+						tree.Rows = append(tree.Rows, kernels.TreeRow{Prefix: pre, Slots: vis})
+					}
+					// A plain row (no tree slots) and, when the prefix is
+					// empty, a row that sees nothing.
+					a.Rows = append(a.Rows, kernels.AttnRow{Table: table, Len: 1})
+					tree.Rows = append(tree.Rows, kernels.TreeRow{Prefix: pre})
+				}
+				qw := tc.heads * tc.hd
+				qs := randVals(r, len(a.Rows)*qw, tc.qscale)
+				q := b.Alloc(len(a.Rows), qw)
+				b.Upload(q, qs)
+				dst := b.Alloc(len(a.Rows), qw)
+				b.TreeAttention(dst, q, kv, 1, a, tree)
+				want := kernels.TreeAttentionRef(qs, kv.k[1], kv.v[1], tc.bs, a, tree)
+				have := make([]float32, len(qs))
+				b.Download(have, dst)
+				checkClose(t, "TreeAttention", have, want)
+				// In place (dst = q), as the model calls it.
+				b.TreeAttention(q, q, kv, 1, a, tree)
+				b.Download(have, q)
+				checkClose(t, "TreeAttention in place", have, want)
+			})
+		}
+	}
+}
+
+// TestTreeAttentionChainIsCausal checks that a chain's tree mask gives what
+// plain causal Attention gives when the chain's tokens sit at the next
+// positions of the sequence: the tree op and the existing op agree.
+func TestTreeAttentionChainIsCausal(t *testing.T) {
+	b := open(t, 2)
+	r := rand.New(rand.NewPCG(22, 23))
+	spec := kernels.KVSpec{Layers: 1, Blocks: 10, BlockSize: 4, Width: 2 * 16}
+	kv := treeFixture(t, b, r, spec, 0)
+	table := []int32{7, 2, 9, 0, 5}
+	slot := func(p int) int32 { return table[p/4]*4 + int32(p%4) }
+	const prefix, chain = 9, 6
+	a := kernels.Attn{Heads: 4, KVHeads: 2, HeadDim: 16}
+	var tree kernels.TreeMask
+	plain := a
+	for d := range chain {
+		var vis []int32
+		for j := 0; j <= d; j++ {
+			vis = append(vis, slot(prefix+j))
+		}
+		a.Rows = append(a.Rows, kernels.AttnRow{Table: table, Len: 1})
+		tree.Rows = append(tree.Rows, kernels.TreeRow{Prefix: prefix, Slots: vis})
+		plain.Rows = append(plain.Rows, kernels.AttnRow{Table: table, Len: int32(prefix + d + 1)})
+	}
+	qs := randVals(r, chain*64, 1)
+	q := b.Alloc(chain, 64)
+	b.Upload(q, qs)
+	d1, d2 := b.Alloc(chain, 64), b.Alloc(chain, 64)
+	b.TreeAttention(d1, q, kv, 0, a, tree)
+	b.Attention(d2, q, kv, 0, plain)
+	h1, h2 := make([]float32, chain*64), make([]float32, chain*64)
+	b.Download(h1, d1)
+	b.Download(h2, d2)
+	want := make([]float64, len(h2))
+	for i, v := range h2 {
+		want[i] = float64(v)
+	}
+	checkClose(t, "TreeAttention vs Attention", h1, want)
+}
+
+func TestCopySlots(t *testing.T) {
+	b := open(t, 1)
+	r := rand.New(rand.NewPCG(24, 25))
+	spec := kernels.KVSpec{Layers: 2, Blocks: 4, BlockSize: 4, Width: 8}
+	kv := treeFixture(t, b, r, spec, 0)
+	kv2 := treeFixture(t, b, r, spec, 1)
+	copy(kv.k[1], kv2.k[1])
+	copy(kv.v[1], kv2.v[1])
+	wantK := [][]float32{slices.Clone(kv.k[0]), slices.Clone(kv.k[1])}
+	wantV := [][]float32{slices.Clone(kv.v[0]), slices.Clone(kv.v[1])}
+	// The second move reads the slot the first one wrote; the third is a
+	// no-op.
+	moves := []kernels.SlotCopy{{Src: 9, Dst: 3}, {Src: 3, Dst: 15}, {Src: 4, Dst: 4}, {Src: 0, Dst: 1}}
+	kernels.CopySlotsRef(wantK, wantV, spec.Width, moves)
+	b.CopySlots(kv, moves)
+	for l := range 2 {
+		if !slices.Equal(kv.k[l], wantK[l]) || !slices.Equal(kv.v[l], wantV[l]) {
+			t.Errorf("layer %d: have K %v; want %v", l, kv.k[l][:24], wantK[l][:24])
+		}
+	}
+	mustPanic(t, "CopySlots", func() { b.CopySlots(kv, []kernels.SlotCopy{{Src: 16, Dst: 0}}) })
+}
