@@ -30,6 +30,8 @@ FUZZ := \
 	./engine/tokenizer:FuzzPreTokenize \
 	./engine/sample:FuzzSample \
 	./engine/model/chat:FuzzRender \
+	./engine/guided:FuzzRegex \
+	./engine/guided:FuzzSchema \
 	./gateway:FuzzDecodeFrame
 
 fuzz:
@@ -58,3 +60,6 @@ bench: build
 
 clean:
 	rm -rf bin
+
+# The CUDA backend is a separate binary behind the `cuda` build tag.
+include kernels/cuda/cuda.mk
