@@ -21,6 +21,12 @@ type Batch struct {
 	// Logits lists the token indices whose next-token logits Forward
 	// returns, in output order (one vocabulary-wide row each).
 	Logits []int32
+	// Tree, when set, makes this a draft-tree verification pass: token i
+	// attends to positions [0, Tree.Rows[i].Prefix) of its table plus the
+	// slots Tree.Rows[i].Slots (its ancestors and itself), through the
+	// backend's kernels.TreeAttention; Attn[i].Len then only bounds the
+	// table. The backend must implement kernels.TreeAttention.
+	Tree *kernels.TreeMask
 }
 
 // Len is the number of tokens.
@@ -29,6 +35,7 @@ func (b *Batch) Len() int { return len(b.Tokens) }
 // Reset empties the batch, keeping its capacity.
 func (b *Batch) Reset() {
 	b.Tokens, b.Pos, b.Slots, b.Attn, b.Logits = b.Tokens[:0], b.Pos[:0], b.Slots[:0], b.Attn[:0], b.Logits[:0]
+	b.Tree = nil
 }
 
 // Add appends one token.

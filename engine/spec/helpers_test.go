@@ -37,7 +37,7 @@ func loadOn(tb testing.TB, path string, be kernels.Backend) model.Model {
 	return m
 }
 
-// pair is a target (on a TreeBackend) and a draft model of the same
+// pair is a target and a draft model of the same
 // vocabulary (its weights at Q4_0), on one CPU backend.
 type pair struct {
 	name          string
@@ -51,11 +51,7 @@ func storiesPair(tb testing.TB) pair {
 	tpath := testmodels.Path(tb, testmodels.Stories260K)
 	dpath := testmodels.Path(tb, testmodels.Stories260KQ4_0)
 	be := openBackend(tb)
-	tr, err := NewTreeBackend(be)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p := pair{name: "stories260K", target: loadOn(tb, tpath, tr), draft: loadOn(tb, dpath, be)}
+	p := pair{name: "stories260K", target: loadOn(tb, tpath, be), draft: loadOn(tb, dpath, be)}
 	tok := p.target.Tokenizer()
 	enc := func(s string) []int32 {
 		ids := tok.Encode(s)
@@ -103,11 +99,7 @@ func synthPairOf(tb testing.TB, o synth.Options) pair {
 	o.Type = kernels.Q4_0
 	dpath := synth.Setup(tb, o)
 	be := openBackend(tb)
-	tr, err := NewTreeBackend(be)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p := pair{name: fmt.Sprintf("synth-d%d", o.Dim), target: loadOn(tb, tpath, tr), draft: loadOn(tb, dpath, be)}
+	p := pair{name: fmt.Sprintf("synth-d%d", o.Dim), target: loadOn(tb, tpath, be), draft: loadOn(tb, dpath, be)}
 	r := rand.New(rand.NewPCG(3, 4))
 	for range 8 {
 		pr := make([]int32, 6+r.IntN(10))

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"github.com/specgate/specgate/kernels"
 	"slices"
 	"testing"
 
@@ -89,7 +90,8 @@ func TestLosslessGreedyDispatcher(t *testing.T) {
 		})
 	}
 	t.Run("chains_only", func(t *testing.T) {
-		plain := loadOn(t, testmodelsStories(t), openBackend(t))
+		// Embedding only the interface hides the CPU backend's tree ops.
+		plain := loadOn(t, testmodelsStories(t), struct{ kernels.Backend }{openBackend(t)})
 		r := newRunner(t, plain, &NGram{}, 4, 128, &Bushy)
 		if r.Trees() {
 			t.Fatal("runner on a plain backend claims tree support")

@@ -92,13 +92,15 @@ func (s Stats) HitRate() float64 {
 // for the engine's integration, and what the lossless tests and benchmarks
 // drive. Not safe for concurrent use.
 //
-// Trees with branches need the model to run on a TreeBackend (see
-// NewTreeBackend); on any other backend the Runner verifies only the main
-// chain of each shape, which plain causal attention handles.
+// Trees with branches need the model's backend to implement
+// kernels.TreeAttention and kernels.SlotCopier; on any other backend the
+// Runner verifies only the main chain of each shape, which plain causal
+// attention handles (and which never needs its KV moved: the main chain is
+// laid out first).
 type Runner struct {
 	m     model.Model
 	cfg   Config
-	tb    *TreeBackend
+	sc    kernels.SlotCopier // nil: chains only
 	kv    kernels.KVCache
 	bs    int
 	vocab int
@@ -140,8 +142,8 @@ type runSeq struct {
 // ErrRequest is wrapped by errors about a bad Request.
 var ErrRequest = errors.New("spec: bad request")
 
-// NewRunner sets up a Runner for m. When m's backend is a *TreeBackend the
-// Runner verifies trees; otherwise chains.
+// NewRunner sets up a Runner for m. When m's backend has tree attention and
+// slot copies the Runner verifies trees; otherwise chains.
 func NewRunner(m model.Model, cfg Config) (*Runner, error) {
 	if cfg.Seqs <= 0 || cfg.Context <= 0 {
 		return nil, fmt.Errorf("spec: runner for %d sequences of %d tokens", cfg.Seqs, cfg.Context)
@@ -156,7 +158,9 @@ func NewRunner(m model.Model, cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("spec: KV: %w", err)
 	}
 	r := &Runner{m: m, cfg: cfg, kv: kv, bs: bs, vocab: m.Config().Vocab, disp: cfg.Dispatcher, clock: cfg.Clock, reject: residual}
-	r.tb, _ = m.Backend().(*TreeBackend)
+	if _, ok := m.Backend().(kernels.TreeAttention); ok {
+		r.sc, _ = m.Backend().(kernels.SlotCopier)
+	}
 	if r.disp == nil {
 		r.disp = NewDispatcher(nil)
 	}
@@ -179,9 +183,9 @@ func (r *Runner) Stats() Stats { return r.stats }
 // Dispatcher returns the runner's dispatcher.
 func (r *Runner) Dispatcher() *Dispatcher { return r.disp }
 
-// Trees reports whether the runner verifies branching trees (its model
-// runs on a TreeBackend) rather than only chains.
-func (r *Runner) Trees() bool { return r.tb != nil }
+// Trees reports whether the runner verifies branching trees (its model's
+// backend has the tree ops) rather than only chains.
+func (r *Runner) Trees() bool { return r.sc != nil }
 
 func (r *Runner) slotOf(s *runSeq, pos int) int32 {
 	return s.table[pos/r.bs]*int32(r.bs) + int32(pos%r.bs)
@@ -264,10 +268,7 @@ func (r *Runner) forward(mask *kernels.TreeMask) error {
 		r.logits = make([]float32, need)
 	}
 	r.logits = r.logits[:len(b.Logits)*r.vocab]
-	if mask != nil {
-		r.tb.arm(mask)
-		defer r.tb.disarm()
-	}
+	b.Tree = mask
 	if err := r.m.Forward(r.kv, b, r.logits); err != nil {
 		return fmt.Errorf("spec: forward: %w", err)
 	}
@@ -378,7 +379,7 @@ func (r *Runner) step(live []*runSeq) error {
 		for i, d := range r.depths {
 			branch = branch || int(d) != i+1
 		}
-		if branch && r.tb == nil {
+		if branch && r.sc == nil {
 			t.Reset() // cannot verify branches without tree attention
 			branch = false
 		}
@@ -496,7 +497,7 @@ func (r *Runner) step(live []*runSeq) error {
 		}
 	}
 	if len(r.moves) > 0 {
-		r.tb.CopySlots(r.kv, r.moves)
+		r.sc.CopySlots(r.kv, r.moves)
 	}
 	r.stats.Steps++
 	r.disp.Observe(len(live), shape, committed, r.clock().Sub(start))

@@ -301,6 +301,24 @@ func (m *Model) check(kv kernels.KVCache, b *model.Batch, out []float32) error {
 			}
 		}
 	}
+	if b.Tree != nil {
+		if _, ok := m.be.(kernels.TreeAttention); !ok {
+			return fmt.Errorf("%w: tree batch on backend %s, which has no tree attention", ErrBatch, m.be.Name())
+		}
+		if len(b.Tree.Rows) != n {
+			return fmt.Errorf("%w: %d tree rows for %d tokens", ErrBatch, len(b.Tree.Rows), n)
+		}
+		for i, r := range b.Tree.Rows {
+			if r.Prefix < 0 || int(r.Prefix) > len(b.Attn[i].Table)*spec.BlockSize {
+				return fmt.Errorf("%w: tree row %d sees a prefix of %d through %d blocks", ErrBatch, i, r.Prefix, len(b.Attn[i].Table))
+			}
+			for _, s := range r.Slots {
+				if s < 0 || s >= slots {
+					return fmt.Errorf("%w: tree row %d names slot %d outside cache of %d", ErrBatch, i, s, slots)
+				}
+			}
+		}
+	}
 	for _, r := range b.Logits {
 		if r < 0 || int(r) >= n {
 			return fmt.Errorf("%w: logits row %d outside batch of %d", ErrBatch, r, n)
@@ -389,7 +407,11 @@ func (a *Attention) Forward(st *state, kv kernels.KVCache, layer int, b *model.B
 	be.RoPE(q, b.Pos, m.rope)
 	be.RoPE(k, b.Pos, m.rope)
 	be.StoreKV(kv, layer, k, v, b.Slots)
-	be.Attention(att, q, kv, layer, attn)
+	if b.Tree != nil {
+		be.(kernels.TreeAttention).TreeAttention(att, q, kv, layer, attn, *b.Tree)
+	} else {
+		be.Attention(att, q, kv, layer, attn)
+	}
 	be.MatMul(o, att, a.O)
 	be.Add(st.x, st.x, o)
 }

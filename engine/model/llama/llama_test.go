@@ -219,6 +219,9 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 		"len past table": {Tokens: []int32{1}, Pos: []int32{0}, Slots: []int32{0}, Attn: []kernels.AttnRow{{Table: table, Len: 40}}},
 		"ragged":         {Tokens: []int32{1, 2}, Pos: []int32{0}, Slots: []int32{0}, Attn: []kernels.AttnRow{{Table: table, Len: 1}}},
 		"logits row":     {Tokens: []int32{1}, Pos: []int32{0}, Slots: []int32{0}, Attn: []kernels.AttnRow{{Table: table, Len: 1}}, Logits: []int32{3}},
+		"tree rows":      {Tokens: []int32{1}, Pos: []int32{0}, Slots: []int32{0}, Attn: []kernels.AttnRow{{Table: table, Len: 1}}, Tree: &kernels.TreeMask{}},
+		"tree slot":      {Tokens: []int32{1}, Pos: []int32{0}, Slots: []int32{0}, Attn: []kernels.AttnRow{{Table: table, Len: 1}}, Tree: &kernels.TreeMask{Rows: []kernels.TreeRow{{Prefix: 0, Slots: []int32{99}}}}},
+		"tree prefix":    {Tokens: []int32{1}, Pos: []int32{0}, Slots: []int32{0}, Attn: []kernels.AttnRow{{Table: table, Len: 1}}, Tree: &kernels.TreeMask{Rows: []kernels.TreeRow{{Prefix: 33, Slots: []int32{0}}}}},
 	}
 	for name, b := range cases {
 		t.Run(name, func(t *testing.T) {
