@@ -6,6 +6,7 @@
 //	specgate generate   print a model's continuation of a prompt
 //	specgate bench      measure prefill and decode speed against the memory floor
 //	specgate mkmodel    write a random-weight llama GGUF of any shape
+//	specgate loadgen    drive a running gateway with many tenants' chats
 //
 // Run `specgate <command> -h` for a command's flags.
 package main
@@ -21,6 +22,7 @@ import (
 	"syscall"
 
 	_ "github.com/specgate/specgate/engine/model/llama"
+	"github.com/specgate/specgate/gateway/loadgen"
 	_ "github.com/specgate/specgate/kernels/cpu"
 )
 
@@ -36,6 +38,9 @@ var commands = map[string]command{
 	"generate": {"print a model's continuation of a prompt", runGenerate},
 	"bench":    {"measure prefill and decode tokens/s against the memory-bandwidth floor", runBench},
 	"mkmodel":  {"write a random-weight llama GGUF of any shape", runMkmodel},
+	"loadgen": {"drive a running gateway with many tenants' multi-turn chats; print TTFT/ITL/tokens/s per tenant", func(ctx context.Context, a []string) error {
+		return loadgen.Main(ctx, a, os.Stdout)
+	}},
 }
 
 func usage() {
