@@ -7,6 +7,7 @@
 //	specgate bench      measure prefill and decode speed against the memory floor
 //	specgate mkmodel    write a random-weight llama GGUF of any shape
 //	specgate loadgen    drive a running gateway with many tenants' chats
+//	specgate status     list the live gateways and engines with their load
 //
 // Run `specgate <command> -h` for a command's flags.
 package main
@@ -38,6 +39,7 @@ var commands = map[string]command{
 	"generate": {"print a model's continuation of a prompt", runGenerate},
 	"bench":    {"measure prefill and decode tokens/s against the memory-bandwidth floor", runBench},
 	"mkmodel":  {"write a random-weight llama GGUF of any shape", runMkmodel},
+	"status":   {"list the live gateways and engines with their load", runStatus},
 	"loadgen": {"drive a running gateway with many tenants' multi-turn chats; print TTFT/ITL/tokens/s per tenant", func(ctx context.Context, a []string) error {
 		return loadgen.Main(ctx, a, os.Stdout)
 	}},

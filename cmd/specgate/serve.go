@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/specgate/specgate/cluster"
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/engine/model/download"
@@ -37,7 +38,11 @@ func runServe(ctx context.Context, args []string) error {
 	maxBatch := fs.Int("max-batch-tokens", 0, "token budget of one engine step (0 = engine default)")
 	adminToken := fs.String("admin-token", os.Getenv("SPECGATE_ADMIN_TOKEN"), "token guarding /admin/v1 ($SPECGATE_ADMIN_TOKEN); empty disables it")
 	dev := fs.Bool("dev", false, "create a 'dev' tenant if missing and print a sign-in URL with a token")
+	rf := addRoleFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := rf.check(); err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -48,40 +53,35 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	defer rdb.Close()
 
-	be, err := kernels.Open(*backend, kernels.Options{Threads: *threads})
-	if err != nil {
-		return err
-	}
-	defer be.Close()
-	m, notice, err := serveModel(ctx, log, *modelPath, be)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	c := m.Config()
-	log.Info("model loaded", "name", c.Name, "arch", c.Arch, "type", c.WeightType.String(),
-		"params_M", float64(c.Params)/1e6, "layers", c.Layers, "vocab", c.Vocab, "context", c.Context)
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	em, err := gateway.NewEngineMetrics(reg)
-	if err != nil {
-		return err
+	var gen gateway.Generator
+	var ready func() error
+	notice := ""
+	if *rf.role == roleGateway {
+		// No model here: requests go to engines through Redis.
+		cc, err := newClusterClient(rdb, rf, *addr, log)
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+		gen, ready = gateway.Adapt(cc.Submit, cc.Cancel), cc.Ready
+	} else {
+		eng, n, closeEngine, err := serveEngine(ctx, log, reg, *modelPath, *backend, *threads, *kvMB, *hostKVMB, *maxBatch)
+		if err != nil {
+			return err
+		}
+		defer closeEngine()
+		if *rf.role == roleEngine {
+			return runEngineRole(ctx, log, rdb, eng.eng, eng.probe, reg, *addr, rf)
+		}
+		gen, notice = gateway.Adapt(eng.eng.Submit, eng.eng.Cancel), n
 	}
-	eng, err := engine.New(m, engine.Options{
-		KVBytes:        *kvMB << 20,
-		HostKVBytes:    *hostKVMB << 20,
-		MaxBatchTokens: *maxBatch,
-		Metrics:        em,
-	})
-	if err != nil {
-		return err
-	}
-	defer eng.Close()
 
 	gw, err := gateway.New(gateway.Options{
 		Redis:      rdb,
-		Generator:  gateway.Adapt(eng.Submit, eng.Cancel),
+		Generator:  gen,
+		Ready:      ready,
 		Registry:   reg,
 		AdminToken: *adminToken,
 		Logger:     log,
@@ -90,17 +90,67 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	return serveGateway(ctx, log, gw, reg, *addr, *dev, *rf.instance)
+}
+
+// servedEngine is the engine of roles all and engine.
+type servedEngine struct {
+	eng   *engine.Engine
+	probe *cluster.KVProbe
+}
+
+// serveEngine loads the model and starts the engine; closeEngine stops
+// both.
+func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry, modelPath, backend string, threads int, kvMB, hostKVMB int64, maxBatch int) (e servedEngine, notice string, closeEngine func(), err error) {
+	be, err := kernels.Open(backend, kernels.Options{Threads: threads})
+	if err != nil {
+		return e, "", nil, err
+	}
+	m, notice, err := serveModel(ctx, log, modelPath, be)
+	if err != nil {
+		be.Close()
+		return e, "", nil, err
+	}
+	c := m.Config()
+	log.Info("model loaded", "name", c.Name, "arch", c.Arch, "type", c.WeightType.String(),
+		"params_M", float64(c.Params)/1e6, "layers", c.Layers, "vocab", c.Vocab, "context", c.Context)
+
+	fail := func(err error) (servedEngine, string, func(), error) {
+		m.Close()
+		be.Close()
+		return e, "", nil, err
+	}
+	em, err := gateway.NewEngineMetrics(reg)
+	if err != nil {
+		return fail(err)
+	}
+	e.probe = cluster.NewKVProbe(em)
+	e.eng, err = engine.New(m, engine.Options{
+		KVBytes:        kvMB << 20,
+		HostKVBytes:    hostKVMB << 20,
+		MaxBatchTokens: maxBatch,
+		Metrics:        e.probe,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	return e, notice, func() { e.eng.Close(); m.Close(); be.Close() }, nil
+}
+
+// serveGateway serves the web UI and the gateway on addr until ctx ends.
+func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, reg *prometheus.Registry, addr string, dev bool, instance string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", web.Handler())
-	for _, p := range []string{"/v1/", "/metrics", "/healthz", "/readyz", "/admin/"} {
+	for _, p := range []string{"/v1/", "/healthz", "/readyz", "/admin/"} {
 		mux.Handle(p, gw.Handler())
 	}
-	ln, err := net.Listen("tcp", *addr)
+	mux.Handle("/metrics", cluster.MetricsHandler(reg, instance))
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	base := "http://" + ln.Addr().String() + "/"
-	if *dev {
+	if dev {
 		tok, err := devToken(ctx, gw.Tenants())
 		if err != nil {
 			return err

@@ -1,0 +1,516 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/specgate/specgate/engine"
+)
+
+// ClientOptions configure a Client. Redis is required; every zero field
+// takes the default noted on it.
+type ClientOptions struct {
+	// Redis is where requests are queued and results read.
+	Redis redis.UniversalClient
+	// Prefix is put before every key ("": none); it must match the
+	// engines'.
+	Prefix string
+	// ID names this gateway in heartbeats and notifications (NewID()).
+	ID string
+	// Addr is the HTTP address advertised in the heartbeat ("").
+	Addr string
+	// PlaceTimeout is how long Submit waits for an engine to accept or
+	// refuse the request (10s); then it fails with *UnavailableError.
+	PlaceTimeout time.Duration
+	// IdleTimeout is how long a stream waits for its next entry while
+	// Redis is unreachable or no engine runs the request (60s); then it
+	// ends with finish reason "error". It must exceed the engines'
+	// ClaimTimeout, or streams give up before failover can happen.
+	IdleTimeout time.Duration
+	// PollInterval is how often a waiting stream reads its output without
+	// a notification (500ms): notifications are lost while Redis is down.
+	PollInterval time.Duration
+	// HeartbeatInterval and HeartbeatTTL pace this gateway's heartbeat
+	// (1s, 5s); RefreshInterval is how often the live engines are re-read
+	// for routing (500ms).
+	HeartbeatInterval time.Duration
+	HeartbeatTTL      time.Duration
+	RefreshInterval   time.Duration
+	// OutTTL is how long a request's keys live after their last write
+	// (10m).
+	OutTTL time.Duration
+	// Logger (slog.Default()).
+	Logger *slog.Logger
+}
+
+func (o *ClientOptions) validate() error {
+	if o.Redis == nil {
+		return errors.New("cluster: ClientOptions.Redis is required")
+	}
+	if o.ID == "" {
+		o.ID = NewID()
+	}
+	def(&o.PlaceTimeout, 10*time.Second)
+	def(&o.IdleTimeout, 60*time.Second)
+	def(&o.PollInterval, 500*time.Millisecond)
+	def(&o.HeartbeatInterval, time.Second)
+	def(&o.HeartbeatTTL, 5*time.Second)
+	def(&o.RefreshInterval, 500*time.Millisecond)
+	def(&o.OutTTL, 10*time.Minute)
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return nil
+}
+
+func def(d *time.Duration, v time.Duration) {
+	if *d <= 0 {
+		*d = v
+	}
+}
+
+// Client is the gateway side of the Redis request path. Submit and Cancel
+// have the in-process engine's contract, so it is wired as
+//
+//	gen := gateway.Adapt(c.Submit, c.Cancel)
+//
+// Its methods are safe for concurrent use. NewClient starts a heartbeat, a
+// refresher of the live engine list and a notification subscriber; Close
+// stops them.
+type Client struct {
+	o ClientOptions
+	k keys
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the background goroutines
+
+	mu      sync.Mutex // protects the fields below
+	live    map[string]*Stream
+	byID    map[string]*Stream // engine request id → its latest stream
+	engines []NodeInfo
+	listErr error
+}
+
+// NewClient checks o and starts the client's background goroutines. It
+// does not need Redis to be up: routing starts once a refresh succeeds.
+func NewClient(o ClientOptions) (*Client, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{o: o, k: keys{o.Prefix}, cancel: cancel, live: map[string]*Stream{}, byID: map[string]*Stream{},
+		listErr: errors.New("cluster: engine list not read yet")}
+	c.refresh(ctx)
+	c.wg.Add(3)
+	go func() {
+		defer c.wg.Done()
+		heartbeat(ctx, o.Redis, c.k, o.HeartbeatInterval, o.HeartbeatTTL, c.info, o.Logger)
+	}()
+	go func() {
+		defer c.wg.Done()
+		t := time.NewTicker(o.RefreshInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.refresh(ctx)
+			}
+		}
+	}()
+	go func() {
+		defer c.wg.Done()
+		c.subscribe(ctx)
+	}()
+	return c, nil
+}
+
+// ID returns the gateway's node id.
+func (c *Client) ID() string { return c.o.ID }
+
+// Close stops the background goroutines and removes the heartbeat. Streams
+// already handed out keep working (they poll) until they end.
+func (c *Client) Close() error {
+	c.cancel()
+	c.wg.Wait()
+	return nil
+}
+
+// Ready reports whether a request can be placed now: the engine list was
+// read and names at least one live engine. The gateway's /readyz uses it.
+func (c *Client) Ready() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.listErr != nil {
+		return c.listErr
+	}
+	if len(c.engines) == 0 {
+		return errors.New("cluster: no live engine")
+	}
+	return nil
+}
+
+// Engines returns the live engines as last read.
+func (c *Client) Engines() []NodeInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]NodeInfo(nil), c.engines...)
+}
+
+func (c *Client) info() NodeInfo {
+	c.mu.Lock()
+	n := len(c.live)
+	c.mu.Unlock()
+	return NodeInfo{Role: RoleGateway, ID: c.o.ID, Addr: c.o.Addr, Load: n, FreeKV: -1, Started: started}
+}
+
+// started is the process start, for heartbeats.
+var started = time.Now()
+
+func (c *Client) refresh(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, c.o.RefreshInterval+time.Second)
+	ns, err := Nodes(cctx, c.o.Redis, c.o.Prefix)
+	cancel()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		// Keep routing on the last list: a request placed on a dead
+		// engine's stream is still taken over.
+		c.listErr = err
+		return
+	}
+	c.listErr = nil
+	c.engines = engines(ns)
+}
+
+// subscribe wakes streams when the append script says their output grew.
+// go-redis resubscribes after a reconnect; what is lost meanwhile the
+// streams' polling recovers.
+func (c *Client) subscribe(ctx context.Context) {
+	ps := c.o.Redis.Subscribe(ctx, c.k.gatewayChan(c.o.ID))
+	defer ps.Close()
+	ch := ps.Channel(redis.WithChannelSize(1024))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			c.mu.Lock()
+			s := c.live[m.Payload]
+			c.mu.Unlock()
+			if s != nil {
+				s.wake()
+			}
+		}
+	}
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Submit queues r for an engine and waits until one accepts it (returns
+// its stream) or refuses it (returns the engine's *engine.Error). It fails
+// with *UnavailableError when Redis cannot be reached or no engine answers
+// within PlaceTimeout, and with ctx's error when ctx ends first.
+// Cancelling ctx later cancels the request. A request without an ID gets
+// one. The caller must read the stream to its io.EOF.
+func (c *Client) Submit(ctx context.Context, r engine.Request) (*Stream, error) {
+	if r.ID == "" {
+		r.ID = "req-" + randHex(8)
+	}
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, &engine.Error{Code: engine.CodeBadRequest, Message: "request does not encode: " + err.Error()}
+	}
+	rk := r.ID + "#" + randHex(6)
+	s := &Stream{c: c, id: r.ID, rk: rk, last: "0", notify: make(chan struct{}, 1)}
+	affinity := r.Tenant + "/" + r.Session
+	if r.Session == "" {
+		affinity = rk
+	}
+	c.mu.Lock()
+	target, routed := Route(affinity, c.engines)
+	c.live[rk] = s
+	c.byID[r.ID] = s
+	c.mu.Unlock()
+	queue := c.k.shared()
+	if routed {
+		queue = c.k.queue(target)
+	}
+
+	pctx, cancel := context.WithTimeout(ctx, c.o.PlaceTimeout)
+	defer cancel()
+	_, err = c.o.Redis.TxPipelined(pctx, func(p redis.Pipeliner) error {
+		p.HSet(pctx, c.k.req(rk), "gw", c.o.ID)
+		p.PExpire(pctx, c.k.req(rk), c.o.OutTTL)
+		p.XAdd(pctx, &redis.XAddArgs{Stream: queue, Values: []any{fieldKey, rk, fieldGateway, c.o.ID, fieldRequest, string(body)}})
+		p.SAdd(pctx, c.k.queues(), queue)
+		return nil
+	})
+	if err != nil {
+		c.forget(s)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &UnavailableError{Reason: "cannot queue the request", Err: err}
+	}
+	if err := s.awaitPlacement(pctx); err != nil {
+		c.forget(s)
+		if errors.As(err, new(*UnavailableError)) || ctx.Err() != nil {
+			// Nobody may run it any more: an engine that takes it later
+			// finds it cancelled.
+			c.cancelKey(rk)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	s.stop = context.AfterFunc(ctx, func() { s.Cancel() })
+	return s, nil
+}
+
+// Cancel asks the engine running request id to stop; the stream then ends
+// with finish reason "cancelled" (unless it already ended). Unknown ids
+// are ignored. It does not wait; a cancel that cannot reach Redis is
+// retried by the stream's reader.
+func (c *Client) Cancel(id string) {
+	c.mu.Lock()
+	s := c.byID[id]
+	c.mu.Unlock()
+	if s != nil {
+		s.Cancel()
+	}
+}
+
+// cancelKey sets request rk's cancel flag and tells the engines.
+func (c *Client) cancelKey(rk string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := c.o.Redis.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, c.k.req(rk), "cancel", "1")
+		p.PExpire(ctx, c.k.req(rk), c.o.OutTTL)
+		p.Publish(ctx, c.k.control(), rk)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: cancel %s: %w", rk, err)
+	}
+	return nil
+}
+
+func (c *Client) forget(s *Stream) {
+	c.mu.Lock()
+	if c.live[s.rk] == s {
+		delete(c.live, s.rk)
+	}
+	if c.byID[s.id] == s {
+		delete(c.byID, s.id)
+	}
+	c.mu.Unlock()
+	if s.stop != nil {
+		s.stop()
+	}
+}
+
+// Stream is one request's events read from Redis: deltas, then one Final,
+// then io.EOF. Recv is for one goroutine at a time; Cancel for any.
+type Stream struct {
+	c      *Client
+	id, rk string
+	notify chan struct{} // cap 1: the output may have grown
+	stop   func() bool   // undoes the ctx watch
+
+	cancelWanted atomic.Bool // a cancel is still to be delivered
+
+	mu     sync.Mutex // protects engine
+	engine string     // the engine that last accepted the request
+
+	// Owned by the reader.
+	last     string // id of the last output entry read
+	buf      []outEntry
+	ended    bool
+	progress time.Time
+}
+
+// ID returns the engine request id.
+func (s *Stream) ID() string { return s.id }
+
+// Engine returns the id of the engine that last accepted the request.
+func (s *Stream) Engine() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.engine
+}
+
+// Cancel asks the engine to stop the request. It does not wait.
+func (s *Stream) Cancel() {
+	if err := s.c.cancelKey(s.rk); err != nil {
+		s.cancelWanted.Store(true)
+		s.wake()
+	}
+}
+
+func (s *Stream) wake() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// fetch reads the output entries after the last one into buf.
+func (s *Stream) fetch(ctx context.Context) error {
+	msgs, err := s.c.o.Redis.XRangeN(ctx, s.c.k.out(s.rk), "("+s.last, "+", 256).Result()
+	if err != nil {
+		return fmt.Errorf("cluster: read output of %s: %w", s.id, err)
+	}
+	for _, m := range msgs {
+		e, err := decodeOut(m)
+		if err != nil {
+			return &decodeError{err}
+		}
+		s.last = m.ID
+		s.buf = append(s.buf, e)
+	}
+	if len(msgs) > 0 {
+		s.progress = time.Now()
+	}
+	return nil
+}
+
+// wait blocks until a notification, the poll interval (or d, when
+// shorter), or ctx's end.
+func (s *Stream) wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(min(d, s.c.o.PollInterval))
+	defer t.Stop()
+	select {
+	case <-s.notify:
+		return nil
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// awaitPlacement waits for the first output entry: a refusal is returned,
+// anything else means an engine took the request.
+func (s *Stream) awaitPlacement(ctx context.Context) error {
+	backoff := 20 * time.Millisecond
+	for {
+		err := s.fetch(ctx)
+		if err == nil && len(s.buf) > 0 {
+			if e := s.buf[0]; e.Kind == kindRefused {
+				return e.Refuse
+			}
+			return nil
+		}
+		d := time.Hour
+		if err != nil {
+			d, backoff = backoff, min(2*backoff, time.Second)
+		}
+		if werr := s.wait(ctx, d); werr != nil {
+			if err == nil {
+				err = errors.New("no engine took it")
+			}
+			return &UnavailableError{Reason: "no engine accepted the request in time", Err: err}
+		}
+	}
+}
+
+// Recv returns the next event. After the event that carries Final it
+// returns io.EOF. It blocks until an event is ready or ctx is done (then
+// ctx's error, and the stream stays usable). When no entry comes for
+// IdleTimeout (Redis down, or no engine left to take the request over) it
+// ends the stream with finish reason "error" and an *UnavailableError.
+func (s *Stream) Recv(ctx context.Context) (engine.Event, error) {
+	backoff := 20 * time.Millisecond
+	if s.progress.IsZero() {
+		s.progress = time.Now()
+	}
+	for {
+		if s.ended {
+			return engine.Event{}, io.EOF
+		}
+		for len(s.buf) > 0 {
+			e := s.buf[0]
+			s.buf = s.buf[1:]
+			switch e.Kind {
+			case kindAccepted:
+				s.mu.Lock()
+				s.engine = e.Engine
+				s.mu.Unlock()
+			case kindDelta:
+				return e.Event, nil
+			case kindFinal:
+				return s.end(e.Event.Final), nil
+			case kindRefused:
+				// Refused after an earlier accept: not written by this
+				// version's engines, but end cleanly if it is.
+				return s.end(&engine.Final{FinishReason: engine.FinishError, Err: e.Refuse}), nil
+			}
+		}
+		if s.cancelWanted.Load() {
+			if s.c.cancelKey(s.rk) == nil {
+				s.cancelWanted.Store(false)
+			}
+		}
+		err := s.fetch(ctx)
+		if err != nil && ctx.Err() != nil {
+			return engine.Event{}, ctx.Err()
+		}
+		if len(s.buf) > 0 {
+			backoff = 20 * time.Millisecond
+			continue
+		}
+		var dec *decodeError
+		if errors.As(err, &dec) {
+			return s.end(&engine.Final{FinishReason: engine.FinishError, Err: &engine.Error{Code: engine.CodeInternal, Message: err.Error()}}), nil
+		}
+		if time.Since(s.progress) > s.c.o.IdleTimeout {
+			why := "the request made no progress"
+			if err != nil {
+				why = "Redis unreachable"
+			}
+			s.Cancel()
+			return s.end(&engine.Final{FinishReason: engine.FinishError, Err: &UnavailableError{Reason: why, Err: err}}), nil
+		}
+		d := time.Hour
+		if err != nil {
+			d, backoff = backoff, min(2*backoff, time.Second)
+		}
+		if err := s.wait(ctx, d); err != nil {
+			return engine.Event{}, err
+		}
+	}
+}
+
+func (s *Stream) end(f *engine.Final) engine.Event {
+	s.ended = true
+	s.c.forget(s)
+	return engine.Event{Final: f}
+}
+
+// decodeError marks an output entry this version cannot read.
+type decodeError struct{ err error }
+
+func (e *decodeError) Error() string { return e.err.Error() }
+func (e *decodeError) Unwrap() error { return e.err }

@@ -1,0 +1,94 @@
+// Package cluster runs specgate's request path over Redis, so gateways and
+// engines can be separate processes on separate machines.
+//
+// The gateway side is Client: it implements the same Submit/Cancel contract
+// as the in-process engine (wire it with gateway.Adapt(c.Submit, c.Cancel)),
+// and the same conformance suite (gateway/generatortest) runs against both.
+// The engine side is RunEngine: it feeds requests from Redis to a local
+// engine and writes the results back. This package imports the engine API
+// but never the gateway: dependencies point gateway → engine.
+//
+// # Keys
+//
+// Every key starts with the deployment's prefix P (gateway.Options.Prefix).
+//
+//	P cl:nodes              ZSET  "<role>/<id>" → heartbeat expiry (unix ms)
+//	P cl:node:<role>/<id>   STRING JSON NodeInfo, with a TTL (the heartbeat)
+//	P cl:q:<engine>         STREAM routed requests of one engine
+//	P cl:q:*shared          STREAM requests any engine may take
+//	P cl:queues             SET   every request stream ever written to
+//	P cl:req:{<key>}        HASH  fence, owner, done, cancel of one request
+//	P cl:req:{<key>}:out    STREAM the request's accepted/delta/final entries
+//	P cl:gw:<gateway>       pub/sub channel: "entry appended for <key>"
+//	P cl:ctl                pub/sub channel: "cancel <key>"
+//
+// <key> is the engine request id plus a random suffix, unique per Submit, so
+// a request id reused after its request ended never meets old state.
+//
+// # Routing
+//
+// Engines heartbeat every second (NodeInfo: load, capacity, free KV blocks).
+// A gateway routes a request by rendezvous hashing of "tenant/session" over
+// the live engines: the highest hash wins, so a conversation's next turn
+// goes where its prefix is cached, and when an engine joins or leaves only
+// the sessions it wins or held move. When the winner is saturated (load ≥
+// capacity) the least-loaded unsaturated engine takes the request instead;
+// when every engine is saturated, or none is live, the request goes to the
+// shared stream, which every engine reads when it has a free slot. One
+// stream per engine (rather than one shared stream) is what makes affinity
+// hold: an engine reads only its own stream and the shared one.
+//
+// Engines read with XREADGROUP in one consumer group ("engines"), each
+// engine its own consumer, and take no more entries than they have free
+// slots. An entry stays pending until its request's final entry is written;
+// then it is acknowledged and deleted, so an idle cluster has empty streams
+// and empty pending lists.
+//
+// # Output, fencing and failover
+//
+// An engine that takes an entry first acquires the request (Lua): it bumps
+// the request's fence and becomes owner, unless the request is already done.
+// Every entry it then appends to the request's output stream goes through a
+// second script that appends only while the writer's fence is the current
+// one and the request is not done, and marks it done with the final entry.
+// So a zombie engine (paused, partitioned, presumed dead) can write nothing
+// after another engine took over, and a request ends exactly once.
+//
+// A running engine refreshes its pending entries (XCLAIM to itself with
+// JUSTID, which resets their idle time) every ClaimInterval. An engine with
+// free slots runs XAUTOCLAIM over every request stream with ClaimTimeout as
+// the minimum idle time, so the entries of a dead engine move to a live one
+// after ClaimTimeout; it also reads the never-delivered entries of a dead
+// engine's stream. The new owner reads the output stream, takes the tokens
+// of every delta as Request.Generated, and resubmits: the engine re-prefills
+// prompt plus generated tokens and numbers its deltas after them, so the
+// client's text continues with no gap and no duplicate. A request that was
+// taken over MaxAttempts times ends with an error instead of killing more
+// engines.
+//
+// Deltas are written only with the tokens that produced their text (text
+// the engine emits early while it holds tokens back for a stop string waits
+// for those tokens), so Generated always accounts for every character the
+// client saw.
+//
+// The gateway side reads the output stream with XRANGE after the last entry
+// it saw. A notification on the gateway's channel (published by the append
+// script) wakes it at once; a poll every PollInterval covers notifications
+// lost while Redis was unreachable.
+//
+// # Cancels
+//
+// Cancel sets the request's cancel flag and publishes on the control
+// channel; the owning engine cancels at once. Because pub/sub loses messages
+// while a connection is down, the flag is also checked when an engine
+// acquires the request, on every append, and on every refresh.
+//
+// # Redis outages
+//
+// Submit fails with an *UnavailableError (errors.Is engine.ErrClosed, so
+// the gateway reports the protocol's "unavailable" code) when it cannot
+// place the request. A stream already running keeps retrying its reads, and
+// an engine keeps retrying its appends (the local stream coalesces the
+// backlog), for up to IdleTimeout; nothing is lost because every write is
+// an append that is retried until Redis takes it.
+package cluster

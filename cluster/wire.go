@@ -1,0 +1,260 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/specgate/specgate/engine"
+)
+
+// group is the consumer group every engine reads request streams in.
+const group = "engines"
+
+// Roles of a node.
+const (
+	RoleGateway = "gateway"
+	RoleEngine  = "engine"
+)
+
+// keys names every Redis key of one deployment (see the package doc).
+type keys struct{ prefix string }
+
+func (k keys) nodes() string                  { return k.prefix + "cl:nodes" }
+func (k keys) node(role, id string) string    { return k.prefix + "cl:node:" + role + "/" + id }
+func (k keys) queue(engineID string) string   { return k.prefix + "cl:q:" + engineID }
+func (k keys) shared() string                 { return k.prefix + "cl:q:*shared" }
+func (k keys) queues() string                 { return k.prefix + "cl:queues" }
+func (k keys) req(rk string) string           { return k.prefix + "cl:req:{" + rk + "}" }
+func (k keys) out(rk string) string           { return k.prefix + "cl:req:{" + rk + "}:out" }
+func (k keys) gatewayChan(id string) string   { return k.prefix + "cl:gw:" + id }
+func (k keys) control() string                { return k.prefix + "cl:ctl" }
+func (k keys) queueOwner(queue string) string { return strings.TrimPrefix(queue, k.prefix+"cl:q:") }
+
+// Output stream entry kinds (field "k").
+const (
+	kindAccepted = "a" // an engine took the request: "e" engine, "f" fence
+	kindDelta    = "d" // "s" seq, "x" text, "t" tokens
+	kindFinal    = "f" // "j" wireFinal
+	kindRefused  = "r" // "j" wireError: Submit's refusal, terminal
+)
+
+// Queue stream entry fields.
+const (
+	fieldKey     = "k" // the request key (rk)
+	fieldGateway = "g" // the submitting gateway's id
+	fieldRequest = "r" // JSON engine.Request
+)
+
+// Results of the append script.
+const (
+	appendOK        = 0
+	appendCancelled = 1 // appended, and the request's cancel flag is set
+	appendFenced    = -1
+	appendDone      = -2
+)
+
+// acquireScript makes the caller the owner of request KEYS[1] unless it is
+// done: it bumps the fence, which invalidates every earlier owner's writes.
+// ARGV: engine id, TTL in ms. Returns {fence, cancel flag}, or {-2, 0} when
+// the request is already done.
+var acquireScript = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], 'done') == 1 then return {-2, 0} end
+local f = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HSET', KEYS[1], 'owner', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {f, redis.call('HEXISTS', KEYS[1], 'cancel')}
+`)
+
+// appendScript appends one entry to output stream KEYS[2] of request
+// KEYS[1], only while ARGV[1] is the request's fence and it is not done.
+// ARGV: fence, "1" when the entry is the last one, TTL in ms, the channel
+// to notify ("" none), the notification payload, then field/value pairs.
+var appendScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return -1 end
+if redis.call('HEXISTS', KEYS[1], 'done') == 1 then return -2 end
+redis.call('XADD', KEYS[2], '*', unpack(ARGV, 6))
+if ARGV[2] == '1' then redis.call('HSET', KEYS[1], 'done', '1') end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+return redis.call('HEXISTS', KEYS[1], 'cancel')
+`)
+
+// wireError is an error crossing Redis: engine errors keep their code.
+type wireError struct {
+	Code      string `json:"code,omitempty"`
+	Message   string `json:"message,omitempty"`
+	Temporary bool   `json:"temporary,omitempty"`
+	// Closed marks engine.ErrClosed (the engine stopped).
+	Closed bool `json:"closed,omitempty"`
+}
+
+func toWireError(err error) *wireError {
+	if err == nil {
+		return nil
+	}
+	var ee *engine.Error
+	if errors.As(err, &ee) {
+		return &wireError{Code: ee.Code, Message: ee.Message, Temporary: ee.Temporary}
+	}
+	if errors.Is(err, engine.ErrClosed) {
+		return &wireError{Closed: true, Message: err.Error()}
+	}
+	return &wireError{Code: engine.CodeInternal, Message: err.Error()}
+}
+
+func (w *wireError) err() error {
+	if w == nil {
+		return nil
+	}
+	if w.Closed {
+		return &UnavailableError{Reason: "the engine stopped: " + w.Message}
+	}
+	return &engine.Error{Code: w.Code, Message: w.Message, Temporary: w.Temporary}
+}
+
+// wireFinal is engine.Final crossing Redis (per-token gaps are dropped:
+// they are the engine's metrics, not the client's).
+type wireFinal struct {
+	Reason          string       `json:"reason"`
+	Usage           engine.Usage `json:"usage"`
+	Queue           int64        `json:"queue_ns,omitempty"`
+	TTFT            int64        `json:"ttft_ns,omitempty"`
+	Total           int64        `json:"total_ns,omitempty"`
+	TokensPerSecond float64      `json:"tps,omitempty"`
+	AcceptedPerStep float64      `json:"aps,omitempty"`
+	Preemptions     int          `json:"preemptions,omitempty"`
+	Err             *wireError   `json:"err,omitempty"`
+}
+
+func toWireFinal(f *engine.Final) wireFinal {
+	return wireFinal{
+		Reason: f.FinishReason, Usage: f.Usage,
+		Queue: int64(f.Stats.Queue), TTFT: int64(f.Stats.TTFT), Total: int64(f.Stats.Total),
+		TokensPerSecond: f.Stats.TokensPerSecond, AcceptedPerStep: f.Stats.AcceptedPerStep,
+		Preemptions: f.Stats.Preemptions, Err: toWireError(f.Err),
+	}
+}
+
+func (w wireFinal) final() *engine.Final {
+	return &engine.Final{
+		FinishReason: w.Reason, Usage: w.Usage,
+		Stats: engine.Stats{
+			Queue: time.Duration(w.Queue), TTFT: time.Duration(w.TTFT), Total: time.Duration(w.Total),
+			TokensPerSecond: w.TokensPerSecond, AcceptedPerStep: w.AcceptedPerStep, Preemptions: w.Preemptions,
+		},
+		Err: w.Err.err(),
+	}
+}
+
+// encodeTokens writes ids as decimal, comma-separated: compact for small
+// vocabularies and readable in redis-cli.
+func encodeTokens(ids []int32) string {
+	b := make([]byte, 0, len(ids)*6)
+	for i, t := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(t), 10)
+	}
+	return string(b)
+}
+
+func decodeTokens(s string) ([]int32, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]int32, len(parts))
+	for i, p := range parts {
+		v, err := strconv.ParseInt(p, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: token %d of %q: %w", i, s, err)
+		}
+		out[i] = int32(v)
+	}
+	return out, nil
+}
+
+// outEntry is one decoded output stream entry.
+type outEntry struct {
+	ID     string
+	Kind   string
+	Engine string // accepted
+	Event  engine.Event
+	Refuse error // refused
+}
+
+func str(v map[string]any, k string) string {
+	s, _ := v[k].(string)
+	return s
+}
+
+// decodeOut decodes an output stream entry. Unknown kinds are an error:
+// they mean a newer writer, and skipping them could lose text.
+func decodeOut(m redis.XMessage) (outEntry, error) {
+	e := outEntry{ID: m.ID, Kind: str(m.Values, "k")}
+	switch e.Kind {
+	case kindAccepted:
+		e.Engine = str(m.Values, "e")
+	case kindDelta:
+		seq, err := strconv.Atoi(str(m.Values, "s"))
+		if err != nil {
+			return e, fmt.Errorf("cluster: delta %s seq: %w", m.ID, err)
+		}
+		toks, err := decodeTokens(str(m.Values, "t"))
+		if err != nil {
+			return e, err
+		}
+		e.Event = engine.Event{Seq: seq, Tokens: toks, Text: str(m.Values, "x")}
+	case kindFinal:
+		var w wireFinal
+		if err := json.Unmarshal([]byte(str(m.Values, "j")), &w); err != nil {
+			return e, fmt.Errorf("cluster: final %s: %w", m.ID, err)
+		}
+		e.Event = engine.Event{Final: w.final()}
+	case kindRefused:
+		var w wireError
+		if err := json.Unmarshal([]byte(str(m.Values, "j")), &w); err != nil {
+			return e, fmt.Errorf("cluster: refusal %s: %w", m.ID, err)
+		}
+		e.Refuse = w.err()
+	default:
+		return e, fmt.Errorf("cluster: output entry %s of unknown kind %q", m.ID, e.Kind)
+	}
+	return e, nil
+}
+
+// UnavailableError says a request could not be placed or finished because
+// Redis or every engine was unreachable. It matches engine.ErrClosed with
+// errors.Is, so the gateway reports the protocol's "unavailable" code, and
+// retrying later may succeed.
+type UnavailableError struct {
+	Reason string
+	Err    error // the cause, when there is one
+}
+
+func (e *UnavailableError) Error() string {
+	s := "cluster: unavailable: " + e.Reason
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap gives the cause and engine.ErrClosed.
+func (e *UnavailableError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{engine.ErrClosed}
+	}
+	return []error{engine.ErrClosed, e.Err}
+}
+
+// Temporary reports that retrying later may succeed.
+func (e *UnavailableError) Temporary() bool { return true }

@@ -1,0 +1,761 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/specgate/specgate/engine"
+)
+
+// Events is one request's events from a local engine: deltas, then one
+// Final, then io.EOF (*engine.Stream).
+type Events interface {
+	Recv(ctx context.Context) (engine.Event, error)
+}
+
+// Runner is the local engine a worker feeds.
+type Runner interface {
+	Submit(ctx context.Context, r engine.Request) (Events, error)
+	Cancel(id string)
+}
+
+// Local makes a Runner from an engine's Submit and Cancel methods:
+//
+//	run := cluster.Local(eng.Submit, eng.Cancel)
+func Local[S Events](submit func(context.Context, engine.Request) (S, error), cancel func(string)) Runner {
+	return local[S]{submit: submit, cancel: cancel}
+}
+
+type local[S Events] struct {
+	submit func(context.Context, engine.Request) (S, error)
+	cancel func(string)
+}
+
+func (l local[S]) Submit(ctx context.Context, r engine.Request) (Events, error) {
+	s, err := l.submit(ctx, r)
+	if err != nil {
+		return nil, err // never a typed nil in an interface
+	}
+	return s, nil
+}
+
+func (l local[S]) Cancel(id string) { l.cancel(id) }
+
+// EngineOptions configure RunEngine. Redis and Engine are required; every
+// zero field takes the default noted on it.
+type EngineOptions struct {
+	Redis redis.UniversalClient
+	// Prefix is put before every key ("": none); it must match the
+	// gateways'.
+	Prefix string
+	// ID names this engine: its request stream and consumer (NewID()).
+	ID string
+	// Addr is the HTTP address advertised in the heartbeat ("").
+	Addr string
+	// Engine runs the requests.
+	Engine Runner
+	// Capacity is how many requests this engine holds at once, running or
+	// queued in the engine (64). It never reads more entries than it has
+	// free slots; gateways route elsewhere when it is full.
+	Capacity int
+	// FreeKV reports free device KV blocks for the heartbeat (nil: -1).
+	FreeKV func() int
+	// HeartbeatInterval and HeartbeatTTL pace the heartbeat (1s, 5s).
+	HeartbeatInterval time.Duration
+	HeartbeatTTL      time.Duration
+	// ClaimInterval is how often running requests are refreshed and dead
+	// engines' requests looked for (1s). ClaimTimeout is how long a
+	// request may go unrefreshed before another engine takes it over
+	// (10s); it must be several ClaimIntervals.
+	ClaimInterval time.Duration
+	ClaimTimeout  time.Duration
+	// MaxAttempts is how many engines may take a request before it ends
+	// with an error instead (3).
+	MaxAttempts int
+	// RetryTimeout is how long a write is retried while Redis is
+	// unreachable before the request is abandoned to a takeover (60s).
+	RetryTimeout time.Duration
+	// DrainTimeout is how long RunEngine waits, after its ctx ends, for
+	// running requests to finish; the rest are left to other engines
+	// (30s).
+	DrainTimeout time.Duration
+	// OutTTL is how long a request's keys live after their last write
+	// (10m).
+	OutTTL time.Duration
+	// Logger (slog.Default()).
+	Logger *slog.Logger
+}
+
+func (o *EngineOptions) validate() error {
+	if o.Redis == nil {
+		return errors.New("cluster: EngineOptions.Redis is required")
+	}
+	if o.Engine == nil {
+		return errors.New("cluster: EngineOptions.Engine is required")
+	}
+	if o.ID == "" {
+		o.ID = NewID()
+	}
+	if strings.ContainsAny(o.ID, "/{}") || o.ID == "*shared" {
+		return fmt.Errorf("cluster: engine id %q may not contain '/', '{' or '}'", o.ID)
+	}
+	if o.Capacity <= 0 {
+		o.Capacity = 64
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 3
+	}
+	def(&o.HeartbeatInterval, time.Second)
+	def(&o.HeartbeatTTL, 5*time.Second)
+	def(&o.ClaimInterval, time.Second)
+	def(&o.ClaimTimeout, 10*time.Second)
+	def(&o.RetryTimeout, 60*time.Second)
+	def(&o.DrainTimeout, 30*time.Second)
+	def(&o.OutTTL, 10*time.Minute)
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.ClaimTimeout < 2*o.ClaimInterval {
+		return fmt.Errorf("cluster: ClaimTimeout %v must be at least two ClaimIntervals (%v)", o.ClaimTimeout, o.ClaimInterval)
+	}
+	return nil
+}
+
+// worker is one engine's side of the request path.
+type worker struct {
+	o   EngineOptions
+	k   keys
+	log *slog.Logger
+
+	jobs sync.WaitGroup
+
+	mu       sync.Mutex // protects the fields below
+	inflight map[string]*job
+	draining bool
+	freed    chan struct{} // cap 1: a slot was freed
+}
+
+// job is one request this engine holds.
+type job struct {
+	rk, queue, entry, gateway string
+	req                       engine.Request
+	ctx                       context.Context // cancelled to cancel the request
+	cancel                    context.CancelFunc
+}
+
+// RunEngine feeds requests from Redis to o.Engine and writes their results
+// back, until ctx ends; then it stops taking requests, waits up to
+// DrainTimeout for the running ones, and returns. Requests it could not
+// finish stay pending and are taken over by other engines. It survives
+// Redis outages (retrying, logging once per outage) and returns an error
+// only for bad options.
+func RunEngine(ctx context.Context, o EngineOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	w := &worker{o: o, k: keys{o.Prefix}, log: o.Logger.With("engine", o.ID), inflight: map[string]*job{}, freed: make(chan struct{}, 1)}
+
+	// Jobs run under runCtx, which outlives ctx by the drain; background
+	// loops under bgCtx, which ends after the jobs; the heartbeat under
+	// ctx, so gateways stop routing here as soon as the drain starts.
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	bgCtx, stopBG := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	bg.Add(3)
+	go func() {
+		defer bg.Done()
+		heartbeat(ctx, o.Redis, w.k, o.HeartbeatInterval, o.HeartbeatTTL, w.info, w.log)
+	}()
+	go func() {
+		defer bg.Done()
+		w.control(bgCtx)
+	}()
+	go func() {
+		defer bg.Done()
+		w.sweepLoop(bgCtx, runCtx)
+	}()
+
+	w.readLoop(ctx, runCtx)
+
+	w.mu.Lock()
+	w.draining = true
+	w.mu.Unlock()
+	done := make(chan struct{})
+	go func() { w.jobs.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(o.DrainTimeout):
+		w.log.Warn("cluster: drain timed out; leaving running requests to other engines")
+		stopRun()
+		<-done
+	}
+	stopBG()
+	bg.Wait()
+	return nil
+}
+
+func (w *worker) info() NodeInfo {
+	w.mu.Lock()
+	n := len(w.inflight)
+	w.mu.Unlock()
+	free := -1
+	if w.o.FreeKV != nil {
+		free = w.o.FreeKV()
+	}
+	return NodeInfo{Role: RoleEngine, ID: w.o.ID, Addr: w.o.Addr, Load: n, Capacity: w.o.Capacity, FreeKV: free, Started: started}
+}
+
+func (w *worker) free() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.draining {
+		return 0
+	}
+	return w.o.Capacity - len(w.inflight)
+}
+
+// ensureGroup creates the consumer group on queue (and the stream).
+func (w *worker) ensureGroup(ctx context.Context, queue string) error {
+	err := w.o.Redis.XGroupCreateMkStream(ctx, queue, group, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("cluster: create group on %s: %w", queue, err)
+	}
+	return w.o.Redis.SAdd(ctx, w.k.queues(), queue).Err()
+}
+
+// readLoop takes new entries from this engine's stream and the shared one
+// while there are free slots, until ctx ends.
+func (w *worker) readLoop(ctx, runCtx context.Context) {
+	own, shared := w.k.queue(w.o.ID), w.k.shared()
+	ready := false
+	failing := false
+	backoff := 50 * time.Millisecond
+	pause := func() bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+		return true
+	}
+	for ctx.Err() == nil {
+		if !ready {
+			err := w.ensureGroup(ctx, own)
+			if err == nil {
+				err = w.ensureGroup(ctx, shared)
+			}
+			if err != nil {
+				if !failing && ctx.Err() == nil {
+					w.log.Warn("cluster: cannot set up request streams; retrying", "err", err)
+					failing = true
+				}
+				if !pause() {
+					return
+				}
+				continue
+			}
+			ready = true
+		}
+		n := w.free()
+		if n <= 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.freed:
+			case <-time.After(w.o.ClaimInterval):
+			}
+			continue
+		}
+		res, err := w.o.Redis.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: group, Consumer: w.o.ID, Streams: []string{own, shared, ">", ">"},
+			// A short block: go-redis does not end a blocked read when
+			// ctx ends, and a drain should start promptly.
+			Count: int64(n), Block: 250 * time.Millisecond,
+		}).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if strings.HasPrefix(err.Error(), "NOGROUP") {
+				ready = false // Redis lost its data: set up again
+			}
+			if !failing {
+				w.log.Warn("cluster: reading requests failing; retrying", "err", err)
+				failing = true
+			}
+			if !pause() {
+				return
+			}
+			continue
+		}
+		if failing {
+			w.log.Info("cluster: reading requests again")
+			failing = false
+		}
+		backoff = 50 * time.Millisecond
+		for _, st := range res {
+			for _, m := range st.Messages {
+				w.take(runCtx, st.Stream, m)
+			}
+		}
+	}
+}
+
+// take starts a job for queue entry m unless this engine holds it already.
+func (w *worker) take(runCtx context.Context, queue string, m redis.XMessage) {
+	rk := str(m.Values, fieldKey)
+	var r engine.Request
+	err := json.Unmarshal([]byte(str(m.Values, fieldRequest)), &r)
+	if rk == "" || err != nil {
+		// Not a request any version wrote: drop it rather than have every
+		// engine trip on it forever.
+		w.log.Warn("cluster: dropping malformed request entry", "queue", queue, "entry", m.ID, "err", err)
+		w.ack(queue, m.ID)
+		return
+	}
+	w.mu.Lock()
+	if _, ok := w.inflight[rk]; ok {
+		w.mu.Unlock()
+		return // a takeover handed us back our own running request
+	}
+	jctx, cancel := context.WithCancel(runCtx)
+	j := &job{rk: rk, queue: queue, entry: m.ID, gateway: str(m.Values, fieldGateway), req: r, ctx: jctx, cancel: cancel}
+	w.inflight[rk] = j
+	w.mu.Unlock()
+	w.jobs.Add(1)
+	go func() {
+		defer w.jobs.Done()
+		defer w.release(j)
+		w.run(runCtx, j)
+	}()
+}
+
+func (w *worker) release(j *job) {
+	j.cancel()
+	w.mu.Lock()
+	delete(w.inflight, j.rk)
+	w.mu.Unlock()
+	select {
+	case w.freed <- struct{}{}:
+	default:
+	}
+}
+
+// retry runs f until it succeeds, f says stop, runCtx ends or
+// RetryTimeout passes since the first failure.
+func (w *worker) retry(runCtx context.Context, what string, f func(ctx context.Context) error) error {
+	backoff := 20 * time.Millisecond
+	var first time.Time
+	for {
+		ctx, cancel := context.WithTimeout(runCtx, 5*time.Second)
+		err := f(ctx)
+		cancel()
+		if err == nil || runCtx.Err() != nil || errors.Is(err, errStop) {
+			return err
+		}
+		if first.IsZero() {
+			first = time.Now()
+			w.log.Warn("cluster: "+what+" failing; retrying", "err", err)
+		} else if time.Since(first) > w.o.RetryTimeout {
+			return err
+		}
+		select {
+		case <-runCtx.Done():
+			return runCtx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// errStop ends a retry: the outcome is final, not a Redis failure.
+var errStop = errors.New("cluster: stop")
+
+// lostError says this engine no longer owns a request.
+type lostError struct{ code int64 }
+
+func (e *lostError) Error() string {
+	if e.code == appendDone {
+		return "cluster: request already done"
+	}
+	return "cluster: request taken over by another engine"
+}
+
+func (e *lostError) Unwrap() error { return errStop }
+
+// appendEntry appends fields to j's output under fence; last marks the
+// final entry. It reports whether the request's cancel flag is set.
+func (w *worker) appendEntry(runCtx context.Context, j *job, fence int64, last bool, fields ...any) (cancelled bool, err error) {
+	fin := "0"
+	if last {
+		fin = "1"
+	}
+	ch := ""
+	if j.gateway != "" {
+		ch = w.k.gatewayChan(j.gateway)
+	}
+	args := append([]any{fence, fin, w.o.OutTTL.Milliseconds(), ch, j.rk}, fields...)
+	err = w.retry(runCtx, "appending output", func(ctx context.Context) error {
+		n, err := appendScript.Run(ctx, w.o.Redis, []string{w.k.req(j.rk), w.k.out(j.rk)}, args...).Int64()
+		if err != nil {
+			return fmt.Errorf("cluster: append to %s: %w", j.rk, err)
+		}
+		if n < 0 {
+			return &lostError{n}
+		}
+		cancelled = n == appendCancelled
+		return nil
+	})
+	return cancelled, err
+}
+
+// ack removes j's queue entry: the request is done.
+func (w *worker) ack(queue, entry string) {
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := w.o.Redis.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.XAck(ctx, queue, group, entry)
+			p.XDel(ctx, queue, entry)
+			return nil
+		})
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Left pending: whoever takes it over finds the request done and
+	// acknowledges it then.
+}
+
+// run owns one request from acquisition to its final entry.
+func (w *worker) run(runCtx context.Context, j *job) {
+	log := w.log.With("request", j.req.ID)
+	var fence int64
+	var cancelFlag bool
+	err := w.retry(runCtx, "acquiring a request", func(ctx context.Context) error {
+		res, err := acquireScript.Run(ctx, w.o.Redis, []string{w.k.req(j.rk)}, w.o.ID, w.o.OutTTL.Milliseconds()).Int64Slice()
+		if err != nil {
+			return fmt.Errorf("cluster: acquire %s: %w", j.rk, err)
+		}
+		if len(res) != 2 {
+			return fmt.Errorf("cluster: acquire %s: reply %v", j.rk, res)
+		}
+		fence, cancelFlag = res[0], res[1] == 1
+		return nil
+	})
+	if err != nil {
+		return // Redis gone for RetryTimeout, or draining: left pending
+	}
+	if fence == appendDone {
+		w.ack(j.queue, j.entry)
+		return
+	}
+
+	// What earlier owners wrote: their tokens become Generated.
+	var gen []int32
+	accepted := false
+	err = w.retry(runCtx, "reading output", func(ctx context.Context) error {
+		gen, accepted = nil, false
+		msgs, err := w.o.Redis.XRange(ctx, w.k.out(j.rk), "-", "+").Result()
+		if err != nil {
+			return fmt.Errorf("cluster: read output of %s: %w", j.rk, err)
+		}
+		for _, m := range msgs {
+			e, err := decodeOut(m)
+			if err != nil {
+				return fmt.Errorf("%w: %w", errStop, err)
+			}
+			accepted = accepted || e.Kind == kindAccepted
+			gen = append(gen, e.Event.Tokens...)
+		}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		w.finish(runCtx, j, fence, &engine.Final{FinishReason: engine.FinishError, Err: &engine.Error{Code: engine.CodeInternal, Message: err.Error()}}, 0)
+		return
+	}
+	if err != nil {
+		return
+	}
+	if accepted {
+		log.Info("cluster: taking over request", "fence", fence, "generated", len(gen))
+	}
+	switch {
+	case cancelFlag || j.ctx.Err() != nil && runCtx.Err() == nil:
+		w.finish(runCtx, j, fence, &engine.Final{FinishReason: engine.FinishCancelled}, len(gen))
+		return
+	case fence > int64(w.o.MaxAttempts):
+		w.finish(runCtx, j, fence, &engine.Final{FinishReason: engine.FinishError, Err: &engine.Error{Code: engine.CodeInternal,
+			Message: fmt.Sprintf("request failed on %d engines", fence-1)}}, len(gen))
+		return
+	}
+
+	r := j.req
+	r.Generated = append(append([]int32(nil), r.Generated...), gen...)
+	st, err := w.o.Engine.Submit(j.ctx, r)
+	if err != nil {
+		if runCtx.Err() != nil {
+			return
+		}
+		if j.ctx.Err() != nil {
+			w.finish(runCtx, j, fence, &engine.Final{FinishReason: engine.FinishCancelled}, len(gen))
+			return
+		}
+		if !accepted {
+			// The first engine's refusal is Submit's answer.
+			b, _ := json.Marshal(toWireError(err))
+			if _, aerr := w.appendEntry(runCtx, j, fence, true, "k", kindRefused, "j", string(b)); aerr == nil || errors.Is(aerr, errStop) {
+				w.ack(j.queue, j.entry)
+			}
+			return
+		}
+		w.finish(runCtx, j, fence, &engine.Final{FinishReason: engine.FinishError, Err: err}, len(gen))
+		return
+	}
+	if _, err := w.appendEntry(runCtx, j, fence, false, "k", kindAccepted, "e", w.o.ID, "f", fence); err != nil {
+		j.cancel()
+		return
+	}
+	w.pump(runCtx, j, fence, st, len(gen))
+}
+
+// pump copies the engine's events to the output stream. Text that comes
+// without tokens (held back for a stop string) waits for them, so every
+// written delta carries the tokens behind its text.
+func (w *worker) pump(runCtx context.Context, j *job, fence int64, st Events, replayed int) {
+	var pend engine.Event
+	flush := func() error {
+		if len(pend.Tokens) == 0 && pend.Text == "" {
+			return nil
+		}
+		cancelled, err := w.appendEntry(runCtx, j, fence, false,
+			"k", kindDelta, "s", strconv.Itoa(pend.Seq), "x", pend.Text, "t", encodeTokens(pend.Tokens))
+		if err != nil {
+			return err
+		}
+		pend = engine.Event{}
+		if cancelled {
+			j.cancel() // the stream now ends with "cancelled"
+		}
+		return nil
+	}
+	for {
+		ev, err := st.Recv(runCtx)
+		if errors.Is(err, io.EOF) {
+			// Ended without a final: not the engine's contract.
+			w.finish(runCtx, j, fence, &engine.Final{FinishReason: engine.FinishError, Err: errors.New("engine stream ended without a final event")}, replayed)
+			return
+		}
+		if err != nil {
+			j.cancel() // draining ran out: left to another engine
+			return
+		}
+		if ev.Final != nil {
+			if err := flush(); err != nil {
+				j.cancel()
+				return
+			}
+			w.finish(runCtx, j, fence, ev.Final, replayed)
+			return
+		}
+		pend.Seq = ev.Seq
+		pend.Tokens = append(pend.Tokens, ev.Tokens...)
+		pend.Text += ev.Text
+		if len(pend.Tokens) == 0 {
+			continue
+		}
+		if err := flush(); err != nil {
+			j.cancel()
+			return
+		}
+	}
+}
+
+// finish writes the final entry and acknowledges the queue entry. The
+// completion count includes the tokens earlier owners generated.
+func (w *worker) finish(runCtx context.Context, j *job, fence int64, f *engine.Final, replayed int) {
+	f.Usage.CompletionTokens += replayed
+	b, _ := json.Marshal(toWireFinal(f))
+	_, err := w.appendEntry(runCtx, j, fence, true, "k", kindFinal, "j", string(b))
+	var lost *lostError
+	if err == nil || errors.As(err, &lost) && lost.code == appendDone {
+		w.ack(j.queue, j.entry)
+	}
+}
+
+// control cancels requests on the control channel's word.
+func (w *worker) control(ctx context.Context) {
+	ps := w.o.Redis.Subscribe(ctx, w.k.control())
+	defer ps.Close()
+	ch := ps.Channel(redis.WithChannelSize(1024))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			w.mu.Lock()
+			j := w.inflight[m.Payload]
+			w.mu.Unlock()
+			if j != nil {
+				j.cancel()
+			}
+		}
+	}
+}
+
+// sweepLoop refreshes this engine's requests and takes over dead engines'
+// every ClaimInterval.
+func (w *worker) sweepLoop(ctx, runCtx context.Context) {
+	t := time.NewTicker(w.o.ClaimInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, w.o.ClaimInterval+5*time.Second)
+		if err := w.refresh(cctx); err != nil && ctx.Err() == nil {
+			w.log.Debug("cluster: refresh", "err", err)
+		}
+		if err := w.sweep(cctx, runCtx); err != nil && ctx.Err() == nil {
+			w.log.Debug("cluster: sweep", "err", err)
+		}
+		cancel()
+	}
+}
+
+// refresh resets the idle time of this engine's pending entries, so no
+// other engine takes them over, and applies cancel flags whose
+// notification was lost.
+func (w *worker) refresh(ctx context.Context) error {
+	w.mu.Lock()
+	byQueue := map[string][]string{}
+	jobs := make([]*job, 0, len(w.inflight))
+	for _, j := range w.inflight {
+		byQueue[j.queue] = append(byQueue[j.queue], j.entry)
+		jobs = append(jobs, j)
+	}
+	w.mu.Unlock()
+	if len(jobs) == 0 {
+		return nil
+	}
+	flags := make([]*redis.BoolCmd, len(jobs))
+	_, err := w.o.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for q, ids := range byQueue {
+			p.XClaimJustID(ctx, &redis.XClaimArgs{Stream: q, Group: group, Consumer: w.o.ID, MinIdle: 0, Messages: ids})
+		}
+		for i, j := range jobs {
+			flags[i] = p.HExists(ctx, w.k.req(j.rk), "cancel")
+		}
+		return nil
+	})
+	for i, j := range jobs {
+		if flags[i].Val() {
+			j.cancel()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: refresh: %w", err)
+	}
+	return nil
+}
+
+// cleanupScript deletes request stream KEYS[1] and forgets it in set
+// KEYS[2] when it is empty with nothing pending; atomic, so an XADD racing
+// with it either lands first (and the stream stays) or recreates it.
+var cleanupScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], KEYS[1]) return 1 end
+if redis.call('XLEN', KEYS[1]) > 0 then return 0 end
+local ok, p = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1])
+if ok and p[1] > 0 then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], KEYS[1])
+return 1
+`)
+
+// sweep takes over requests whose owner stopped refreshing them, and the
+// undelivered requests of engines that are gone.
+func (w *worker) sweep(ctx, runCtx context.Context) error {
+	if w.free() <= 0 {
+		return nil
+	}
+	queues, err := w.o.Redis.SMembers(ctx, w.k.queues()).Result()
+	if err != nil {
+		return fmt.Errorf("cluster: list request streams: %w", err)
+	}
+	ns, err := Nodes(ctx, w.o.Redis, w.o.Prefix)
+	if err != nil {
+		return err
+	}
+	liveEngines := map[string]bool{w.o.ID: true}
+	for _, n := range engines(ns) {
+		liveEngines[n.ID] = true
+	}
+	var errs []error
+	for _, q := range queues {
+		n := w.free()
+		if n <= 0 {
+			break
+		}
+		msgs, _, err := w.o.Redis.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+			Stream: q, Group: group, Consumer: w.o.ID, MinIdle: w.o.ClaimTimeout, Start: "0-0", Count: int64(n),
+		}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) && !strings.HasPrefix(err.Error(), "NOGROUP") {
+			errs = append(errs, fmt.Errorf("cluster: claim on %s: %w", q, err))
+			continue
+		}
+		for _, m := range msgs {
+			if m.Values != nil { // nil: deleted since it was delivered
+				w.take(runCtx, q, m)
+			}
+		}
+		if q == w.k.shared() || liveEngines[w.k.queueOwner(q)] {
+			continue
+		}
+		// A gone engine's stream: nobody reads it unless we do.
+		if err := w.o.Redis.XGroupCreate(ctx, q, group, "0").Err(); err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+			if _, err := cleanupScript.Run(ctx, w.o.Redis, []string{q, w.k.queues()}, group).Result(); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if n = w.free(); n > 0 {
+			res, err := w.o.Redis.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group: group, Consumer: w.o.ID, Streams: []string{q, ">"}, Count: int64(n), Block: -1,
+			}).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				errs = append(errs, fmt.Errorf("cluster: read %s: %w", q, err))
+				continue
+			}
+			for _, st := range res {
+				for _, m := range st.Messages {
+					w.take(runCtx, q, m)
+				}
+			}
+		}
+		if _, err := cleanupScript.Run(ctx, w.o.Redis, []string{q, w.k.queues()}, group).Result(); err != nil {
+			errs = append(errs, fmt.Errorf("cluster: clean up %s: %w", q, err))
+		}
+	}
+	return errors.Join(errs...)
+}
