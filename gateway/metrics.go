@@ -63,6 +63,9 @@ type EngineMetrics struct {
 	stepSeqs    prometheus.Histogram
 	stepTime    prometheus.Histogram
 	finished    *prometheus.CounterVec
+	prefixToks  *prometheus.CounterVec // tenant, result (device, host, miss)
+	prefixMoves *prometheus.CounterVec // kind (promotion, demotion, eviction)
+	prefixBlks  *prometheus.GaugeVec   // tier, namespace
 }
 
 var _ engine.Metrics = (*EngineMetrics)(nil)
@@ -74,7 +77,7 @@ func NewEngineMetrics(reg prometheus.Registerer) (*EngineMetrics, error) {
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "specgate_engine_queue_depth", Help: "Waiting requests by priority class."}, []string{"priority"}),
 		running:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "specgate_engine_running_sequences", Help: "Sequences decoding or prefilling."}),
 		preempted:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "specgate_engine_preempted_sequences", Help: "Waiting sequences that were preempted."}),
-		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_engine_preemptions_total", Help: "Preemptions by tenant and whether KV was swapped to host."},
+		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_engine_preemptions_total", Help: "Preemptions by tenant and whether KV was kept (cached or swapped to host) rather than dropped."},
 			[]string{"tenant", "swapped"}),
 		kvBlocks: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "specgate_kv_blocks", Help: "KV blocks by tier and state (used, free)."}, []string{"tier", "state"}),
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "specgate_ttft_seconds", Help: "Submit to first token.", Buckets: latency},
@@ -87,8 +90,18 @@ func NewEngineMetrics(reg prometheus.Registerer) (*EngineMetrics, error) {
 		stepTime:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "specgate_step_seconds", Help: "Forward pass duration.", Buckets: latency}),
 		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_engine_finished_total", Help: "Finished requests by tenant, priority and finish reason."},
 			[]string{"tenant", "priority", "reason"}),
+		prefixToks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_prefix_cache_tokens_total",
+			Help: "Prefix cache lookup tokens by tenant and result: hit on the device tier, hit on the host tier (promoted), or miss."},
+			[]string{"tenant", "result"}),
+		prefixMoves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_prefix_cache_blocks_moved_total",
+			Help: "Prefix cache blocks promoted (host to device), demoted (device to host) and evicted (dropped)."},
+			[]string{"kind"}),
+		prefixBlks: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "specgate_prefix_cache_blocks",
+			Help: "Blocks kept by the prefix cache, by tier and namespace (a tenant, or (shared) for shared prefixes)."},
+			[]string{"tier", "namespace"}),
 	}
-	for _, c := range []prometheus.Collector{m.queueDepth, m.running, m.preempted, m.preemptions, m.kvBlocks, m.ttft, m.interToken, m.tokens, m.stepTokens, m.stepSeqs, m.stepTime, m.finished} {
+	for _, c := range []prometheus.Collector{m.queueDepth, m.running, m.preempted, m.preemptions, m.kvBlocks, m.ttft, m.interToken, m.tokens, m.stepTokens, m.stepSeqs, m.stepTime, m.finished,
+		m.prefixToks, m.prefixMoves, m.prefixBlks} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -105,9 +118,9 @@ func (m *EngineMetrics) Sequences(running, preempted int) {
 	m.preempted.Set(float64(preempted))
 }
 
-func (m *EngineMetrics) Preemption(tenant string, swapped bool) {
+func (m *EngineMetrics) Preemption(tenant string, kept bool) {
 	s := "false"
-	if swapped {
+	if kept {
 		s = "true"
 	}
 	m.preemptions.WithLabelValues(tenant, s).Inc()
@@ -139,4 +152,20 @@ func (m *EngineMetrics) Step(tokens, seqs int, d time.Duration) {
 
 func (m *EngineMetrics) Finished(tenant string, p engine.Priority, reason string) {
 	m.finished.WithLabelValues(tenant, p.String(), reason).Inc()
+}
+
+func (m *EngineMetrics) PrefixLookup(tenant string, device, host, miss int) {
+	m.prefixToks.WithLabelValues(tenant, "device").Add(float64(device))
+	m.prefixToks.WithLabelValues(tenant, "host").Add(float64(host))
+	m.prefixToks.WithLabelValues(tenant, "miss").Add(float64(miss))
+}
+
+func (m *EngineMetrics) PrefixTransfers(promoted, demoted, evicted int) {
+	m.prefixMoves.WithLabelValues("promotion").Add(float64(promoted))
+	m.prefixMoves.WithLabelValues("demotion").Add(float64(demoted))
+	m.prefixMoves.WithLabelValues("eviction").Add(float64(evicted))
+}
+
+func (m *EngineMetrics) PrefixBlocks(namespace, tier string, n int) {
+	m.prefixBlks.WithLabelValues(tier, namespace).Set(float64(n))
 }

@@ -100,6 +100,14 @@ type Options struct {
 	// SkipMigrate makes New only check the Redis schema instead of applying
 	// pending migrations. Either way New refuses a newer schema.
 	SkipMigrate bool
+	// ModelName is the served model's name in the OpenAI-compatible API
+	// (openai.go): /v1/models lists it and requests name it or leave
+	// "model" out ("specgate").
+	ModelName string
+	// Tokenize encodes a raw /v1/completions prompt the way the model
+	// wants it (BOS included); it must be safe for concurrent use. nil:
+	// such prompts must be token ids.
+	Tokenize func(text string) []int32
 }
 
 func (o *Options) validate() error {
@@ -121,6 +129,9 @@ func (o *Options) validate() error {
 	}
 	if o.Audience == "" {
 		o.Audience = "specgate"
+	}
+	if o.ModelName == "" {
+		o.ModelName = "specgate"
 	}
 	def(&o.Leeway, 30*time.Second)
 	def(&o.AuthTimeout, 5*time.Second)
@@ -237,6 +248,9 @@ func (s *Server) Sessions() *SessionStore { return s.sessions }
 //
 //	GET  /v1/ws                  the WebSocket protocol (PROTOCOL.md)
 //	     /v1/sessions[/{id}]     session HTTP API (Bearer JWT)
+//	POST /v1/chat/completions    OpenAI-compatible API (openai.go)
+//	POST /v1/completions
+//	GET  /v1/models[/{model}]
 //	GET  /metrics                Prometheus
 //	GET  /healthz                the process is up
 //	GET  /readyz                 Redis answers and the model is loaded
@@ -247,6 +261,7 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/ws", s.serveWS)
 	s.sessionRoutes(mux)
+	s.openaiRoutes(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.o.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -57,7 +58,8 @@ func runServe(ctx context.Context, args []string) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var gen gateway.Generator
 	var ready func() error
-	notice := ""
+	notice, modelName := "", ""
+	var tokenize func(string) []int32
 	if *rf.role == roleGateway {
 		// No model here: requests go to engines through Redis.
 		cc, err := newClusterClient(rdb, rf, *addr, log)
@@ -76,6 +78,7 @@ func runServe(ctx context.Context, args []string) error {
 			return runEngineRole(ctx, log, rdb, eng.eng, eng.probe, reg, *addr, rf)
 		}
 		gen, notice = gateway.Adapt(eng.eng.Submit, eng.eng.Cancel), n
+		modelName, tokenize = modelNameOf(eng.model, *modelPath), eng.model.Tokenizer().Encode
 	}
 
 	gw, err := gateway.New(gateway.Options{
@@ -86,6 +89,8 @@ func runServe(ctx context.Context, args []string) error {
 		AdminToken: *adminToken,
 		Logger:     log,
 		Notice:     notice,
+		ModelName:  modelName,
+		Tokenize:   tokenize,
 	})
 	if err != nil {
 		return err
@@ -97,6 +102,7 @@ func runServe(ctx context.Context, args []string) error {
 type servedEngine struct {
 	eng   *engine.Engine
 	probe *cluster.KVProbe
+	model model.Model
 }
 
 // serveEngine loads the model and starts the engine; closeEngine stops
@@ -124,7 +130,7 @@ func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry
 	if err != nil {
 		return fail(err)
 	}
-	e.probe = cluster.NewKVProbe(em)
+	e.probe, e.model = cluster.NewKVProbe(em), m
 	e.eng, err = engine.New(m, engine.Options{
 		KVBytes:        kvMB << 20,
 		HostKVBytes:    hostKVMB << 20,
@@ -177,6 +183,18 @@ func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, reg
 		return err
 	}
 	return errors.Join(herr, gerr)
+}
+
+// modelNameOf names the served model in the OpenAI API: the file's
+// general.name, else its file name.
+func modelNameOf(m model.Model, path string) string {
+	if n := m.Config().Name; n != "" && n != "llama" {
+		return n
+	}
+	if path != "" {
+		return strings.TrimSuffix(filepath.Base(path), ".gguf")
+	}
+	return "specgate"
 }
 
 func envOr(key, def string) string {

@@ -316,9 +316,13 @@ function clearMessages() {
 
 function showHistory(s) {
   clearMessages();
+  const stored = new Set();
   for (const m of s.messages || []) {
     if (m.role === "assistant") {
-      const b = addAssistantBubble(m.request || "", m.content);
+      // A stored answer has ended: it is not tracked as streaming (that
+      // would offer Stop instead of Send).
+      const b = addAssistantBubble(m.request || "", m.content, false);
+      if (m.request) stored.add(m.request);
       b.article.dataset.state = m.partial ? "cancelled" : "done";
       if (m.partial) addNote(b, m.interrupted === "error" ? "Interrupted by an error." : "Stopped.");
       addActions(b);
@@ -328,8 +332,10 @@ function showHistory(s) {
   }
   // Answers still streaming (after a reload or reconnect): show what we
   // have; the client's resume streams the rest into these bubbles.
+  // One that ended meanwhile is in the history already; its resume only
+  // brings the done frame.
   for (const r of state.client?.inflightFor(s.id) || []) {
-    if (!state.bubbles.has(r.request)) addAssistantBubble(r.request, r.text);
+    if (!state.bubbles.has(r.request) && !stored.has(r.request)) addAssistantBubble(r.request, r.text);
   }
   updateComposer();
   scrollToEnd(true);
@@ -347,7 +353,9 @@ function addMessage(role, content) {
   return article;
 }
 
-function addAssistantBubble(request, text) {
+// addAssistantBubble shows an answer; a tracked one (streaming) receives
+// deltas and its done frame by request id.
+function addAssistantBubble(request, text, tracked = true) {
   $("empty-state").hidden = true;
   const article = el("article", { class: "msg", "data-role": "assistant", "data-testid": "message", "data-state": "streaming" });
   if (request) article.dataset.request = request;
@@ -355,7 +363,7 @@ function addAssistantBubble(request, text) {
   article.append(body);
   $("messages").append(article);
   const b = { article, body, text, raf: 0 };
-  if (request) state.bubbles.set(request, b);
+  if (request && tracked) state.bubbles.set(request, b);
   body.replaceChildren(render(text));
   updateComposer();
   scrollToEnd(false);
@@ -409,7 +417,8 @@ function statsText(d) {
   const u = d.usage || {};
   if (s.ttft_ms != null) parts.push(`TTFT ${Math.round(s.ttft_ms)} ms`);
   if (s.tokens_per_s) parts.push(`${s.tokens_per_s.toFixed(1)} tok/s`);
-  if (s.accepted_per_step) parts.push(`${s.accepted_per_step.toFixed(2)} tokens/step (speculative)`);
+  // One token per step is plain decoding: only more says speculation paid.
+  if (s.accepted_per_step > 1) parts.push(`${s.accepted_per_step.toFixed(2)} tokens/step (speculative)`);
   if (s.queue_ms) parts.push(`queued ${Math.round(s.queue_ms)} ms`);
   if (u.prompt_tokens != null) parts.push(`${u.prompt_tokens} prompt${u.cached_tokens ? ` (${u.cached_tokens} cached)` : ""}`);
   if (u.completion_tokens != null) parts.push(`${u.completion_tokens} generated`);

@@ -1,0 +1,935 @@
+package gateway
+
+// The OpenAI-compatible HTTP API, for tools and SDKs written against
+// OpenAI's (or vLLM's) server:
+//
+//	POST /v1/chat/completions   chat; "stream": true answers with SSE
+//	POST /v1/completions        raw-prompt completion (legacy API)
+//	GET  /v1/models             the served model
+//	GET  /v1/models/{model}     one model
+//
+// Every route needs "Authorization: Bearer <JWT>", verified like the
+// socket's: the SDKs' "API key" is the tenant's JWT. A request runs with
+// the same tenant, caps (tokens per minute, concurrent requests) and
+// scheduler priority as a socket chat; it has no session and stores
+// nothing in the history.
+//
+// Differences from OpenAI, all deliberate:
+//   - "model" may be omitted (the served model); another name is 404
+//     model_not_found.
+//   - "n" (and "best_of") must be 1: one choice per request.
+//   - "temperature" defaults to 1 as OpenAI's does, so omitting it samples;
+//     0 is greedy. Without "seed" a sampled request draws a random seed.
+//   - /v1/completions defaults "max_tokens" to 16 as OpenAI's does; chat
+//     completions default to the rest of the context.
+//   - logprobs, tools, echo and suffix are refused with 400 rather than
+//     silently ignored. Other unknown fields are ignored, as OpenAI does.
+//   - "user", when set, becomes the engine request's session key, so one
+//     end user's calls (each resending the conversation) share a cache
+//     affinity; the JWT's sub stays the user that quotas and logs name.
+//   - Extensions (vLLM's names): "top_k", "min_p", "repetition_penalty",
+//     and "priority" (interactive, standard, batch), which may lower the
+//     tenant's class, never raise it.
+//   - "response_format" json_object and json_schema become guided decoding.
+//   - finish_reason is "stop" or "length". A generation cut short by the
+//     server (shutdown, deadline) reports "stop" with the text it had, since
+//     OpenAI's enum has no "cancelled"; a client that disconnects cancels
+//     its generation and sees nothing more.
+//   - A failure after a stream started is sent as one SSE event
+//     `data: {"error":{…}}`, then `data: [DONE]`, as vLLM does.
+//
+// Errors are OpenAI's shape, {"error":{"message","type","param","code"}}:
+// 401 invalid_api_key (missing, expired, bad token), 403 tenant disabled,
+// 400 invalid_request_error (context_length_exceeded for a prompt too long),
+// 404 model_not_found, 429 rate_limit_exceeded / queue_full with
+// Retry-After, 503 service_unavailable with Retry-After, 500 server_error.
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/tenants"
+)
+
+const (
+	// oaiMaxBody bounds a request body; long conversations are large, the
+	// engine's context limit bounds them anyway.
+	oaiMaxBody = 8 << 20
+	// completionsDefaultMaxTokens is OpenAI's default for /v1/completions.
+	completionsDefaultMaxTokens = 16
+	// oaiMaxUser bounds the "user" field.
+	oaiMaxUser = 256
+)
+
+// OpenAI error types.
+const (
+	oaiInvalidRequest = "invalid_request_error"
+	oaiServerError    = "server_error"
+)
+
+// oaiError is an error in OpenAI's shape, with the HTTP status and the
+// Retry-After (seconds, 0: none) it is sent with.
+type oaiError struct {
+	Message    string  `json:"message"`
+	Type       string  `json:"type"`
+	Param      *string `json:"param"`
+	Code       *string `json:"code"`
+	status     int
+	retryAfter int
+}
+
+func (e *oaiError) Error() string { return "gateway: openai: " + e.Type + ": " + e.Message }
+
+func strPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func oaiInvalid(param, msg string) *oaiError {
+	return &oaiError{status: http.StatusBadRequest, Type: oaiInvalidRequest, Message: msg, Param: strPtr(param)}
+}
+
+// oaiFrom maps a gateway or engine error onto OpenAI's shape. param names
+// the field a context-length error is about ("messages" or "prompt").
+func oaiFrom(err error, param string) *oaiError {
+	var oe *oaiError
+	if errors.As(err, &oe) {
+		return oe
+	}
+	e := clientError(err)
+	o := &oaiError{status: httpStatus(e.Code), Message: e.Message, Type: oaiInvalidRequest}
+	switch e.Code {
+	case CodeUnauthorized:
+		o.Code = strPtr("invalid_api_key")
+	case CodeForbidden:
+		o.Type = "permission_error"
+		o.Code = strPtr(e.Reason)
+	case CodeNotFound:
+		o.Code = strPtr("not_found")
+	case CodeContextTooLong:
+		o.Code = strPtr("context_length_exceeded")
+		o.Param = strPtr(param)
+	case CodeOverQuota:
+		o.Type = "requests"
+		o.Code = strPtr("rate_limit_exceeded")
+		o.retryAfter = 1
+	case CodeQueueFull:
+		o.Type = "requests"
+		o.Code = strPtr("queue_full")
+		o.retryAfter = 1
+	case CodeUnavailable:
+		o.Type = oaiServerError
+		o.Code = strPtr("service_unavailable")
+		o.retryAfter = 1
+	case CodeBadRequest:
+	default:
+		o.Type = oaiServerError
+	}
+	return o
+}
+
+func writeOAIError(w http.ResponseWriter, e *oaiError) {
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
+	}
+	if e.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="specgate"`)
+	}
+	httpJSON(w, e.status, map[string]any{"error": e})
+}
+
+// ---- request bodies ------------------------------------------------------
+
+// oaiStop is "stop": a string, an array of strings, or null.
+type oaiStop []string
+
+func (s *oaiStop) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*s = nil
+		if one != "" {
+			*s = oaiStop{one}
+		}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return errors.New("stop must be a string or an array of strings")
+	}
+	*s = nil
+	for _, v := range many {
+		if v != "" { // an empty stop string would end every generation at once
+			*s = append(*s, v)
+		}
+	}
+	return nil
+}
+
+// oaiContent is a message's "content": a string, null, or an array of
+// content parts of which only text parts are supported.
+type oaiContent string
+
+func (c *oaiContent) UnmarshalJSON(b []byte) error {
+	var s *string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*c = ""
+		if s != nil {
+			*c = oaiContent(*s)
+		}
+		return nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(b, &parts); err != nil {
+		return errors.New("content must be a string or an array of content parts")
+	}
+	var sb strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return fmt.Errorf("content part type %q is not supported (only text)", p.Type)
+		}
+		sb.WriteString(p.Text)
+	}
+	*c = oaiContent(sb.String())
+	return nil
+}
+
+type oaiMessage struct {
+	Role    string     `json:"role"`
+	Content oaiContent `json:"content"`
+}
+
+// oaiPrompt is /v1/completions' "prompt": a string, token ids, or an array
+// of one of either (one prompt per request, like n).
+type oaiPrompt struct {
+	text   string
+	tokens []int32
+}
+
+func (p *oaiPrompt) UnmarshalJSON(b []byte) error {
+	// Each attempt decodes into its own variable: a failed decode may
+	// leave a partial value behind.
+	*p = oaiPrompt{}
+	var text string
+	if err := json.Unmarshal(b, &text); err == nil {
+		p.text = text
+		return nil
+	}
+	var tokens []int32
+	if err := json.Unmarshal(b, &tokens); err == nil {
+		p.tokens = tokens
+		return nil
+	}
+	var texts []string
+	if err := json.Unmarshal(b, &texts); err == nil {
+		if len(texts) != 1 {
+			return fmt.Errorf("prompt: %d prompts given; this server takes one per request", len(texts))
+		}
+		p.text = texts[0]
+		return nil
+	}
+	var lists [][]int32
+	if err := json.Unmarshal(b, &lists); err == nil {
+		if len(lists) != 1 {
+			return fmt.Errorf("prompt: %d prompts given; this server takes one per request", len(lists))
+		}
+		p.tokens = lists[0]
+		return nil
+	}
+	return errors.New("prompt must be a string, an array of token ids, or an array of one of either")
+}
+
+// oaiCommon are the fields both completion endpoints share.
+type oaiCommon struct {
+	Model         string `json:"model"`
+	Stream        bool   `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	MaxTokens        *int     `json:"max_tokens"`
+	Temperature      *float64 `json:"temperature"`
+	TopP             *float64 `json:"top_p"`
+	N                *int     `json:"n"`
+	Stop             oaiStop  `json:"stop"`
+	Seed             *int64   `json:"seed"`
+	PresencePenalty  *float64 `json:"presence_penalty"`
+	FrequencyPenalty *float64 `json:"frequency_penalty"`
+	User             string   `json:"user"`
+	// Logprobs is a bool in chat and a count in completions; either way a
+	// request for them is refused, not silently unanswered.
+	Logprobs json.RawMessage `json:"logprobs"`
+	// Extensions, named as vLLM names them.
+	TopK              *int     `json:"top_k"`
+	MinP              *float64 `json:"min_p"`
+	RepetitionPenalty *float64 `json:"repetition_penalty"`
+	Priority          string   `json:"priority"`
+}
+
+type chatCompletionRequest struct {
+	oaiCommon
+	Messages            []oaiMessage `json:"messages"`
+	MaxCompletionTokens *int         `json:"max_completion_tokens"`
+	ResponseFormat      *struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+		} `json:"json_schema"`
+	} `json:"response_format"`
+	TopLogprobs *int            `json:"top_logprobs"`
+	Tools       json.RawMessage `json:"tools"`
+}
+
+type completionRequest struct {
+	oaiCommon
+	Prompt oaiPrompt `json:"prompt"`
+	Echo   bool      `json:"echo"`
+	Suffix *string   `json:"suffix"`
+	BestOf *int      `json:"best_of"`
+}
+
+func decodeOAI(r *http.Request, v any) *oaiError {
+	dec := json.NewDecoder(io.LimitReader(r.Body, oaiMaxBody))
+	if err := dec.Decode(v); err != nil {
+		msg := "the body is not valid JSON: " + err.Error()
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) {
+			msg = fmt.Sprintf("%s: have a JSON %s; want %s", ute.Field, ute.Value, ute.Type)
+		}
+		return oaiInvalid("", msg)
+	}
+	return nil
+}
+
+// isSet reports whether a raw JSON field asks for something: present and
+// not null, false or 0.
+func isSet(raw json.RawMessage) bool {
+	switch strings.TrimSpace(string(raw)) {
+	case "", "null", "false", "0":
+		return false
+	}
+	return true
+}
+
+// engineParams checks the shared fields and fills the engine request's
+// sampling, stop, priority and max tokens.
+func (c *oaiCommon) engineParams(req *engine.Request, tenantClass string) *oaiError {
+	if c.N != nil && *c.N != 1 {
+		return oaiInvalid("n", fmt.Sprintf("n=%d: this server generates one choice per request; want n=1", *c.N))
+	}
+	if isSet(c.Logprobs) {
+		return oaiInvalid("logprobs", "logprobs are not supported")
+	}
+	if len(c.User) > oaiMaxUser {
+		return oaiInvalid("user", fmt.Sprintf("user is %d bytes; want at most %d", len(c.User), oaiMaxUser))
+	}
+	if len(c.Stop) > MaxStops {
+		return oaiInvalid("stop", fmt.Sprintf("%d stop sequences; want at most %d", len(c.Stop), MaxStops))
+	}
+	if c.MaxTokens != nil {
+		if *c.MaxTokens < 1 {
+			return oaiInvalid("max_tokens", fmt.Sprintf("max_tokens=%d; want at least 1", *c.MaxTokens))
+		}
+		req.MaxTokens = *c.MaxTokens
+	}
+	p := sample.Params{Temperature: 1}
+	inRange := func(name string, v *float64, lo, hi float64, dst *float32) *oaiError {
+		if v == nil {
+			return nil
+		}
+		if !(*v >= lo && *v <= hi) { // also refuses NaN
+			return oaiInvalid(name, fmt.Sprintf("%s=%g; want %g to %g", name, *v, lo, hi))
+		}
+		*dst = float32(*v)
+		return nil
+	}
+	for _, f := range []struct {
+		name   string
+		v      *float64
+		lo, hi float64
+		dst    *float32
+	}{
+		{"temperature", c.Temperature, 0, 2, &p.Temperature},
+		{"top_p", c.TopP, 0, 1, &p.TopP},
+		{"presence_penalty", c.PresencePenalty, -2, 2, &p.PresencePenalty},
+		{"frequency_penalty", c.FrequencyPenalty, -2, 2, &p.FrequencyPenalty},
+		{"min_p", c.MinP, 0, 1, &p.MinP},
+		{"repetition_penalty", c.RepetitionPenalty, 0, 10, &p.RepeatPenalty},
+	} {
+		if err := inRange(f.name, f.v, f.lo, f.hi, f.dst); err != nil {
+			return err
+		}
+	}
+	if c.TopK != nil {
+		if *c.TopK < -1 {
+			return oaiInvalid("top_k", fmt.Sprintf("top_k=%d; want -1 or 0 (off) or a positive count", *c.TopK))
+		}
+		p.TopK = max(*c.TopK, 0)
+	}
+	if c.Seed != nil {
+		p.Seed = uint64(*c.Seed) // OpenAI seeds are signed; keep every bit
+	} else {
+		// OpenAI's sampling differs from call to call unless seeded.
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		p.Seed = binary.LittleEndian.Uint64(b[:])
+	}
+	req.Sample = p
+	req.Stop = c.Stop
+	if c.User != "" {
+		// OpenAI clients send the whole conversation every call: a stable
+		// key per end user routes their calls where their prefix is
+		// cached (gateways route by session).
+		req.Session = "openai:" + c.User
+	}
+	if c.Priority != "" {
+		if _, err := engine.ParsePriority(c.Priority); err != nil {
+			return oaiInvalid("priority", "priority must be interactive, standard or batch")
+		}
+	}
+	req.Priority = requestPriority(tenantClass, c.Priority)
+	return nil
+}
+
+// ---- responses -----------------------------------------------------------
+
+type oaiUsage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func usageOf(u engine.Usage) *oaiUsage {
+	o := &oaiUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
+	o.PromptTokensDetails.CachedTokens = u.CachedTokens
+	return o
+}
+
+// finishReason maps the engine's reasons onto OpenAI's enum; see the
+// comment at the top for why cancelled reads as stop.
+func finishReason(r string) string {
+	if r == engine.FinishLength {
+		return "length"
+	}
+	return "stop"
+}
+
+type oaiChatMessage struct {
+	Role    string  `json:"role"`
+	Content string  `json:"content"`
+	Refusal *string `json:"refusal"`
+}
+
+type oaiChatChoice struct {
+	Index        int             `json:"index"`
+	Message      *oaiChatMessage `json:"message,omitempty"`
+	Delta        *oaiDelta       `json:"delta,omitempty"`
+	Text         *string         `json:"text,omitempty"` // completions
+	Logprobs     *struct{}       `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
+}
+
+type oaiDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// oaiResponse is a whole response or one stream chunk of either endpoint.
+type oaiResponse struct {
+	ID                string          `json:"id"`
+	Object            string          `json:"object"`
+	Created           int64           `json:"created"`
+	Model             string          `json:"model"`
+	SystemFingerprint string          `json:"system_fingerprint"`
+	Choices           []oaiChatChoice `json:"choices"`
+	// Usage is *oaiUsage, or json.RawMessage("null") on the chunks of a
+	// stream with include_usage (OpenAI sends null there), or nil: absent.
+	Usage any `json:"usage,omitempty"`
+}
+
+// ---- routes --------------------------------------------------------------
+
+func (s *Server) openaiRoutes(mux *http.ServeMux) {
+	created := s.o.Clock.Now().Unix()
+	model := func() map[string]any {
+		return map[string]any{"id": s.o.ModelName, "object": "model", "created": created, "owned_by": "specgate"}
+	}
+	mux.HandleFunc("GET /v1/models", s.oaiAuthed(func(w http.ResponseWriter, r *http.Request, _ Identity) {
+		httpJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{model()}})
+	}))
+	mux.HandleFunc("GET /v1/models/{model...}", s.oaiAuthed(func(w http.ResponseWriter, r *http.Request, _ Identity) {
+		if r.PathValue("model") != s.o.ModelName {
+			writeOAIError(w, modelNotFound(r.PathValue("model")))
+			return
+		}
+		httpJSON(w, http.StatusOK, model())
+	}))
+	mux.HandleFunc("POST /v1/chat/completions", s.oaiAuthed(s.serveChatCompletions))
+	mux.HandleFunc("POST /v1/completions", s.oaiAuthed(s.serveCompletions))
+}
+
+func modelNotFound(name string) *oaiError {
+	return &oaiError{
+		status: http.StatusNotFound, Type: oaiInvalidRequest, Param: strPtr("model"), Code: strPtr("model_not_found"),
+		Message: fmt.Sprintf("The model %q does not exist or you do not have access to it.", name),
+	}
+}
+
+// oaiAuthed is authed with OpenAI-shaped errors.
+func (s *Server) oaiAuthed(h func(http.ResponseWriter, *http.Request, Identity)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		// The scheme is case-insensitive (RFC 9110); SDKs send "Bearer".
+		token := ""
+		if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+			token = strings.TrimSpace(h[7:])
+		}
+		id, err := s.auth.verify(r.Context(), token)
+		if err != nil {
+			s.metrics.authFailures.WithLabelValues(err.Reason).Inc()
+			writeOAIError(w, oaiFrom(err, ""))
+			return
+		}
+		h(w, r, id)
+	}
+}
+
+func (s *Server) checkModel(name string) *oaiError {
+	if name != "" && name != s.o.ModelName {
+		return modelNotFound(name)
+	}
+	return nil
+}
+
+func (s *Server) serveChatCompletions(w http.ResponseWriter, r *http.Request, id Identity) {
+	var body chatCompletionRequest
+	if err := decodeOAI(r, &body); err != nil {
+		writeOAIError(w, err)
+		return
+	}
+	c := s.newOAICall(id, "chatcmpl-", "chat.completion", "messages", &body.oaiCommon)
+	if err := s.checkModel(body.Model); err != nil {
+		writeOAIError(w, err)
+		return
+	}
+	if err := body.engineParams(&c.req, id.Tenant.Priority); err != nil {
+		writeOAIError(w, err)
+		return
+	}
+	if body.MaxCompletionTokens != nil {
+		if *body.MaxCompletionTokens < 1 {
+			writeOAIError(w, oaiInvalid("max_completion_tokens", fmt.Sprintf("max_completion_tokens=%d; want at least 1", *body.MaxCompletionTokens)))
+			return
+		}
+		c.req.MaxTokens = *body.MaxCompletionTokens
+	}
+	if body.TopLogprobs != nil && *body.TopLogprobs > 0 {
+		writeOAIError(w, oaiInvalid("top_logprobs", "logprobs are not supported"))
+		return
+	}
+	if isSet(body.Tools) && string(body.Tools) != "[]" {
+		writeOAIError(w, oaiInvalid("tools", "tools are not supported"))
+		return
+	}
+	if len(body.Messages) == 0 {
+		writeOAIError(w, oaiInvalid("messages", "messages must hold at least one message"))
+		return
+	}
+	for i, m := range body.Messages {
+		role := m.Role
+		switch role {
+		case "developer":
+			role = "system" // OpenAI's newer name for the system role
+		case "system", "user", "assistant":
+		default:
+			writeOAIError(w, oaiInvalid(fmt.Sprintf("messages[%d].role", i), fmt.Sprintf("role %q is not supported (want system, developer, user or assistant)", m.Role)))
+			return
+		}
+		c.req.Messages = append(c.req.Messages, engine.Message{Role: role, Content: string(m.Content)})
+	}
+	if rf := body.ResponseFormat; rf != nil {
+		switch rf.Type {
+		case "", "text":
+		case "json_object":
+			c.req.Guided = &engine.Guided{JSON: true}
+		case "json_schema":
+			if rf.JSONSchema == nil || !isSet(rf.JSONSchema.Schema) {
+				writeOAIError(w, oaiInvalid("response_format.json_schema.schema", "json_schema needs a schema"))
+				return
+			}
+			c.req.Guided = &engine.Guided{Schema: rf.JSONSchema.Schema}
+		default:
+			writeOAIError(w, oaiInvalid("response_format.type", fmt.Sprintf("response_format type %q is not supported (want text, json_object or json_schema)", rf.Type)))
+			return
+		}
+	}
+	s.oaiGenerate(w, r, c)
+}
+
+func (s *Server) serveCompletions(w http.ResponseWriter, r *http.Request, id Identity) {
+	var body completionRequest
+	if err := decodeOAI(r, &body); err != nil {
+		writeOAIError(w, err)
+		return
+	}
+	c := s.newOAICall(id, "cmpl-", "text_completion", "prompt", &body.oaiCommon)
+	if err := s.checkModel(body.Model); err != nil {
+		writeOAIError(w, err)
+		return
+	}
+	c.req.MaxTokens = completionsDefaultMaxTokens
+	if err := body.engineParams(&c.req, id.Tenant.Priority); err != nil {
+		writeOAIError(w, err)
+		return
+	}
+	switch {
+	case body.BestOf != nil && *body.BestOf != 1:
+		writeOAIError(w, oaiInvalid("best_of", "best_of must be 1: this server generates one choice per request"))
+		return
+	case body.Echo:
+		writeOAIError(w, oaiInvalid("echo", "echo is not supported"))
+		return
+	case body.Suffix != nil && *body.Suffix != "":
+		writeOAIError(w, oaiInvalid("suffix", "suffix is not supported"))
+		return
+	}
+	p := body.Prompt
+	switch {
+	case len(p.tokens) > 0:
+		c.req.Prompt = p.tokens // the engine checks them against the vocabulary
+	case p.text != "":
+		if s.o.Tokenize == nil {
+			writeOAIError(w, oaiInvalid("prompt", "this server takes prompts as token ids only"))
+			return
+		}
+		c.req.Prompt = s.o.Tokenize(p.text)
+		if len(c.req.Prompt) == 0 {
+			writeOAIError(w, oaiInvalid("prompt", "the prompt encodes to no tokens"))
+			return
+		}
+	default:
+		writeOAIError(w, oaiInvalid("prompt", "prompt is required"))
+		return
+	}
+	s.oaiGenerate(w, r, c)
+}
+
+// ---- one generation ------------------------------------------------------
+
+// oaiCall is one OpenAI-API generation being served.
+type oaiCall struct {
+	ident        Identity
+	respID       string
+	object       string // "chat.completion" or "text_completion"
+	param        string // the field a context-length error names
+	created      int64
+	stream       bool
+	includeUsage bool
+	req          engine.Request
+}
+
+func (c *oaiCall) chat() bool { return c.object == "chat.completion" }
+
+func (s *Server) newOAICall(id Identity, idPrefix, object, param string, common *oaiCommon) *oaiCall {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	respID := idPrefix + hex.EncodeToString(b[:])
+	ten := id.Tenant
+	c := &oaiCall{
+		ident: id, respID: respID, object: object, param: param,
+		created: s.o.Clock.Now().Unix(), stream: common.Stream,
+		includeUsage: common.Stream && common.StreamOptions != nil && common.StreamOptions.IncludeUsage,
+		req: engine.Request{
+			// Engine ids must be unique among live requests of every
+			// tenant; the response id is random.
+			ID:     "openai/" + ten.ID + "/" + respID,
+			Tenant: ten.ID,
+			User:   id.User,
+			Limits: engine.TenantLimits{
+				Weight:          ten.Weight,
+				MaxConcurrent:   ten.Limits.MaxConcurrent,
+				TokensPerMinute: ten.Limits.TokensPerMinute,
+				MaxContext:      ten.Limits.MaxContext,
+			},
+		},
+	}
+	return c
+}
+
+func (s *Server) fingerprint() string {
+	sum := sha256.Sum256([]byte("specgate\x00" + s.o.ModelName))
+	return "fp_" + hex.EncodeToString(sum[:5])
+}
+
+// oaiGenerate takes the tenant's quota, submits the request and answers
+// with one JSON response or an SSE stream. The generation is bound to the
+// HTTP request: a client that goes away cancels it.
+func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, c *oaiCall) {
+	ten := c.ident.Tenant
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	if draining {
+		writeOAIError(w, oaiFrom(&Error{Code: CodeUnavailable, Reason: ReasonShutdown, Message: "gateway shutting down", Temporary: true}, ""))
+		return
+	}
+	ok, err := s.limiter.AllowTokens(r.Context(), ten.ID, 0, ten.Limits.TokensPerMinute)
+	if err != nil {
+		writeOAIError(w, oaiFrom(unavailable("cannot reach the rate limiter"), ""))
+		return
+	}
+	if !ok {
+		s.metrics.chats.WithLabelValues(ten.ID, CodeOverQuota).Inc()
+		e := oaiFrom(&Error{Code: CodeOverQuota, Message: "tokens per minute exceeded", Temporary: true}, "")
+		e.Type = "tokens"
+		// The window slides over a minute; a few seconds is a fair first
+		// wait, and the SDKs back off further on their own.
+		e.retryAfter = 5
+		writeOAIError(w, e)
+		return
+	}
+	ok, err = s.limiter.Acquire(r.Context(), ten.ID, tenants.LeaseRequests, c.req.ID, ten.Limits.MaxConcurrent, s.o.LeaseTTL)
+	if err != nil {
+		writeOAIError(w, oaiFrom(unavailable("cannot reach the rate limiter"), ""))
+		return
+	}
+	if !ok {
+		s.metrics.chats.WithLabelValues(ten.ID, CodeOverQuota).Inc()
+		writeOAIError(w, oaiFrom(&Error{Code: CodeOverQuota, Message: "too many concurrent requests", Temporary: true}, ""))
+		return
+	}
+	if ten.Limits.MaxConcurrent > 0 {
+		// The socket's leases are refreshed by the server's sweep over its
+		// turns; this request is not a turn, so it refreshes its own.
+		done := make(chan struct{})
+		go s.refreshLease(ten.ID, c.req.ID, done)
+		defer func() {
+			close(done)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = s.limiter.Release(ctx, ten.ID, tenants.LeaseRequests, c.req.ID)
+			cancel()
+		}()
+	}
+
+	// The generation lives while the client waits and the server runs.
+	genCtx, cancelGen := context.WithCancel(r.Context())
+	defer cancelGen()
+	stopAfter := context.AfterFunc(s.runCtx, cancelGen)
+	defer stopAfter()
+
+	stream, err := s.o.Generator.Submit(genCtx, c.req)
+	if err != nil {
+		e := oaiFrom(err, c.param)
+		s.metrics.chats.WithLabelValues(ten.ID, clientError(err).Code).Inc()
+		writeOAIError(w, e)
+		return
+	}
+	var final *engine.Final
+	if c.stream {
+		final = s.oaiStream(w, c, stream)
+	} else {
+		final = s.oaiWhole(w, c, stream)
+	}
+	s.metrics.chats.WithLabelValues(ten.ID, final.FinishReason).Inc()
+	used := final.Usage.PromptTokens + final.Usage.CompletionTokens
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = s.limiter.ChargeTokens(ctx, ten.ID, used, ten.Limits.TokensPerMinute)
+	cancel()
+}
+
+// refreshLease keeps one request slot alive until done closes.
+func (s *Server) refreshLease(tenant, holder string, done <-chan struct{}) {
+	t := time.NewTicker(s.o.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-s.runCtx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(s.runCtx, 5*time.Second)
+		if err := s.limiter.Refresh(ctx, tenant, tenants.LeaseRequests, s.o.LeaseTTL, holder); err != nil {
+			s.o.Logger.Warn("gateway: refresh lease", "request", holder, "err", err)
+		}
+		cancel()
+	}
+}
+
+// next returns the stream's next delta text or, at the end, its Final
+// (never nil). A Recv error means the server gave up (hard shutdown) and
+// reads as cancelled.
+func (s *Server) next(stream EventStream) (string, *engine.Final) {
+	for {
+		ev, err := stream.Recv(s.runCtx)
+		if errors.Is(err, io.EOF) {
+			return "", &engine.Final{FinishReason: engine.FinishError, Err: errors.New("stream ended without a final event")}
+		}
+		if err != nil {
+			return "", &engine.Final{FinishReason: engine.FinishCancelled}
+		}
+		if ev.Final != nil {
+			return "", ev.Final
+		}
+		if ev.Text != "" { // tokens that do not yet make whole characters
+			return ev.Text, nil
+		}
+	}
+}
+
+// oaiWhole answers with one JSON response once generation ends.
+func (s *Server) oaiWhole(w http.ResponseWriter, c *oaiCall, stream EventStream) *engine.Final {
+	var text strings.Builder
+	var final *engine.Final
+	for final == nil {
+		var t string
+		t, final = s.next(stream)
+		text.WriteString(t)
+	}
+	if final.FinishReason == engine.FinishError {
+		err := final.Err
+		if err == nil {
+			err = errors.New("generation failed")
+		}
+		writeOAIError(w, oaiFrom(err, c.param))
+		return final
+	}
+	fr := finishReason(final.FinishReason)
+	choice := oaiChatChoice{FinishReason: &fr}
+	if c.chat() {
+		choice.Message = &oaiChatMessage{Role: "assistant", Content: text.String()}
+	} else {
+		t := text.String()
+		choice.Text = &t
+	}
+	httpJSON(w, http.StatusOK, oaiResponse{
+		ID: c.respID, Object: c.object, Created: c.created, Model: s.o.ModelName,
+		SystemFingerprint: s.fingerprint(), Choices: []oaiChatChoice{choice}, Usage: usageOf(final.Usage),
+	})
+	return final
+}
+
+// oaiStream answers with server-sent events. The status line waits for
+// the first delta, so a request the engine refuses at once still gets a
+// proper HTTP error.
+func (s *Server) oaiStream(w http.ResponseWriter, c *oaiCall, stream EventStream) *engine.Final {
+	rc := http.NewResponseController(w)
+	chunkObject := c.object + ".chunk"
+	if !c.chat() {
+		chunkObject = c.object // OpenAI's completion chunks say text_completion
+	}
+	fp := s.fingerprint()
+	var nullUsage any
+	if c.includeUsage {
+		nullUsage = json.RawMessage("null")
+	}
+	chunk := func(choice oaiChatChoice) oaiResponse {
+		return oaiResponse{
+			ID: c.respID, Object: chunkObject, Created: c.created, Model: s.o.ModelName,
+			SystemFingerprint: fp, Choices: []oaiChatChoice{choice}, Usage: nullUsage,
+		}
+	}
+	writing := true
+	sendData := func(data []byte, err error) {
+		if !writing {
+			return
+		}
+		if err == nil {
+			_, err = fmt.Fprintf(w, "data: %s\n\n", data)
+		}
+		if err == nil {
+			err = rc.Flush()
+		}
+		if err != nil {
+			// The client is gone: stop the generation, and read on to its
+			// final event for the usage to charge.
+			writing = false
+			s.o.Generator.Cancel(c.req.ID)
+		}
+	}
+	send := func(v any) { sendData(json.Marshal(v)) }
+	done := func() { sendData([]byte("[DONE]"), nil) }
+	started := false
+	start := func() {
+		started = true
+		h := w.Header()
+		h.Set("Content-Type", "text/event-stream; charset=utf-8")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Accel-Buffering", "no") // proxies must not hold chunks back
+		w.WriteHeader(http.StatusOK)
+		if c.chat() {
+			empty := ""
+			send(chunk(oaiChatChoice{Delta: &oaiDelta{Role: "assistant", Content: &empty}}))
+		}
+	}
+	var final *engine.Final
+	for {
+		var text string
+		text, final = s.next(stream)
+		if final != nil {
+			break
+		}
+		if !started {
+			start()
+		}
+		if c.chat() {
+			send(chunk(oaiChatChoice{Delta: &oaiDelta{Content: &text}}))
+		} else {
+			send(chunk(oaiChatChoice{Text: &text}))
+		}
+	}
+	if final.FinishReason == engine.FinishError {
+		err := final.Err
+		if err == nil {
+			err = errors.New("generation failed")
+		}
+		e := oaiFrom(err, c.param)
+		if !started {
+			writeOAIError(w, e)
+			return final
+		}
+		send(map[string]any{"error": e})
+		done()
+		return final
+	}
+	if !started {
+		start()
+	}
+	fr := finishReason(final.FinishReason)
+	last := oaiChatChoice{FinishReason: &fr}
+	if c.chat() {
+		last.Delta = &oaiDelta{}
+	} else {
+		empty := ""
+		last.Text = &empty
+	}
+	send(chunk(last))
+	if c.includeUsage {
+		u := chunk(oaiChatChoice{})
+		u.Choices = []oaiChatChoice{}
+		u.Usage = usageOf(final.Usage)
+		send(u)
+	}
+	done()
+	return final
+}

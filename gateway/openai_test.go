@@ -1,0 +1,846 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/tenants"
+)
+
+const testModel = "stories-test"
+
+// promptFake lets the echoing fake answer raw prompts: it echoes the
+// prompt's token ids as if they were a user message.
+type promptFake struct{ *fakeGenerator }
+
+func (g promptFake) Submit(ctx context.Context, r engine.Request) (EventStream, error) {
+	if len(r.Messages) == 0 {
+		r.Messages = []engine.Message{{Role: "user", Content: fmt.Sprint(r.Prompt)}}
+	}
+	return g.fakeGenerator.Submit(ctx, r)
+}
+
+// newOAIEnv is a gateway whose model is testModel and whose tokenizer
+// makes one token per byte.
+func newOAIEnv(t *testing.T, mod func(*Options)) *env {
+	t.Helper()
+	return newEnv(t, nil, "", func(o *Options) {
+		o.ModelName = testModel
+		o.Tokenize = func(s string) []int32 {
+			out := make([]int32, len(s))
+			for i := range len(s) {
+				out[i] = int32(s[i])
+			}
+			return out
+		}
+		o.Generator = promptFake{o.Generator.(*fakeGenerator)}
+		if mod != nil {
+			mod(o)
+		}
+	})
+}
+
+// post sends body as JSON with token (none when "") and returns the
+// response with its body read.
+func (e *env) post(path, token string, body any) (*http.Response, []byte) {
+	e.t.Helper()
+	var b []byte
+	switch v := body.(type) {
+	case string:
+		b = []byte(v)
+	default:
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	req, err := http.NewRequest(http.MethodPost, e.http.URL+path, bytes.NewReader(b))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp, data
+}
+
+// sse splits an event-stream body into its data payloads; it fails on any
+// line that is neither "data: …" nor the blank line ending an event.
+func sse(t *testing.T, body []byte) []string {
+	t.Helper()
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	blank := true
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			if blank {
+				t.Fatalf("have two blank lines in a row in %q", body)
+			}
+			blank = true
+			continue
+		}
+		d, ok := strings.CutPrefix(line, "data: ")
+		if !ok || !blank {
+			t.Fatalf("have line %q; want one `data: …` line per event", line)
+		}
+		blank = false
+		out = append(out, d)
+	}
+	if !blank {
+		t.Fatalf("have a last event without its blank line in %q", body)
+	}
+	return out
+}
+
+func keys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func decodeMap(t *testing.T, b []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("have %q: %v; want a JSON object", b, err)
+	}
+	return m
+}
+
+// checkOAIError checks OpenAI's error shape: exactly message, type, param
+// and code under "error".
+func checkOAIError(t *testing.T, resp *http.Response, body []byte, status int, typ, code, param string) {
+	t.Helper()
+	if resp.StatusCode != status {
+		t.Fatalf("have status %d (%s); want %d", resp.StatusCode, body, status)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("have Content-Type %q; want application/json", ct)
+	}
+	e, ok := decodeMap(t, body)["error"].(map[string]any)
+	if !ok {
+		t.Fatalf("have %s; want {\"error\":{…}}", body)
+	}
+	if have, want := keys(e), []string{"code", "message", "param", "type"}; !slices.Equal(have, want) {
+		t.Errorf("have error keys %v; want %v", have, want)
+	}
+	if msg, _ := e["message"].(string); msg == "" {
+		t.Errorf("have message %v; want text", e["message"])
+	}
+	if e["type"] != typ {
+		t.Errorf("have type %v; want %s", e["type"], typ)
+	}
+	wantOrNull := func(name, want string) {
+		if want == "" {
+			if e[name] != nil {
+				t.Errorf("have %s %v; want null", name, e[name])
+			}
+		} else if e[name] != want {
+			t.Errorf("have %s %v; want %s", name, e[name], want)
+		}
+	}
+	wantOrNull("code", code)
+	wantOrNull("param", param)
+}
+
+func TestOpenAIChatCompletion(t *testing.T) {
+	e := newOAIEnv(t, nil)
+	resp, body := e.post("/v1/chat/completions", e.token("alice"), map[string]any{
+		"model":    testModel,
+		"messages": []map[string]any{{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}},
+		"seed":     7, "temperature": 0, "max_tokens": 50,
+		"some_future_field": map[string]any{"ignored": true},
+	})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("have %d %s; want 200", resp.StatusCode, body)
+	}
+	m := decodeMap(t, body)
+	if have, want := keys(m), []string{"choices", "created", "id", "model", "object", "system_fingerprint", "usage"}; !slices.Equal(have, want) {
+		t.Errorf("have keys %v; want %v", have, want)
+	}
+	var r struct {
+		ID                string `json:"id"`
+		Object            string `json:"object"`
+		Created           int64  `json:"created"`
+		Model             string `json:"model"`
+		SystemFingerprint string `json:"system_fingerprint"`
+		Choices           []struct {
+			Index   int `json:"index"`
+			Message struct {
+				Role    string `json:"role"`
+				Content string `json:"content"`
+			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens        int `json:"prompt_tokens"`
+			CompletionTokens    int `json:"completion_tokens"`
+			TotalTokens         int `json:"total_tokens"`
+			PromptTokensDetails struct {
+				CachedTokens *int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(r.ID, "chatcmpl-") || r.Object != "chat.completion" || r.Model != testModel ||
+		!strings.HasPrefix(r.SystemFingerprint, "fp_") || time.Since(time.Unix(r.Created, 0)) > time.Minute {
+		t.Errorf("have %+v; want a chat.completion of %s", r, testModel)
+	}
+	if len(r.Choices) != 1 || r.Choices[0].Index != 0 || r.Choices[0].Message.Role != "assistant" ||
+		r.Choices[0].Message.Content != fakeReply("hello there") || r.Choices[0].FinishReason != "stop" {
+		t.Errorf("have choices %+v; want one assistant reply %q", r.Choices, fakeReply("hello there"))
+	}
+	choice := m["choices"].([]any)[0].(map[string]any)
+	if v, ok := choice["logprobs"]; !ok || v != nil {
+		t.Errorf("have logprobs %v (present %v); want null", v, ok)
+	}
+	if u := r.Usage; u.PromptTokens != 3 || u.CompletionTokens != 4 || u.TotalTokens != 7 || u.PromptTokensDetails.CachedTokens == nil {
+		t.Errorf("have usage %+v; want 3 + 4 = 7 with cached_tokens", u)
+	}
+	req := e.gen.lastRequest()
+	want := []engine.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hello there"}}
+	if !reflect.DeepEqual(req.Messages, want) || req.Tenant != "acme" || req.User != "alice" || req.MaxTokens != 50 ||
+		req.Sample.Temperature != 0 || req.Sample.Seed != 7 {
+		t.Errorf("have request %+v; want the messages, acme/alice, 50 tokens, greedy, seed 7", req)
+	}
+}
+
+// TestOpenAIRequestMapping checks how body fields become the engine's
+// request.
+func TestOpenAIRequestMapping(t *testing.T) {
+	e := newOAIEnv(t, nil)
+	if _, err := e.store.Update(context.Background(), "acme", func(tn *tenants.Tenant) error {
+		tn.Priority = tenants.Standard
+		tn.Limits.MaxContext = 512
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	user := []map[string]any{{"role": "user", "content": "x"}}
+	tests := []struct {
+		name  string
+		body  map[string]any
+		check func(r engine.Request) string
+	}{
+		{"defaults sample at temperature 1 with a random seed", map[string]any{"messages": user},
+			func(r engine.Request) string {
+				if r.Sample.Temperature != 1 || r.MaxTokens != 0 || r.Guided != nil || r.Priority != engine.Standard || r.Limits.MaxContext != 512 {
+					return fmt.Sprintf("%+v", r)
+				}
+				return ""
+			}},
+		{"sampling fields", map[string]any{"messages": user, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05,
+			"presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1, "seed": -1},
+			func(r engine.Request) string {
+				p := r.Sample
+				if p.Temperature != 0.5 || p.TopP != 0.9 || p.TopK != 40 || p.MinP != 0.05 || p.PresencePenalty != 0.5 ||
+					p.FrequencyPenalty != -0.5 || p.RepeatPenalty != float32(1.1) || p.Seed != ^uint64(0) {
+					return fmt.Sprintf("%+v", p)
+				}
+				return ""
+			}},
+		{"user is the session key", map[string]any{"messages": user, "user": "end-user-7"},
+			func(r engine.Request) string {
+				if r.Session != "openai:end-user-7" || r.User != "alice" {
+					return fmt.Sprintf("session %q user %q", r.Session, r.User)
+				}
+				return ""
+			}},
+		{"stop as a string", map[string]any{"messages": user, "stop": "END"},
+			func(r engine.Request) string {
+				if !slices.Equal(r.Stop, []string{"END"}) {
+					return fmt.Sprint(r.Stop)
+				}
+				return ""
+			}},
+		{"stop as an array without empties", map[string]any{"messages": user, "stop": []string{"a", "", "b"}},
+			func(r engine.Request) string {
+				if !slices.Equal(r.Stop, []string{"a", "b"}) {
+					return fmt.Sprint(r.Stop)
+				}
+				return ""
+			}},
+		{"max_completion_tokens wins over max_tokens", map[string]any{"messages": user, "max_tokens": 5, "max_completion_tokens": 9},
+			func(r engine.Request) string {
+				if r.MaxTokens != 9 {
+					return fmt.Sprint(r.MaxTokens)
+				}
+				return ""
+			}},
+		{"priority lowered", map[string]any{"messages": user, "priority": "batch"},
+			func(r engine.Request) string {
+				if r.Priority != engine.Batch {
+					return r.Priority.String()
+				}
+				return ""
+			}},
+		{"priority never raised", map[string]any{"messages": user, "priority": "interactive"},
+			func(r engine.Request) string {
+				if r.Priority != engine.Standard {
+					return r.Priority.String()
+				}
+				return ""
+			}},
+		{"developer is system, content parts are joined", map[string]any{"messages": []map[string]any{
+			{"role": "developer", "content": "sys"},
+			{"role": "user", "content": []map[string]any{{"type": "text", "text": "a"}, {"type": "text", "text": "b"}}},
+			{"role": "assistant", "content": nil},
+			{"role": "user", "content": "c", "name": "bob"},
+		}},
+			func(r engine.Request) string {
+				want := []engine.Message{{Role: "system", Content: "sys"}, {Role: "user", Content: "ab"}, {Role: "assistant"}, {Role: "user", Content: "c"}}
+				if !reflect.DeepEqual(r.Messages, want) {
+					return fmt.Sprint(r.Messages)
+				}
+				return ""
+			}},
+		{"json_object is any JSON", map[string]any{"messages": user, "response_format": map[string]any{"type": "json_object"}},
+			func(r engine.Request) string {
+				if r.Guided == nil || !r.Guided.JSON {
+					return fmt.Sprint(r.Guided)
+				}
+				return ""
+			}},
+		{"json_schema is the schema", map[string]any{"messages": user, "response_format": map[string]any{"type": "json_schema",
+			"json_schema": map[string]any{"name": "a", "strict": true, "schema": map[string]any{"type": "object"}}}},
+			func(r engine.Request) string {
+				if r.Guided == nil || string(r.Guided.Schema) != `{"type":"object"}` {
+					return fmt.Sprint(r.Guided)
+				}
+				return ""
+			}},
+		{"text format is unguided", map[string]any{"messages": user, "response_format": map[string]any{"type": "text"}, "n": 1, "tools": []any{}},
+			func(r engine.Request) string {
+				if r.Guided != nil {
+					return fmt.Sprint(r.Guided)
+				}
+				return ""
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, body := e.post("/v1/chat/completions", e.token("alice"), tt.body)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("have %d %s; want 200", resp.StatusCode, body)
+			}
+			if bad := tt.check(e.gen.lastRequest()); bad != "" {
+				t.Errorf("have %s; want the mapping named by the test", bad)
+			}
+		})
+	}
+	// Two unseeded requests draw different seeds.
+	e.post("/v1/chat/completions", e.token("alice"), map[string]any{"messages": user})
+	s1 := e.gen.lastRequest().Sample.Seed
+	e.post("/v1/chat/completions", e.token("alice"), map[string]any{"messages": user})
+	if s2 := e.gen.lastRequest().Sample.Seed; s1 == s2 {
+		t.Errorf("have seed %d twice; want a fresh random seed per request", s1)
+	}
+}
+
+func TestOpenAIChatStream(t *testing.T) {
+	e := newOAIEnv(t, nil)
+	msgs := []map[string]any{{"role": "user", "content": "stream me please"}}
+	_, whole := e.post("/v1/chat/completions", e.token("alice"), map[string]any{"messages": msgs, "temperature": 0})
+	var w struct {
+		Choices []struct {
+			Message struct{ Content string } `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(whole, &w); err != nil || len(w.Choices) != 1 {
+		t.Fatalf("have %s, %v; want a completion", whole, err)
+	}
+
+	for _, includeUsage := range []bool{false, true} {
+		t.Run(fmt.Sprintf("include_usage=%v", includeUsage), func(t *testing.T) {
+			body := map[string]any{"messages": msgs, "temperature": 0, "stream": true}
+			if includeUsage {
+				body["stream_options"] = map[string]any{"include_usage": true}
+			}
+			resp, raw := e.post("/v1/chat/completions", e.token("alice"), body)
+			if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				t.Fatalf("have %d %q %s; want 200 text/event-stream", resp.StatusCode, resp.Header.Get("Content-Type"), raw)
+			}
+			events := sse(t, raw)
+			if len(events) < 4 || events[len(events)-1] != "[DONE]" {
+				t.Fatalf("have events %q; want chunks then [DONE]", events)
+			}
+			events = events[:len(events)-1]
+			var usageChunk map[string]any
+			if includeUsage {
+				usageChunk, events = decodeMap(t, []byte(events[len(events)-1])), events[:len(events)-1]
+			}
+			var text strings.Builder
+			var id string
+			for i, ev := range events {
+				m := decodeMap(t, []byte(ev))
+				if have, want := keys(m), []string{"choices", "created", "id", "model", "object", "system_fingerprint"}; includeUsage {
+					want = append(want, "usage")
+					sort.Strings(want)
+					if !slices.Equal(have, want) || m["usage"] != nil {
+						t.Fatalf("chunk %d: have %s; want keys %v with usage null", i, ev, want)
+					}
+				} else if !slices.Equal(have, want) {
+					t.Fatalf("chunk %d: have keys %v; want %v", i, have, want)
+				}
+				if i == 0 {
+					id, _ = m["id"].(string)
+				}
+				if m["object"] != "chat.completion.chunk" || m["id"] != id || !strings.HasPrefix(id, "chatcmpl-") || m["model"] != testModel {
+					t.Fatalf("chunk %d: have %s; want a chat.completion.chunk of one id", i, ev)
+				}
+				choices := m["choices"].([]any)
+				if len(choices) != 1 {
+					t.Fatalf("chunk %d: have %d choices; want 1", i, len(choices))
+				}
+				c := choices[0].(map[string]any)
+				delta := c["delta"].(map[string]any)
+				switch {
+				case i == 0:
+					if delta["role"] != "assistant" || delta["content"] != "" || c["finish_reason"] != nil {
+						t.Fatalf("chunk 0: have %s; want the assistant role with empty content", ev)
+					}
+				case i == len(events)-1:
+					if len(delta) != 0 || c["finish_reason"] != "stop" {
+						t.Fatalf("last chunk: have %s; want an empty delta and finish_reason stop", ev)
+					}
+				default:
+					s, ok := delta["content"].(string)
+					if !ok || c["finish_reason"] != nil {
+						t.Fatalf("chunk %d: have %s; want content and no finish_reason", i, ev)
+					}
+					text.WriteString(s)
+				}
+			}
+			if text.String() != w.Choices[0].Message.Content {
+				t.Errorf("have streamed %q; want the whole response's %q", text.String(), w.Choices[0].Message.Content)
+			}
+			if includeUsage {
+				u, _ := usageChunk["usage"].(map[string]any)
+				ch, _ := usageChunk["choices"].([]any)
+				words := float64(len(strings.Fields(fakeReply("stream me please"))))
+				if ch == nil || len(ch) != 0 || u == nil || u["prompt_tokens"] != 3.0 || u["completion_tokens"] != words || u["total_tokens"] != 3+words {
+					t.Errorf("have usage chunk %v; want empty choices and 3 + %v tokens", usageChunk, words)
+				}
+			}
+		})
+	}
+}
+
+func TestOpenAICompletions(t *testing.T) {
+	e := newOAIEnv(t, nil)
+	tests := []struct {
+		name       string
+		prompt     any
+		maxTokens  any
+		wantPrompt []int32
+		wantMax    int
+	}{
+		{"text is tokenized", "hi", nil, []int32{'h', 'i'}, completionsDefaultMaxTokens},
+		{"token ids", []int{5, 6, 7}, 3, []int32{5, 6, 7}, 3},
+		{"one text in an array", []string{"ab"}, 2, []int32{'a', 'b'}, 2},
+		{"one token list in an array", [][]int{{9}}, 1, []int32{9}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := map[string]any{"model": testModel, "prompt": tt.prompt}
+			if tt.maxTokens != nil {
+				body["max_tokens"] = tt.maxTokens
+			}
+			resp, raw := e.post("/v1/completions", e.token("alice"), body)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("have %d %s; want 200", resp.StatusCode, raw)
+			}
+			if r := e.gen.lastRequest(); !slices.Equal(r.Prompt, tt.wantPrompt) || r.MaxTokens != tt.wantMax {
+				t.Errorf("have prompt %v max %d; want %v max %d", r.Prompt, r.MaxTokens, tt.wantPrompt, tt.wantMax)
+			}
+			var r struct {
+				ID      string `json:"id"`
+				Object  string `json:"object"`
+				Choices []struct {
+					Text         string `json:"text"`
+					Index        int    `json:"index"`
+					FinishReason string `json:"finish_reason"`
+				} `json:"choices"`
+				Usage struct {
+					TotalTokens int `json:"total_tokens"`
+				} `json:"usage"`
+			}
+			if err := json.Unmarshal(raw, &r); err != nil {
+				t.Fatal(err)
+			}
+			want := fakeReply(fmt.Sprint(tt.wantPrompt))
+			if !strings.HasPrefix(r.ID, "cmpl-") || r.Object != "text_completion" || len(r.Choices) != 1 ||
+				r.Choices[0].Text != want || r.Choices[0].FinishReason != "stop" || r.Usage.TotalTokens == 0 {
+				t.Errorf("have %s; want a text_completion of %q", raw, want)
+			}
+		})
+	}
+
+	t.Run("stream", func(t *testing.T) {
+		resp, raw := e.post("/v1/completions", e.token("alice"), map[string]any{"prompt": "hi", "stream": true,
+			"stream_options": map[string]any{"include_usage": true}})
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("have %d %s; want 200", resp.StatusCode, raw)
+		}
+		events := sse(t, raw)
+		if n := len(events); n < 3 || events[n-1] != "[DONE]" {
+			t.Fatalf("have %q; want chunks, usage, [DONE]", events)
+		}
+		var text strings.Builder
+		for i, ev := range events[:len(events)-2] {
+			m := decodeMap(t, []byte(ev))
+			c := m["choices"].([]any)[0].(map[string]any)
+			if m["object"] != "text_completion" {
+				t.Fatalf("chunk %d: have %s; want text_completion", i, ev)
+			}
+			text.WriteString(c["text"].(string))
+			if last := i == len(events)-3; (c["finish_reason"] == "stop") != last {
+				t.Fatalf("chunk %d: have %s; want finish_reason stop on the last chunk only", i, ev)
+			}
+		}
+		if want := fakeReply(fmt.Sprint([]int32{'h', 'i'})); text.String() != want {
+			t.Errorf("have %q; want %q", text.String(), want)
+		}
+		if u := decodeMap(t, []byte(events[len(events)-2]))["usage"]; u == nil {
+			t.Errorf("have %s; want the usage chunk", events[len(events)-2])
+		}
+	})
+}
+
+func TestOpenAIModels(t *testing.T) {
+	e := newOAIEnv(t, nil)
+	get := func(path, token string) (*http.Response, []byte) {
+		req, _ := http.NewRequest(http.MethodGet, e.http.URL+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	resp, body := get("/v1/models", e.token("alice"))
+	var list struct {
+		Object string `json:"object"`
+		Data   []struct {
+			ID      string `json:"id"`
+			Object  string `json:"object"`
+			Created int64  `json:"created"`
+			OwnedBy string `json:"owned_by"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil || resp.StatusCode != 200 || list.Object != "list" || len(list.Data) != 1 ||
+		list.Data[0].ID != testModel || list.Data[0].Object != "model" || list.Data[0].Created == 0 || list.Data[0].OwnedBy == "" {
+		t.Fatalf("have %d %s; want a list of %s", resp.StatusCode, body, testModel)
+	}
+	if resp, body := get("/v1/models/"+testModel, e.token("alice")); resp.StatusCode != 200 || decodeMap(t, body)["id"] != testModel {
+		t.Errorf("have %d %s; want the model", resp.StatusCode, body)
+	}
+	resp, body = get("/v1/models/gpt-4o", e.token("alice"))
+	checkOAIError(t, resp, body, 404, oaiInvalidRequest, "model_not_found", "model")
+	resp, body = get("/v1/models", "")
+	checkOAIError(t, resp, body, 401, oaiInvalidRequest, "invalid_api_key", "")
+}
+
+func TestOpenAIErrors(t *testing.T) {
+	e := newOAIEnv(t, nil)
+	ok := e.token("alice")
+	exp := time.Now().Add(time.Minute).Unix()
+	expired := signHS(t, "acme-1", e.secret, jwt.MapClaims{"sub": "alice", "aud": "specgate", "exp": time.Now().Add(-time.Hour).Unix()})
+	badSig := signHS(t, "acme-1", []byte("not the secret"), jwt.MapClaims{"sub": "alice", "aud": "specgate", "exp": exp})
+	user := []map[string]any{{"role": "user", "content": "x"}}
+	tests := []struct {
+		name   string
+		path   string
+		token  string
+		body   any
+		refuse error
+		status int
+		typ    string
+		code   string
+		param  string
+	}{
+		{"missing token", "/v1/chat/completions", "", map[string]any{"messages": user}, nil, 401, oaiInvalidRequest, "invalid_api_key", ""},
+		{"expired token", "/v1/chat/completions", expired, map[string]any{"messages": user}, nil, 401, oaiInvalidRequest, "invalid_api_key", ""},
+		{"bad signature", "/v1/completions", badSig, map[string]any{"prompt": "x"}, nil, 401, oaiInvalidRequest, "invalid_api_key", ""},
+		{"not a JWT", "/v1/chat/completions", "sk-abc", map[string]any{"messages": user}, nil, 401, oaiInvalidRequest, "invalid_api_key", ""},
+		{"not JSON", "/v1/chat/completions", ok, "{", nil, 400, oaiInvalidRequest, "", ""},
+		{"wrong type", "/v1/chat/completions", ok, map[string]any{"messages": "hi"}, nil, 400, oaiInvalidRequest, "", ""},
+		{"unknown model", "/v1/chat/completions", ok, map[string]any{"model": "gpt-4o", "messages": user}, nil, 404, oaiInvalidRequest, "model_not_found", "model"},
+		{"no messages", "/v1/chat/completions", ok, map[string]any{"messages": []any{}}, nil, 400, oaiInvalidRequest, "", "messages"},
+		{"tool role", "/v1/chat/completions", ok, map[string]any{"messages": []map[string]any{{"role": "tool", "content": "x"}}}, nil, 400, oaiInvalidRequest, "", "messages[0].role"},
+		{"image content", "/v1/chat/completions", ok, map[string]any{"messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "image_url"}}}}}, nil, 400, oaiInvalidRequest, "", ""},
+		{"n=2", "/v1/chat/completions", ok, map[string]any{"messages": user, "n": 2}, nil, 400, oaiInvalidRequest, "", "n"},
+		{"temperature too high", "/v1/chat/completions", ok, map[string]any{"messages": user, "temperature": 2.5}, nil, 400, oaiInvalidRequest, "", "temperature"},
+		{"max_tokens zero", "/v1/chat/completions", ok, map[string]any{"messages": user, "max_tokens": 0}, nil, 400, oaiInvalidRequest, "", "max_tokens"},
+		{"logprobs", "/v1/chat/completions", ok, map[string]any{"messages": user, "logprobs": true}, nil, 400, oaiInvalidRequest, "", "logprobs"},
+		{"tools", "/v1/chat/completions", ok, map[string]any{"messages": user, "tools": []map[string]any{{"type": "function"}}}, nil, 400, oaiInvalidRequest, "", "tools"},
+		{"unknown priority", "/v1/chat/completions", ok, map[string]any{"messages": user, "priority": "urgent"}, nil, 400, oaiInvalidRequest, "", "priority"},
+		{"bad response_format", "/v1/chat/completions", ok, map[string]any{"messages": user, "response_format": map[string]any{"type": "xml"}}, nil, 400, oaiInvalidRequest, "", "response_format.type"},
+		{"json_schema without schema", "/v1/chat/completions", ok, map[string]any{"messages": user, "response_format": map[string]any{"type": "json_schema"}}, nil, 400, oaiInvalidRequest, "", "response_format.json_schema.schema"},
+		{"no prompt", "/v1/completions", ok, map[string]any{}, nil, 400, oaiInvalidRequest, "", "prompt"},
+		{"two prompts", "/v1/completions", ok, map[string]any{"prompt": []string{"a", "b"}}, nil, 400, oaiInvalidRequest, "", ""},
+		{"echo", "/v1/completions", ok, map[string]any{"prompt": "a", "echo": true}, nil, 400, oaiInvalidRequest, "", "echo"},
+		{"context too long", "/v1/chat/completions", ok, map[string]any{"messages": user},
+			&engine.Error{Code: engine.CodeContextTooLong, Message: "prompt of 9000 tokens exceeds 2048"}, 400, oaiInvalidRequest, "context_length_exceeded", "messages"},
+		{"context too long (prompt)", "/v1/completions", ok, map[string]any{"prompt": "x"},
+			&engine.Error{Code: engine.CodeContextTooLong, Message: "too long"}, 400, oaiInvalidRequest, "context_length_exceeded", "prompt"},
+		{"engine refuses guided", "/v1/chat/completions", ok, map[string]any{"messages": user, "response_format": map[string]any{"type": "json_object"}},
+			&engine.Error{Code: engine.CodeBadRequest, Message: "guided decoding is not supported by this engine yet"}, 400, oaiInvalidRequest, "", ""},
+		{"queue full", "/v1/chat/completions", ok, map[string]any{"messages": user},
+			&engine.Error{Code: engine.CodeQueueFull, Message: "queue full", Temporary: true}, 429, "requests", "queue_full", ""},
+		{"engine over quota", "/v1/chat/completions", ok, map[string]any{"messages": user, "stream": true},
+			&engine.Error{Code: engine.CodeOverQuota, Message: "over", Temporary: true}, 429, "requests", "rate_limit_exceeded", ""},
+		{"engine stopped", "/v1/chat/completions", ok, map[string]any{"messages": user}, engine.ErrClosed, 503, oaiServerError, "service_unavailable", ""},
+		{"internal", "/v1/chat/completions", ok, map[string]any{"messages": user, "stream": true}, errors.New("secret detail"), 500, oaiServerError, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e.gen.refuse = tt.refuse
+			defer func() { e.gen.refuse = nil }()
+			resp, body := e.post(tt.path, tt.token, tt.body)
+			checkOAIError(t, resp, body, tt.status, tt.typ, tt.code, tt.param)
+			if retry := resp.Header.Get("Retry-After"); (tt.status == 429 || tt.status == 503) != (retry != "") {
+				t.Errorf("have Retry-After %q with status %d; want one exactly on 429 and 503", retry, tt.status)
+			}
+			if strings.Contains(string(body), "secret detail") {
+				t.Errorf("have %s; want internals kept out", body)
+			}
+		})
+	}
+}
+
+// finalErrGen ends every stream with an error after optional deltas, as an
+// engine does when a request fails while it runs.
+type finalErrGen struct {
+	Generator
+	deltas []string
+	err    error
+}
+
+type finalErrStream struct {
+	events []engine.Event
+}
+
+func (g finalErrGen) Submit(ctx context.Context, r engine.Request) (EventStream, error) {
+	st := &finalErrStream{}
+	for i, d := range g.deltas {
+		st.events = append(st.events, engine.Event{Seq: i + 1, Text: d})
+	}
+	st.events = append(st.events, engine.Event{Final: &engine.Final{FinishReason: engine.FinishError, Err: g.err}})
+	return st, nil
+}
+
+func (s *finalErrStream) Recv(context.Context) (engine.Event, error) {
+	if len(s.events) == 0 {
+		return engine.Event{}, io.EOF
+	}
+	ev := s.events[0]
+	s.events = s.events[1:]
+	return ev, nil
+}
+
+func TestOpenAIFailureWhileGenerating(t *testing.T) {
+	refusal := &engine.Error{Code: engine.CodeBadRequest, Message: "guided decoding is not supported by this engine yet"}
+	user := []map[string]any{{"role": "user", "content": "x"}}
+
+	// Before any text: a proper HTTP error, streaming or not.
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			e := newOAIEnv(t, func(o *Options) { o.Generator = finalErrGen{Generator: o.Generator, err: refusal} })
+			resp, body := e.post("/v1/chat/completions", e.token("alice"), map[string]any{"messages": user, "stream": stream})
+			checkOAIError(t, resp, body, 400, oaiInvalidRequest, "", "")
+		})
+	}
+
+	// After text has streamed: an error event, then [DONE].
+	t.Run("after text", func(t *testing.T) { failAfterText(t, user) })
+}
+
+func failAfterText(t *testing.T, user []map[string]any) {
+	e := newOAIEnv(t, func(o *Options) {
+		o.Generator = finalErrGen{Generator: o.Generator, deltas: []string{"par", "tial"}, err: errors.New("boom")}
+	})
+	resp, body := e.post("/v1/chat/completions", e.token("alice"), map[string]any{"messages": user, "stream": true})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("have %d %s; want 200", resp.StatusCode, body)
+	}
+	events := sse(t, body)
+	if n := len(events); n != 5 || events[n-1] != "[DONE]" {
+		t.Fatalf("have %q; want role, 2 deltas, error, [DONE]", events)
+	}
+	var ev struct {
+		Error *oaiError `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(events[3]), &ev); err != nil || ev.Error == nil || ev.Error.Type != oaiServerError {
+		t.Errorf("have %s; want a server_error event", events[3])
+	}
+}
+
+func TestOpenAIQuotas(t *testing.T) {
+	user := []map[string]any{{"role": "user", "content": "x"}}
+	t.Run("tokens per minute", func(t *testing.T) {
+		e := newOAIEnv(t, nil)
+		if _, err := e.store.Update(context.Background(), "acme", func(tn *tenants.Tenant) error {
+			tn.Limits.TokensPerMinute = 5
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if resp, body := e.post("/v1/chat/completions", e.token("alice"), map[string]any{"messages": user}); resp.StatusCode != 200 {
+			t.Fatalf("have %d %s; want the first request served", resp.StatusCode, body)
+		}
+		// The first used 3 + 3 tokens of the 5 a minute allows.
+		resp, body := e.post("/v1/chat/completions", e.token("alice"), map[string]any{"messages": user})
+		checkOAIError(t, resp, body, 429, "tokens", "rate_limit_exceeded", "")
+		if resp.Header.Get("Retry-After") == "" {
+			t.Errorf("have no Retry-After; want one")
+		}
+		// The socket and the HTTP API share the tenant's minute.
+		c := e.login("bob")
+		sid := c.createSession("")
+		c.send(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "a"})
+		if f := c.read(); f.Type != TypeError || f.Code != CodeOverQuota {
+			t.Errorf("have %+v; want over_quota on the socket too", f)
+		}
+	})
+
+	t.Run("concurrent requests", func(t *testing.T) {
+		e := newOAIEnv(t, nil)
+		if _, err := e.store.Update(context.Background(), "acme", func(tn *tenants.Tenant) error {
+			tn.Limits.MaxConcurrent = 1
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		e.gen.gate = make(chan struct{}, 100)
+		first := make(chan int, 1)
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, e.http.URL+"/v1/chat/completions",
+				strings.NewReader(`{"messages":[{"role":"user","content":"x"}]}`))
+			req.Header.Set("Authorization", "Bearer "+e.token("alice"))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				first <- 0
+				return
+			}
+			resp.Body.Close()
+			first <- resp.StatusCode
+		}()
+		waitFor(t, func() bool {
+			e.gen.mu.Lock()
+			defer e.gen.mu.Unlock()
+			return len(e.gen.requests) == 1
+		})
+		resp, body := e.post("/v1/chat/completions", e.token("alice"), map[string]any{"messages": user})
+		checkOAIError(t, resp, body, 429, "requests", "rate_limit_exceeded", "")
+		for range 10 {
+			e.gen.gate <- struct{}{}
+		}
+		if code := <-first; code != 200 {
+			t.Fatalf("have %d; want the first request served", code)
+		}
+		// Its slot is free again.
+		for range 10 {
+			e.gen.gate <- struct{}{}
+		}
+		if resp, body := e.post("/v1/chat/completions", e.token("alice"), map[string]any{"messages": user}); resp.StatusCode != 200 {
+			t.Fatalf("have %d %s; want 200 once the slot is free", resp.StatusCode, body)
+		}
+	})
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestOpenAIDisconnectCancels checks that a client leaving mid-stream
+// cancels its generation and frees its slot.
+func TestOpenAIDisconnectCancels(t *testing.T) {
+	e := newOAIEnv(t, nil)
+	if _, err := e.store.Update(context.Background(), "acme", func(tn *tenants.Tenant) error {
+		tn.Limits.MaxConcurrent = 1
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.gen.gate = make(chan struct{}, 100)
+	e.gen.gate <- struct{}{} // one delta, then it waits
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.http.URL+"/v1/chat/completions",
+		strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"a long story"}]}`))
+	req.Header.Set("Authorization", "Bearer "+e.token("alice"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	for n := 0; n < 2; { // the role chunk and the first delta
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("have %v; want the first chunks", err)
+		}
+		if strings.HasPrefix(line, "data: ") {
+			n++
+		}
+	}
+	cancel()
+	resp.Body.Close()
+	var st *fakeStream
+	e.gen.mu.Lock()
+	for _, s := range e.gen.streams {
+		st = s
+	}
+	e.gen.mu.Unlock()
+	select {
+	case <-st.ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("have the generation running; want it cancelled when the client left")
+	}
+	// The slot is released once the handler has ended.
+	waitFor(t, func() bool {
+		n, err := e.srv.limiter.Held(context.Background(), "acme", tenants.LeaseRequests)
+		return err == nil && n == 0
+	})
+}
