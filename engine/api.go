@@ -101,7 +101,15 @@ type Request struct {
 	// chat template and tokenized.
 	Prompt   []int32
 	Messages []Message
-	Sample   sample.Params
+	// SharedPrefix is how many leading prompt tokens the tenant marks
+	// public, such as a system prompt common to all its users: their KV
+	// is cached once, in a namespace every tenant's requests may match
+	// (rounded down to whole blocks; at most the prompt). Zero keeps the
+	// request's cached blocks private to its tenant: another tenant's
+	// identical prompt never hits them, so cache timing cannot reveal one
+	// tenant's prompts to another. Negative is a bad request.
+	SharedPrefix int
+	Sample       sample.Params
 	// MaxTokens caps the completion; zero means up to the context limit.
 	MaxTokens int
 	// Stop ends generation when the text contains one of these (the stop
@@ -131,7 +139,9 @@ const (
 type Usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
-	CachedTokens     int `json:"cached_tokens"`
+	// CachedTokens is how many of the prompt tokens the prefix cache
+	// served when the request started, so they were not prefilled.
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // Stats are a request's timings and speculation figures.

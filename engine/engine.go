@@ -49,10 +49,25 @@ type Engine struct {
 	host   blockAllocator // nil without a host tier
 	devKV  kernels.KVCache
 	hostKV kernels.KVCache
-	seqs   map[string]*sequence
-	batch  model.Batch
-	rows   []*sequence // the sequence of each logits row of batch
-	logits []float32
+	// cache is the prefix cache over dev and host; nil when it is off.
+	// With it on, the host tier is the cache's: sequences are never
+	// swapped, their blocks are cached instead.
+	cache *prefixcache.Cache
+	// shared counts, per cached device block, the live sequences holding
+	// it from a Lookup. Sequences hold cached blocks only that way (they
+	// insert their own blocks only as they give them up), so every other
+	// cached device block can be evicted: see allocatable.
+	shared    map[int32]int
+	seqs      map[string]*sequence
+	batch     model.Batch
+	rows      []*sequence // the sequence of each logits row of batch
+	placed    []placedChunk
+	logits    []float32
+	rate      throughput
+	urgent    bool     // the last step planned interactive work first
+	count     Counters // Cache is filled in by counters()
+	cacheSeen prefixcache.Stats
+	reported  time.Time // when the cache's stats were last reported
 
 	mu     sync.Mutex // protects the fields below
 	inbox  []op
@@ -66,10 +81,12 @@ type Engine struct {
 	nextID  atomic.Uint64
 }
 
-// op is one message to the step goroutine: a submission or a cancel.
+// op is one message to the step goroutine: a submission, a cancel, or a
+// function to run there (session liveness, snapshots).
 type op struct {
 	sub    *submission
 	cancel string
+	fn     func()
 }
 
 type submission struct {
@@ -124,17 +141,26 @@ func newEngine(m model.Model, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: device KV of %d blocks: %w", o.KVBlocks, err)
 	}
+	dpool := prefixcache.NewPool(prefixcache.Device, o.KVBlocks)
 	e := &Engine{
 		m: m, tok: tok, tmpl: tmpl, o: o, clock: o.Clock, met: o.Metrics,
-		sched: s, devKV: devKV, dev: prefixcache.NewPool(prefixcache.Device, o.KVBlocks),
-		seqs: map[string]*sequence{},
+		sched: s, devKV: devKV, dev: dpool,
+		seqs: map[string]*sequence{}, shared: map[int32]int{},
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 	}
+	var hpool *prefixcache.Pool
 	if o.HostKVBlocks > 0 {
 		if e.hostKV, err = m.NewKV(o.HostKVBlocks, o.BlockSize); err != nil {
 			return nil, fmt.Errorf("engine: host KV of %d blocks: %w", o.HostKVBlocks, err)
 		}
-		e.host = prefixcache.NewPool(prefixcache.Host, o.HostKVBlocks)
+		hpool = prefixcache.NewPool(prefixcache.Host, o.HostKVBlocks)
+		e.host = hpool
+	}
+	if !o.NoPrefixCache {
+		e.cache, err = prefixcache.New(m.Backend(), devKV, e.hostKV, dpool, hpool, prefixcache.Options{TenantCap: o.PrefixTenantCap})
+		if err != nil {
+			return nil, fmt.Errorf("engine: prefix cache: %w", err)
+		}
 	}
 	return e, nil
 }
@@ -181,6 +207,44 @@ func (e *Engine) Submit(ctx context.Context, r Request) (*Stream, error) {
 // reason "cancelled". Unknown or finished ids are ignored.
 func (e *Engine) Cancel(id string) {
 	e.send(op{cancel: id})
+}
+
+// SetSessionLive tells the prefix cache whether a conversation's
+// connection is live. While it is, the last prefix the session's requests
+// (Request.Session) touched stays on the device in preference to others';
+// once it goes idle that prefix is the first to be demoted to the host tier.
+// It is safe from any goroutine and does not wait; it does nothing when the
+// cache is off, the session is empty or the engine is closed.
+func (e *Engine) SetSessionLive(session string, live bool) {
+	if session == "" || e.cache == nil {
+		return
+	}
+	_ = e.send(op{fn: func() { e.cache.SetSessionLive(session, live) }})
+}
+
+// Counters returns a snapshot of the engine's running totals. It is safe
+// from any goroutine and waits for the step goroutine (at most one step),
+// ctx or Close.
+func (e *Engine) Counters(ctx context.Context) (Counters, error) {
+	var c Counters
+	err := e.call(ctx, func() { c = e.counters() })
+	return c, err
+}
+
+// call runs fn on the step goroutine and waits for it, ctx or Close.
+func (e *Engine) call(ctx context.Context, fn func()) error {
+	done := make(chan struct{})
+	if err := e.send(op{fn: func() { fn(); close(done) }}); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.done:
+		return ErrClosed
+	}
 }
 
 func (e *Engine) send(o op) error {
@@ -260,6 +324,10 @@ func (e *Engine) drain(now time.Time) {
 			o.sub.reply <- e.enqueue(now, o.sub)
 			continue
 		}
+		if o.fn != nil {
+			o.fn()
+			continue
+		}
 		if s := e.seqs[o.cancel]; s != nil {
 			e.end(s, now, FinishCancelled, nil)
 		}
@@ -299,6 +367,9 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 	}
 	if r.MaxTokens < 0 {
 		return nil, bad("max tokens %d is negative", r.MaxTokens)
+	}
+	if r.SharedPrefix < 0 {
+		return nil, bad("shared prefix of %d tokens is negative", r.SharedPrefix)
 	}
 	if r.Guided != nil {
 		return nil, bad("guided decoding is not supported by this engine yet")
@@ -358,6 +429,8 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 	tokens := make([]int32, 0, len(prompt)+maxTok)
 	tokens = append(append(tokens, prompt...), r.Generated...)
 	r.Prompt = prompt
+	// Only prompt tokens may be shared: the reply stays the tenant's.
+	r.SharedPrefix = min(r.SharedPrefix, len(prompt))
 	return &submission{
 		req: r, tokens: tokens, prompt: len(prompt), max: maxTok,
 		stream: newStream(r.ID, e.Cancel), reply: make(chan error, 1), at: e.clock.Now(),

@@ -27,7 +27,8 @@ func TestOptionsDefaults(t *testing.T) {
 	m := newFakeModel(t)
 	e, _ := testEngine(t, m, Options{})
 	o := e.Options()
-	if o.BlockSize != 16 || o.MaxBatchTokens != 512 || o.MaxRunning != 64 || o.MaxQueued != 1024 || o.MaxContext != 4096 || o.AgingAfter != 5*time.Second {
+	if o.BlockSize != 16 || o.MaxBatchTokens != 512 || o.MaxRunning != 64 || o.MaxQueued != 1024 || o.MaxContext != 4096 || o.AgingAfter != 5*time.Second ||
+		o.MaxStepLatency != 50*time.Millisecond || o.NoPrefixCache || o.PrefixTenantCap != 0 {
 		t.Errorf("have %+v; want the documented defaults", o)
 	}
 	// 64 sequences × 4096 tokens / 16 = 16384 blocks; 256 MiB of 128-byte
@@ -37,6 +38,9 @@ func TestOptionsDefaults(t *testing.T) {
 	}
 	if e.host != nil {
 		t.Error("have a host tier by default; want none")
+	}
+	if e.cache == nil {
+		t.Error("have no prefix cache by default; want one")
 	}
 	if _, err := newEngine(m, Options{BlockSize: -1}); err == nil {
 		t.Error("have nil error for a negative block size; want one")
@@ -55,6 +59,7 @@ func TestRefusals(t *testing.T) {
 		{"empty", Options{}, nil, Request{ID: "x"}, CodeBadRequest},
 		{"token outside vocab", Options{}, nil, Request{Prompt: []int32{1, 64}}, CodeBadRequest},
 		{"negative max tokens", Options{}, nil, Request{Prompt: []int32{1}, MaxTokens: -1}, CodeBadRequest},
+		{"negative shared prefix", Options{}, nil, Request{Prompt: []int32{1}, SharedPrefix: -1}, CodeBadRequest},
 		{"bad priority", Options{}, nil, Request{Prompt: []int32{1}, Priority: 9}, CodeBadRequest},
 		{"guided", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Regex: "a+"}}, CodeBadRequest},
 		{"context too long", Options{MaxContext: 10}, nil, Request{Prompt: make([]int32, 8), MaxTokens: 3}, CodeContextTooLong},
@@ -198,6 +203,8 @@ func TestConcurrentMatchesSolo(t *testing.T) {
 		{"tight pool, swap", Options{BlockSize: 4, KVBlocks: 40, HostKVBlocks: 200, MaxBatchTokens: 48}},
 		{"tight pool, recompute", Options{BlockSize: 4, KVBlocks: 40, MaxBatchTokens: 48}},
 		{"tight pool, small host tier", Options{BlockSize: 4, KVBlocks: 40, HostKVBlocks: 12, MaxBatchTokens: 48}},
+		{"no prefix cache, tight pool, swap", Options{BlockSize: 4, KVBlocks: 40, HostKVBlocks: 200, MaxBatchTokens: 48, NoPrefixCache: true}},
+		{"no prefix cache, tight pool, recompute", Options{BlockSize: 4, KVBlocks: 40, MaxBatchTokens: 48, NoPrefixCache: true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			m := newFakeModel(t)
@@ -237,50 +244,85 @@ func TestConcurrentMatchesSolo(t *testing.T) {
 	}
 }
 
+// TestLeakUnderRandomWorkload runs random requests with cancels, deadlines
+// and preemptions; prompts share prefixes so that the prefix cache hits,
+// some marked shared, some in sessions going live and idle. At the end
+// every block is free or held exactly once by the cache.
 func TestLeakUnderRandomWorkload(t *testing.T) {
-	m := newFakeModel(t)
-	e, clk := testEngine(t, m, Options{BlockSize: 4, KVBlocks: 48, HostKVBlocks: 16, MaxBatchTokens: 40, MaxRunning: 12, AgingAfter: 20 * time.Millisecond})
-	rng := rand.New(rand.NewPCG(5, 6))
-	var streams []*Stream
-	n := 0
-	for step := 0; step < 1500; step++ {
-		if rng.IntN(3) == 0 {
-			r := Request{
-				ID: fmt.Sprint("r", n), Tenant: fmt.Sprint("t", rng.IntN(4)), Priority: []Priority{Interactive, Standard, Batch}[rng.IntN(3)],
-				Prompt: prompt(rng, 1+rng.IntN(50)), MaxTokens: 1 + rng.IntN(40), Stop: []string{"qq"},
+	base := Options{BlockSize: 4, KVBlocks: 48, MaxBatchTokens: 40, MaxRunning: 12, AgingAfter: 20 * time.Millisecond}
+	with := func(f func(*Options)) Options { o := base; f(&o); return o }
+	for _, tt := range []struct {
+		name string
+		o    Options
+	}{
+		{"cache, host tier", with(func(o *Options) { o.HostKVBlocks = 16 })},
+		{"cache, no host tier", base},
+		{"cache, tenant cap", with(func(o *Options) { o.HostKVBlocks = 16; o.PrefixTenantCap = 6 })},
+		{"no cache, swap", with(func(o *Options) { o.HostKVBlocks = 16; o.NoPrefixCache = true })},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newFakeModel(t)
+			e, clk := testEngine(t, m, tt.o)
+			rng := rand.New(rand.NewPCG(5, 6))
+			var bases [][]int32
+			for range 4 {
+				bases = append(bases, prompt(rng, 30))
 			}
-			if rng.IntN(10) == 0 {
-				r.Deadline = clk.Now().Add(time.Duration(rng.IntN(30)) * time.Millisecond)
+			var streams []*Stream
+			n := 0
+			for step := 0; step < 1500; step++ {
+				if rng.IntN(3) == 0 {
+					p := prompt(rng, 1+rng.IntN(50))
+					if rng.IntN(2) == 0 {
+						p = append(slices.Clone(bases[rng.IntN(len(bases))][:1+rng.IntN(30)]), p[1:]...)
+					}
+					r := Request{
+						ID: fmt.Sprint("r", n), Tenant: fmt.Sprint("t", rng.IntN(4)), Priority: []Priority{Interactive, Standard, Batch}[rng.IntN(3)],
+						Session: fmt.Sprint("s", rng.IntN(6)), Prompt: p, MaxTokens: 1 + rng.IntN(40), Stop: []string{"qq"},
+					}
+					if rng.IntN(4) == 0 {
+						r.SharedPrefix = rng.IntN(20)
+					}
+					if rng.IntN(10) == 0 {
+						r.Deadline = clk.Now().Add(time.Duration(rng.IntN(30)) * time.Millisecond)
+					}
+					n++
+					s, err := submitNow(e, r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					streams = append(streams, s)
+				}
+				if rng.IntN(15) == 0 && len(streams) > 0 {
+					e.Cancel(streams[rng.IntN(len(streams))].ID())
+				}
+				if rng.IntN(10) == 0 {
+					e.SetSessionLive(fmt.Sprint("s", rng.IntN(6)), rng.IntN(2) == 0)
+				}
+				e.drain(clk.Now())
+				e.step(clk.Now())
+				clk.Advance(time.Millisecond)
 			}
-			n++
-			s, err := submitNow(e, r)
-			if err != nil {
-				t.Fatal(err)
+			drive(t, e, clk, time.Millisecond, 100000)
+			reasons := map[string]int{}
+			pre := 0
+			for _, s := range streams {
+				r := collect(t, s)
+				reasons[r.final.FinishReason]++
+				pre += r.final.Stats.Preemptions
+				if r.final.FinishReason == FinishError {
+					t.Errorf("%s: failed: %v", s.ID(), r.final.Err)
+				}
 			}
-			streams = append(streams, s)
-		}
-		if rng.IntN(15) == 0 && len(streams) > 0 {
-			e.Cancel(streams[rng.IntN(len(streams))].ID())
-			e.drain(clk.Now())
-		}
-		e.step(clk.Now())
-		clk.Advance(time.Millisecond)
+			if reasons[FinishCancelled] == 0 || reasons[FinishLength] == 0 || pre == 0 {
+				t.Errorf("have finish reasons %v and %d preemptions; want a mix with cancellations and preemptions", reasons, pre)
+			}
+			if c := e.counters(); !tt.o.NoPrefixCache && c.CachedTokens == 0 {
+				t.Errorf("have no cached tokens served (cache %+v); want hits", c.Cache)
+			}
+			checkWhole(t, e)
+		})
 	}
-	drive(t, e, clk, time.Millisecond, 100000)
-	reasons := map[string]int{}
-	pre := 0
-	for _, s := range streams {
-		r := collect(t, s)
-		reasons[r.final.FinishReason]++
-		pre += r.final.Stats.Preemptions
-		if r.final.FinishReason == FinishError {
-			t.Errorf("%s: failed: %v", s.ID(), r.final.Err)
-		}
-	}
-	if reasons[FinishCancelled] == 0 || reasons[FinishLength] == 0 || pre == 0 {
-		t.Errorf("have finish reasons %v and %d preemptions; want a mix with cancellations and preemptions", reasons, pre)
-	}
-	checkWhole(t, e)
 }
 
 func TestCancelAndDeadline(t *testing.T) {
@@ -622,6 +664,10 @@ func TestRunLoop(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	e.SetSessionLive("conv", true)
+	if c, err := e.Counters(ctx); err != nil || c.Steps == 0 || c.ForwardTokens < 8*30 {
+		t.Errorf("have counters %+v, %v; want steps and at least 240 tokens", c, err)
+	}
 	// A request still running at Close ends with ErrClosed.
 	s, err := e.Submit(ctx, Request{Prompt: []int32{1, 5}, MaxTokens: 4000})
 	if err != nil {
@@ -644,5 +690,9 @@ func TestRunLoop(t *testing.T) {
 	if _, err := e.Submit(ctx, Request{Prompt: []int32{1}}); !errors.Is(err, ErrClosed) {
 		t.Errorf("have %v after Close; want ErrClosed", err)
 	}
+	if _, err := e.Counters(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("have %v from Counters after Close; want ErrClosed", err)
+	}
+	e.SetSessionLive("conv", false) // ignored, and does not block
 	checkWhole(t, e)
 }

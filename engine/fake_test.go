@@ -12,6 +12,7 @@ import (
 	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/engine/tokenizer"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/prefixcache"
 )
 
 // fakeKV stores, per slot, the token and position written there, so the
@@ -49,6 +50,10 @@ type fakeModel struct {
 	fail error
 	// batches records the size of every forward pass (tokens, logits rows).
 	batches [][2]int
+	// clock, when set, moves by stepCost plus tokenCost per token in each
+	// pass: a device of known speed, for the step-latency target.
+	clock               *FakeClock
+	stepCost, tokenCost time.Duration
 }
 
 var _ model.Model = (*fakeModel)(nil)
@@ -127,6 +132,9 @@ func (m *fakeModel) Forward(c kernels.KVCache, b *model.Batch, out []float32) er
 	kv := c.(*fakeKV)
 	bs := int32(kv.spec.BlockSize)
 	m.batches = append(m.batches, [2]int{b.Len(), len(b.Logits)})
+	if m.clock != nil {
+		m.clock.Advance(m.stepCost + time.Duration(b.Len())*m.tokenCost)
+	}
 	for i := range b.Tokens {
 		kv.tok[b.Slots[i]] = b.Tokens[i]
 		kv.pos[b.Slots[i]] = b.Pos[i]
@@ -230,10 +238,45 @@ func collect(tb testing.TB, s *Stream) result {
 	}
 }
 
-// checkWhole fails unless every block is back in its pool and the scheduler
-// holds nothing.
+// checkWhole fails unless every block is free or owned exactly once by the
+// prefix cache, flushing the cache gives every block back to its pool, and
+// the scheduler holds nothing.
 func checkWhole(tb testing.TB, e *Engine) {
 	tb.Helper()
+	if e.cache != nil {
+		dev, host := e.cache.Blocks()
+		for _, tier := range []struct {
+			name   string
+			pool   blockAllocator
+			cached int
+		}{{"device", e.dev, dev}, {"host", e.host, host}} {
+			p, ok := tier.pool.(*prefixcache.Pool)
+			if !ok {
+				continue // no host tier
+			}
+			if p.Used() != tier.cached {
+				tb.Errorf("have %d %s blocks in use, %d cached; want every used block cached (leak)", p.Used(), tier.name, tier.cached)
+			}
+			for b := range int32(p.Cap()) {
+				if r := p.Refs(b); r > 1 {
+					tb.Errorf("have %d refs on %s block %d; want at most the cache's one", r, tier.name, b)
+				}
+			}
+		}
+		if len(e.shared) != 0 {
+			tb.Errorf("have shared blocks %v with no sequence live; want none", e.shared)
+		}
+		// Host blocks go first, then device blocks move there: repeat
+		// until the cache is empty.
+		for range 100 {
+			dev, host := e.cache.Blocks()
+			if dev == 0 && host == 0 {
+				break
+			}
+			e.cache.EvictHost(host)
+			e.cache.EvictDevice(dev)
+		}
+	}
 	if e.dev.Free() != e.dev.Cap() {
 		tb.Errorf("have %d of %d device blocks free; want all (leak)", e.dev.Free(), e.dev.Cap())
 	}

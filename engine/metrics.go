@@ -1,6 +1,10 @@
 package engine
 
-import "time"
+import (
+	"time"
+
+	"github.com/specgate/specgate/prefixcache"
+)
 
 // Metrics receives the engine's measurements. The gateway implements it
 // over Prometheus; the engine itself imports no metrics library. Methods are
@@ -14,9 +18,10 @@ type Metrics interface {
 	// Sequences is the number of running sequences and of waiting
 	// sequences that were preempted (gauges).
 	Sequences(running, preempted int)
-	// Preemption counts one preemption; swapped says its KV went to the
-	// host tier rather than being dropped.
-	Preemption(tenant string, swapped bool)
+	// Preemption counts one preemption; kept says its KV was kept (its
+	// full blocks cached by the prefix cache, or with the cache off
+	// swapped to the host tier) rather than dropped.
+	Preemption(tenant string, kept bool)
 	// KVBlocks is the used and free blocks of a tier, "device" or "host"
 	// (gauges).
 	KVBlocks(tier string, used, free int)
@@ -32,7 +37,24 @@ type Metrics interface {
 	Step(tokens, seqs int, d time.Duration)
 	// Finished counts a request's end by finish reason.
 	Finished(tenant string, p Priority, reason string)
+	// PrefixLookup counts one prefix cache lookup's tokens for a tenant:
+	// found on the device tier, found on the host tier (and promoted),
+	// and missed (to be computed; a request's last token always is).
+	PrefixLookup(tenant string, device, host, miss int)
+	// PrefixTransfers counts blocks the prefix cache promoted (host to
+	// device), demoted (device to host) and evicted (dropped) since the
+	// previous call. It comes at most about once a second.
+	PrefixTransfers(promoted, demoted, evicted int)
+	// PrefixBlocks is how many blocks a namespace keeps cached on a tier,
+	// "device" or "host" (gauge, reported with PrefixTransfers). The
+	// namespace is a tenant, or SharedNamespace for prefixes marked shared.
+	PrefixBlocks(namespace, tier string, n int)
 }
+
+// SharedNamespace is the namespace name PrefixBlocks gives the blocks of
+// prefixes marked shared (Request.SharedPrefix); no tenant ID has this
+// form.
+const SharedNamespace = "(shared)"
 
 // NopMetrics discards everything; it is the default.
 type NopMetrics struct{}
@@ -48,3 +70,29 @@ func (NopMetrics) InterToken(string, Priority, time.Duration) {}
 func (NopMetrics) Tokens(string, int, int)                    {}
 func (NopMetrics) Step(int, int, time.Duration)               {}
 func (NopMetrics) Finished(string, Priority, string)          {}
+func (NopMetrics) PrefixLookup(string, int, int, int)         {}
+func (NopMetrics) PrefixTransfers(int, int, int)              {}
+func (NopMetrics) PrefixBlocks(string, string, int)           {}
+
+// Counters are an engine's running totals since it started, for tests,
+// benchmarks and operators; see Engine.Counters.
+type Counters struct {
+	// Steps counts forward passes, ForwardTokens the tokens through them.
+	Steps, ForwardTokens int64
+	// PromptTokens counts input tokens (prompt, and Request.Generated)
+	// computed by forward passes: prefill, and its recompute after a
+	// preemption. CachedTokens counts the input tokens prefix cache
+	// lookups served instead, resumes after a preemption included.
+	PromptTokens, CachedTokens int64
+	// Preemptions counts sequences taken off the device.
+	Preemptions int64
+	// StepTokens is the token budget of the latest step (MaxBatchTokens,
+	// or less under the step-latency target); TokensPerSecond is the
+	// forward throughput estimate the target works from (0 before a step
+	// was measured).
+	StepTokens      int
+	TokensPerSecond float64
+	// Cache is the prefix cache's snapshot (the zero value when it is
+	// off).
+	Cache prefixcache.Stats
+}

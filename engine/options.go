@@ -53,17 +53,48 @@ type Options struct {
 	// the count directly.
 	KVBytes  int64
 	KVBlocks int
-	// HostKVBytes (or HostKVBlocks) sizes the host tier that preempted
-	// sequences' KV moves to. Zero means no host tier: a preempted
-	// sequence's KV is dropped and recomputed when it resumes.
+	// HostKVBytes (or HostKVBlocks) sizes the host tier. With the prefix
+	// cache on it is the cache's second tier: cached blocks (a preempted
+	// sequence's among them) are demoted there when the device runs short
+	// and promoted back on a hit. With the cache off, preempted sequences'
+	// KV is swapped there. Zero means no host tier: blocks the device cannot
+	// keep are dropped and recomputed when needed.
 	HostKVBytes  int64
 	HostKVBlocks int
+	// NoPrefixCache turns the prefix cache off. With it on (the default) a
+	// request's tokens are looked up among the KV blocks of its tenant's
+	// earlier requests (and of prefixes marked shared, see
+	// Request.SharedPrefix), only the uncached suffix is prefilled, and the
+	// full blocks of a finished, cancelled or preempted sequence are kept
+	// for the next request until the space is needed (least recently used
+	// first; a live session's last prefix last, see SetSessionLive).
+	NoPrefixCache bool
+	// PrefixTenantCap caps the blocks one tenant may keep in the prefix
+	// cache, device and host together, so that one tenant cannot push
+	// everybody else's prefixes out; at the cap its own oldest go first.
+	// Zero means no cap.
+	PrefixTenantCap int
 	// MaxBatchTokens is the token budget of one step: decode tokens first,
-	// then prefill chunks (512). A forward pass cannot be interrupted, so
-	// this also bounds how long a newly arrived request waits for the pass
-	// in flight: lower it on slow devices to keep interactive TTFT steady
-	// under a prefill-heavy load.
+	// then prefill chunks (512). MaxStepLatency usually keeps steps
+	// shorter.
 	MaxBatchTokens int
+	// MaxStepLatency is the step-latency target. A forward pass cannot be
+	// interrupted, so a newly arrived request first waits for the pass in
+	// flight: while more than one request is live, the engine models its
+	// forward pass's time from recent steps (a fixed cost per step plus a
+	// cost per token, measured with the Clock) and cuts the prefill part
+	// of the step budget to what fits this time, but not so far that the
+	// fixed cost is over a third of a step; decode tokens always run, and
+	// at least one prefill token. And
+	// an interactive request waiting for its first token gets a step of
+	// interactive work only (lower classes' decodes wait that one step),
+	// so its first token waits for the pass in flight and its own pass
+	// and nothing else (50ms: about what a short prompt's own pass takes
+	// on a CPU with a ~100M-parameter model, so that a batch flood at
+	// most about doubles interactive TTFT). Throughput loses the per-step
+	// fixed cost over the target. A negative value turns both off: every
+	// step may use MaxBatchTokens, decodes first.
+	MaxStepLatency time.Duration
 	// MaxRunning caps the sequences decoding or prefilling at once (64).
 	MaxRunning int
 	// MaxQueued caps waiting requests over all tenants (1024); beyond it
@@ -109,6 +140,9 @@ func (o *Options) validate(kvWidth, layers, modelContext int) error {
 	if o.Quantum == 0 {
 		o.Quantum = 256
 	}
+	if o.MaxStepLatency == 0 {
+		o.MaxStepLatency = 50 * time.Millisecond
+	}
 	if o.Clock == nil {
 		o.Clock = wallClock{}
 	}
@@ -117,7 +151,8 @@ func (o *Options) validate(kvWidth, layers, modelContext int) error {
 	}
 	switch {
 	case o.BlockSize < 0, o.KVBytes < 0, o.KVBlocks < 0, o.HostKVBytes < 0, o.HostKVBlocks < 0,
-		o.MaxBatchTokens < 0, o.MaxRunning < 0, o.MaxQueued < 0, o.MaxContext < 0, o.AgingAfter < 0, o.Quantum < 0:
+		o.MaxBatchTokens < 0, o.MaxRunning < 0, o.MaxQueued < 0, o.MaxContext < 0, o.AgingAfter < 0, o.Quantum < 0,
+		o.PrefixTenantCap < 0:
 		return fmt.Errorf("engine: negative option in %+v", *o)
 	case o.MaxContext <= 0:
 		return fmt.Errorf("engine: model reports no context length; set Options.MaxContext")

@@ -21,6 +21,16 @@ type sequence struct {
 
 	table []int32 // device blocks in position order
 	host  []int32 // host blocks while swapped out
+	// kv is how many leading tokens have their K/V written in table (or
+	// host): what may be cached when the sequence gives its blocks up.
+	kv int
+	// matched is how many leading table blocks came from a prefix cache
+	// Lookup: they are shared, and the sequence never writes to them.
+	matched int
+	// cached is how many prompt tokens the first Lookup served (Usage);
+	// looked says that Lookup happened.
+	cached int
+	looked bool
 
 	sampler *sample.Sampler
 	detok   *tokenizer.Detokenizer

@@ -57,8 +57,9 @@ func refusal(err error) error {
 }
 
 // step runs one scheduling round and one forward pass at time now, and
-// reports whether it ran any tokens. It is the engine's whole core: tests
-// call it directly, with a fake clock and no goroutines.
+// reports whether it made progress (ran tokens or found cached ones). It is
+// the engine's whole core: tests call it directly, with a fake clock and no
+// goroutines.
 func (e *Engine) step(now time.Time) bool {
 	for _, s := range e.seqs {
 		if d := s.req.Deadline; !d.IsZero() && !now.Before(d) {
@@ -66,28 +67,43 @@ func (e *Engine) step(now time.Time) bool {
 		}
 	}
 	if len(e.seqs) == 0 {
-		e.gauges()
+		e.gauges(now, true)
 		return false
 	}
-	hostFree := 0
-	if e.host != nil {
-		hostFree = e.host.Free()
-	}
-	plan := e.sched.Schedule(now, sched.Resources{Tokens: e.o.MaxBatchTokens, FreeBlocks: e.dev.Free(), FreeHostBlocks: hostFree})
+	budget, first := e.stepBudget()
+	e.count.StepTokens = budget
+	plan := e.sched.Schedule(now, sched.Resources{Tokens: budget, FreeBlocks: e.allocatable(), FreeHostBlocks: e.swapRoom(), InteractiveFirst: first})
 	for _, p := range plan.Preempt {
 		e.preempt(e.seqs[p.ID], p)
 	}
 	e.batch.Reset()
 	e.rows = e.rows[:0]
+	e.placed = e.placed[:0]
+	// slack is how many blocks the device can give beyond what the plan's
+	// chunks take as planned; a cache hit spends it (see lookup).
+	slack := e.allocatable()
+	for _, c := range plan.Run {
+		slack -= e.planned(c)
+	}
+	progress := false
 	var failed []*sequence
 	for _, c := range plan.Run {
 		s := e.seqs[c.ID]
-		if err := e.place(s, c); err != nil {
+		if e.cache != nil && c.Start == 0 && len(s.table) == 0 && !c.Resume {
+			var hit bool
+			c, slack, hit = e.lookup(s, c, slack)
+			progress = progress || hit
+		}
+		c, err := e.place(s, c)
+		if err != nil {
 			failed = append(failed, s)
 			continue
 		}
 		if s.scheduled.IsZero() {
 			s.scheduled = now
+		}
+		if c.N == 0 {
+			continue
 		}
 		bs := int32(e.o.BlockSize)
 		for i := c.Start; i < c.Start+c.N; i++ {
@@ -96,6 +112,7 @@ func (e *Engine) step(now time.Time) bool {
 			last := i == c.Start+c.N-1
 			e.batch.Add(s.tokens[i], pos, slot, s.table, last && c.Logits)
 		}
+		e.placed = append(e.placed, placedChunk{s: s, c: c})
 		if c.Logits {
 			e.rows = append(e.rows, s)
 		}
@@ -103,13 +120,16 @@ func (e *Engine) step(now time.Time) bool {
 			s.prefilled += fresh
 			e.met.Tokens(s.req.Tenant, fresh, 0)
 		}
+		if input := min(c.Start+c.N, s.prompt+s.replayed) - c.Start; input > 0 {
+			e.count.PromptTokens += int64(input)
+		}
 	}
 	for _, s := range failed {
 		e.end(s, now, FinishError, &Error{Code: CodeInternal, Message: "KV blocks ran out"})
 	}
 	if e.batch.Len() == 0 {
-		e.gauges()
-		return false
+		e.gauges(now, false)
+		return progress
 	}
 	vocab := e.m.Config().Vocab
 	if need := len(e.batch.Logits) * vocab; cap(e.logits) < need {
@@ -117,7 +137,10 @@ func (e *Engine) step(now time.Time) bool {
 	}
 	e.logits = e.logits[:len(e.batch.Logits)*vocab]
 	err := e.m.Forward(e.devKV, &e.batch, e.logits)
-	e.met.Step(e.batch.Len(), len(plan.Run), e.clock.Now().Sub(now))
+	took := e.clock.Now().Sub(now)
+	e.met.Step(e.batch.Len(), len(plan.Run), took)
+	e.count.Steps++
+	e.count.ForwardTokens += int64(e.batch.Len())
 	if err != nil {
 		// The pass's output is unusable for every sequence in it.
 		ferr := &Error{Code: CodeInternal, Message: fmt.Sprintf("forward pass: %v", err)}
@@ -126,8 +149,12 @@ func (e *Engine) step(now time.Time) bool {
 				e.end(s, now, FinishError, ferr)
 			}
 		}
-		e.gauges()
+		e.gauges(now, false)
 		return true
+	}
+	e.rate.observe(e.batch.Len(), took)
+	for _, p := range e.placed {
+		p.s.kv = p.c.Start + p.c.N
 	}
 	// Tokens are stamped when the pass ends: that is when a client could
 	// first see them.
@@ -139,16 +166,38 @@ func (e *Engine) step(now time.Time) bool {
 		row := e.logits[i*vocab : (i+1)*vocab]
 		e.accept(s, s.sampler.Sample(row, s.tokens), now)
 	}
-	e.gauges()
+	e.gauges(now, false)
 	return true
 }
 
-// place makes sure s's blocks are on the device and cover chunk c.
-func (e *Engine) place(s *sequence, c sched.Chunk) error {
+// placedChunk is a chunk that went into the step's batch.
+type placedChunk struct {
+	s *sequence
+	c sched.Chunk
+}
+
+// blocks is how many blocks hold n tokens.
+func (e *Engine) blocks(n int) int { return (n + e.o.BlockSize - 1) / e.o.BlockSize }
+
+// planned is how many device blocks chunk c takes as the scheduler planned
+// it.
+func (e *Engine) planned(c sched.Chunk) int {
+	if c.Resume {
+		return c.Blocks
+	}
+	return c.Blocks - e.blocks(c.Start)
+}
+
+// place makes sure s's blocks are on the device and cover chunk c, and
+// returns the chunk as it can run. When the device cannot give every block
+// the plan counted on (it counted blocks that turned out to be held, as
+// when a preempted sequence shared its prefix with others), the chunk runs
+// the tokens that fit, maybe none, and the scheduler is told.
+func (e *Engine) place(s *sequence, c sched.Chunk) (sched.Chunk, error) {
 	if c.Resume && len(s.host) > 0 {
 		dst, err := e.dev.Alloc(len(s.host))
 		if err != nil {
-			return fmt.Errorf("engine: swap in %s: %w", s.req.ID, err)
+			return c, fmt.Errorf("engine: swap in %s: %w", s.req.ID, err)
 		}
 		moves := make([]kernels.BlockCopy, len(dst))
 		for i := range dst {
@@ -159,20 +208,42 @@ func (e *Engine) place(s *sequence, c sched.Chunk) error {
 		s.host = nil
 		s.table = dst
 	}
-	if n := c.Blocks - len(s.table); n > 0 {
-		b, err := e.dev.Alloc(n)
-		if err != nil {
-			return fmt.Errorf("engine: grow %s: %w", s.req.ID, err)
-		}
-		s.table = append(s.table, b...)
+	n := c.Blocks - len(s.table)
+	if n <= 0 {
+		return c, nil
 	}
-	return nil
+	if e.cache != nil {
+		// Evict cached blocks for the room; a shortfall is handled below.
+		_ = e.cache.Reserve(n)
+	}
+	k := min(n, e.dev.Free())
+	b, err := e.dev.Alloc(k)
+	if err != nil {
+		return c, fmt.Errorf("engine: grow %s: %w", s.req.ID, err)
+	}
+	s.table = append(s.table, b...)
+	if k < n {
+		end := max(min(c.Start+c.N, len(s.table)*e.o.BlockSize), c.Start)
+		c.N, c.Logits, c.Blocks = end-c.Start, end == len(s.tokens), e.blocks(end)
+		e.sched.SetKV(s.req.ID, end)
+	}
+	return c, nil
 }
 
-// preempt takes s off the device as p says: its KV goes to the host tier or
-// is dropped (the scheduler will have it recomputed).
+// preempt takes s off the device as p says. With the prefix cache its full
+// blocks are cached (and so may be demoted to the host tier and promoted
+// back when it resumes) and it resumes through a lookup; without it its KV
+// is swapped to the host tier or dropped (the scheduler will have it
+// recomputed).
 func (e *Engine) preempt(s *sequence, p sched.Preemption) {
 	s.preemptions++
+	e.count.Preemptions++
+	if e.cache != nil {
+		// The scheduler was given no swap room, so it planned a drop.
+		e.met.Preemption(s.req.Tenant, s.kv >= e.o.BlockSize)
+		e.dropKV(s, true)
+		return
+	}
 	e.met.Preemption(s.req.Tenant, p.Swap)
 	if p.Swap && e.host != nil {
 		if dst, err := e.host.Alloc(len(s.table)); err == nil {
@@ -186,6 +257,9 @@ func (e *Engine) preempt(s *sequence, p sched.Preemption) {
 	}
 	e.unref(e.dev, s.table)
 	s.table = nil
+	if s.host == nil {
+		s.kv = 0
+	}
 	if p.Swap && s.host == nil {
 		// The scheduler counted on the swap; without it the KV is
 		// gone, so the sequence must restart from scratch. Removing
@@ -273,11 +347,13 @@ func (e *Engine) end(s *sequence, now time.Time, reason string, err error) {
 	}
 	delete(e.seqs, s.req.ID)
 	e.sched.Remove(s.req.ID)
-	e.unref(e.dev, s.table)
+	// A failed sequence's KV may be half written: only the others'
+	// blocks are worth caching.
+	e.dropKV(s, reason != FinishError)
 	if e.host != nil {
 		e.unref(e.host, s.host)
 	}
-	s.table, s.host = nil, nil
+	s.host = nil
 	if reason != FinishStop && reason != FinishLength {
 		s.held, s.heldToks = "", nil // a cancelled stream ends where it was
 	}
@@ -295,7 +371,7 @@ func (e *Engine) end(s *sequence, now time.Time, reason string, err error) {
 	}
 	f := &Final{
 		FinishReason: reason,
-		Usage:        Usage{PromptTokens: s.prompt, CompletionTokens: gen},
+		Usage:        Usage{PromptTokens: s.prompt, CompletionTokens: gen, CachedTokens: s.cached},
 		Stats:        st,
 		Err:          err,
 	}
@@ -306,8 +382,13 @@ func (e *Engine) end(s *sequence, now time.Time, reason string, err error) {
 	s.stream.finish(f)
 }
 
-// gauges reports the per-step gauges.
-func (e *Engine) gauges() {
+// gauges reports the per-step gauges, and the prefix cache's figures when
+// the engine is idle or a second has passed since they were last reported
+// (they cost a scan of the cache).
+func (e *Engine) gauges(now time.Time, idle bool) {
+	if e.cache != nil && (idle || now.Sub(e.reported) >= time.Second) {
+		e.reportCache(now)
+	}
 	st := e.sched.Stats()
 	for _, c := range sched.Classes {
 		e.met.QueueDepth(priorityOf(c), st.Waiting[c])

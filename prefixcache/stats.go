@@ -58,6 +58,11 @@ func (c *Cache) Stats() Stats {
 	return s
 }
 
+// Blocks returns how many blocks are cached now on each tier. Unlike Stats
+// it costs nothing, so the engine may call it every step (to count the
+// device blocks it can reclaim by eviction).
+func (c *Cache) Blocks() (device, host int) { return c.st.DeviceBlocks, c.st.HostBlocks }
+
 // check verifies the cache's invariants: the pools are consistent; every
 // cached block is owned by exactly one node; every host block is the
 // cache's alone; the device part of the trie is closed towards the root;

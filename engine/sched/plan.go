@@ -38,20 +38,30 @@ func (s *Scheduler) Schedule(now time.Time, r Resources) Plan {
 		return compareStr(a.id, b.id)
 	})
 	p.run = run
+	if r.InteractiveFirst {
+		p.runAll(func(q *seq) bool { return q.class == Interactive })
+		p.admit(Interactive)
+	}
+	p.runAll(func(*seq) bool { return true })
+	p.admit(numClasses - 1)
+	return p.commit()
+}
+
+// runAll plans the running sequences that accept allows: decodes first,
+// then prefill chunks, each in priority order.
+func (p *planner) runAll(accept func(*seq) bool) {
 	for _, decode := range [2]bool{true, false} {
-		for _, q := range run {
+		for _, q := range p.run {
 			if p.budget == 0 {
 				break
 			}
 			pending := q.total - q.kv
-			if p.gone[q] || pending <= 0 || (pending == 1) != decode {
+			if _, planned := p.at[q]; planned || p.gone[q] || !accept(q) || pending <= 0 || (pending == 1) != decode {
 				continue
 			}
 			p.runChunk(q, pending)
 		}
 	}
-	p.admit()
-	return p.commit()
 }
 
 type planner struct {
@@ -151,15 +161,15 @@ func (p *planner) add(q *seq, n int, resume bool) {
 	q.t.deficit[q.class] -= float64(n)
 }
 
-// admit starts waiting requests while the budget, the running cap and the
-// blocks allow, highest effective priority first.
-func (p *planner) admit() {
+// admit starts waiting requests of classes up to last while the budget,
+// the running cap and the blocks allow, highest effective priority first.
+func (p *planner) admit(last Class) {
 	s := p.s
 	bs := s.cfg.BlockSize
 	skip := map[*tenant]bool{} // at their concurrency cap this step
 	running := len(s.running) - len(p.gone)
 	for p.budget > 0 && s.waiting > 0 {
-		q := p.pick(skip)
+		q := p.pick(skip, last)
 		if q == nil {
 			return
 		}
@@ -209,13 +219,14 @@ func (p *planner) admit() {
 	}
 }
 
-// pick chooses the next waiting request: the class whose oldest eligible
-// request has the best aged rank, then that class's deficit round robin.
-func (p *planner) pick(skip map[*tenant]bool) *seq {
+// pick chooses the next waiting request of classes up to last: the class
+// whose oldest eligible request has the best aged rank, then that class's
+// deficit round robin.
+func (p *planner) pick(skip map[*tenant]bool, last Class) *seq {
 	s := p.s
 	ok := func(t *tenant) bool { return !skip[t] }
 	best, bestRank := Class(-1), 0.0
-	for _, c := range Classes {
+	for _, c := range Classes[:last+1] {
 		var oldest time.Time
 		found := false
 		for _, t := range s.rings[c].ts {

@@ -148,6 +148,14 @@ type Resources struct {
 	// FreeBlocks and FreeHostBlocks are the unused blocks of the device
 	// pool and the host tier.
 	FreeBlocks, FreeHostBlocks int
+	// InteractiveFirst plans the Interactive class's work (its running
+	// sequences' tokens, then its waiting requests) before the decodes of
+	// lower classes, which get what is left of Tokens: a waiting
+	// interactive request's first token is then held up by nothing but
+	// other interactive work. The caller sets it for a step when an
+	// interactive request waits, and not for two steps in a row, so that
+	// lower classes' decodes lose one step at most.
+	InteractiveFirst bool
 }
 
 // Chunk is one sequence's share of a step: tokens [Start, Start+N) of its
@@ -361,6 +369,22 @@ func (s *Scheduler) Append(now time.Time, id string, n int) bool {
 	}
 	q.total += n
 	q.t.rate.add(now, n)
+	return true
+}
+
+// SetKV corrects how many of a running sequence's known tokens have their
+// K/V on the device, after the step went other than planned: the engine's
+// prefix cache already held some of the tokens a chunk was to compute (kv
+// grows), or the blocks for a chunk ran short and it ran fewer tokens (kv
+// shrinks back to what was written). kv is clamped to [0, known tokens];
+// the caller keeps ceil(kv/BlockSize) blocks for it. It reports whether the
+// ID names a running sequence; it changes nothing otherwise.
+func (s *Scheduler) SetKV(id string, kv int) bool {
+	q := s.seqs[id]
+	if q == nil || !q.running {
+		return false
+	}
+	q.kv = min(max(kv, 0), q.total)
 	return true
 }
 

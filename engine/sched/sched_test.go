@@ -502,3 +502,92 @@ func TestRandomWorkloadInvariants(t *testing.T) {
 		t.Errorf("have %d/%d blocks free; want 24/10", m.free, m.hostFree)
 	}
 }
+
+func TestSetKV(t *testing.T) {
+	tests := []struct {
+		name   string
+		kv     int
+		ok     bool
+		wantKV int
+		next   Chunk // the next step's chunk for "a"
+	}{
+		// A cache hit covered 32 of the 40 prompt tokens the step planned
+		// as [0, 16): the rest is one chunk that samples.
+		{"grow to a cache hit", 32, true, 32, Chunk{ID: "a", Start: 32, N: 8, Logits: true, Blocks: 3}},
+		// The device gave no block: the chunk ran nothing.
+		{"shrink to nothing", 0, true, 0, Chunk{ID: "a", Start: 0, N: 16, Blocks: 1}},
+		{"clamped to the known tokens", 99, true, 40, Chunk{}},
+		{"clamped at zero", -5, true, 0, Chunk{ID: "a", Start: 0, N: 16, Blocks: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := mustNew(t, Config{})
+			if err := s.Enqueue(t0, Request{ID: "a", Tokens: 40}); err != nil {
+				t.Fatal(err)
+			}
+			if ok := s.SetKV("a", 8); ok {
+				t.Error("have SetKV true for a waiting sequence; want false")
+			}
+			s.Schedule(t0, Resources{Tokens: 16, FreeBlocks: 100})
+			if ok := s.SetKV("a", tt.kv); ok != tt.ok {
+				t.Fatalf("have SetKV %v; want %v", ok, tt.ok)
+			}
+			if _, kv, _ := s.Len("a"); kv != tt.wantKV {
+				t.Errorf("have kv %d; want %d", kv, tt.wantKV)
+			}
+			p := s.Schedule(t0, Resources{Tokens: 16, FreeBlocks: 100})
+			var have Chunk
+			if len(p.Run) > 0 {
+				have = p.Run[0]
+			}
+			if have != tt.next {
+				t.Errorf("have next chunk %+v; want %+v", have, tt.next)
+			}
+		})
+	}
+	s := mustNew(t, Config{})
+	if s.SetKV("nobody", 1) {
+		t.Error("have SetKV true for an unknown ID; want false")
+	}
+}
+
+func TestInteractiveFirst(t *testing.T) {
+	tests := []struct {
+		name  string
+		first bool
+		want  []Chunk
+	}{
+		// Decodes first: the interactive prompt gets what they leave.
+		{"decodes first", false, []Chunk{
+			{ID: "b0", Start: 4, N: 1, Logits: true, Blocks: 1},
+			{ID: "b1", Start: 4, N: 1, Logits: true, Blocks: 1},
+			{ID: "b2", Start: 4, N: 1, Logits: true, Blocks: 1},
+			{ID: "chat", Start: 0, N: 7, Blocks: 1},
+		}},
+		// The interactive prompt first: the batch decodes wait a step.
+		{"interactive first", true, []Chunk{
+			{ID: "chat", Start: 0, N: 10, Logits: true, Blocks: 1},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := mustNew(t, Config{})
+			for i := range 3 {
+				if err := s.Enqueue(t0, Request{ID: fmt.Sprint("b", i), Class: Batch, Tokens: 4}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.Schedule(t0, Resources{Tokens: 100, FreeBlocks: 100})
+			for i := range 3 {
+				s.Append(t0, fmt.Sprint("b", i), 1)
+			}
+			if err := s.Enqueue(t0, Request{ID: "chat", Class: Interactive, Tokens: 10}); err != nil {
+				t.Fatal(err)
+			}
+			p := s.Schedule(t0, Resources{Tokens: 10, FreeBlocks: 100, InteractiveFirst: tt.first})
+			if fmt.Sprint(p.Run) != fmt.Sprint(tt.want) {
+				t.Errorf("have chunks %+v; want %+v", p.Run, tt.want)
+			}
+		})
+	}
+}

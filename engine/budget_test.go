@@ -1,0 +1,178 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestThroughput(t *testing.T) {
+	us := time.Microsecond
+	tests := []struct {
+		name  string
+		steps [][2]int // tokens, microseconds
+		// fixed and per are the fitted costs in µs; tokens is what fits
+		// a 10ms target.
+		fixed, per float64
+		tokens     int
+	}{
+		{"none", nil, 0, 0, 0},
+		{"untimed steps carry nothing", [][2]int{{100, 0}, {0, 5}}, 0, 0, 0},
+		// One size of step: all cost is taken as per token.
+		{"first step", [][2]int{{100, 6000}}, 0, 60, 166},
+		{"steady", [][2]int{{100, 6000}, {100, 6000}}, 0, 60, 166},
+		{"steps grow gradually", [][2]int{{10, 600}}, 0, 60, 36},
+		// 1ms + 50µs a token, seen at several sizes: fitted exactly.
+		{"fixed and per token", [][2]int{{1, 1050}, {10, 1500}, {100, 6000}, {200, 11000}}, 1000, 50, 180},
+
+		// A fixed cost near the target: steps still hold twice the
+		// fixed cost in token time (but grow from what was seen).
+		{"fixed cost over the target", [][2]int{{100, 14000}, {300, 24000}}, 9000, 50, 2*160 + 16},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r throughput
+			for _, s := range tt.steps {
+				r.observe(s[0], time.Duration(s[1])*us)
+			}
+			near := func(have, want float64) bool { return have >= want*0.99-1e-9 && have <= want*1.01+1e-9 }
+			if !near(r.fixed*1e6, tt.fixed) || !near(r.per*1e6, tt.per) {
+				t.Errorf("have %.1fµs + %.2fµs a token; want %vµs + %vµs", r.fixed*1e6, r.per*1e6, tt.fixed, tt.per)
+			}
+			if have := r.tokens(10 * time.Millisecond); have < tt.tokens*99/100 || have > tt.tokens*101/100 {
+				t.Errorf("have %d tokens in 10ms; want %d", have, tt.tokens)
+			}
+		})
+	}
+	// When the cost changes at one step size, the split last fitted is
+	// scaled to it once the sizes seen lately no longer vary.
+	var r throughput
+	for _, s := range append([][2]int{{100, 6000}, {200, 11000}, {100, 6000}, {200, 11000}}, slices.Repeat([][2]int{{150, 17000}}, 20)...) {
+		r.observe(s[0], time.Duration(s[1])*us)
+	}
+	if have := (r.fixed + 150*r.per) * 1e6; have < 17000*0.99 || have > 17000*1.01 {
+		t.Errorf("scaled: have %.0fµs for 150 tokens; want 17000µs (%.1f + %.2f a token)", have, r.fixed*1e6, r.per*1e6)
+	}
+}
+
+// TestStepLatencyTarget drives a device whose pass costs 1ms plus 50µs a
+// token: under a 10ms target a step holds about 180 tokens.
+func TestStepLatencyTarget(t *testing.T) {
+	tests := []struct {
+		name        string
+		target      time.Duration
+		interactive bool
+		decodes     int // batch sequences decoding beside the long prompt
+		// want is the steady step size in tokens, within ±10%.
+		want int
+	}{
+		{"batch only", 10 * time.Millisecond, false, 0, 180},
+		{"interactive decoding", 10 * time.Millisecond, true, 0, 180},
+		{"target off", -1, true, 0, 512},
+		// 300 decodes alone take 16ms: they all run (the interactive
+		// one too), plus one prefill token.
+		{"decodes over the target still run", 10 * time.Millisecond, true, 300, 300 + 1 + 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newFakeModel(t)
+			e, clk := testEngine(t, m, Options{MaxStepLatency: tt.target, MaxRunning: 400, KVBlocks: 4000})
+			rng := rand.New(rand.NewPCG(1, 2))
+			for i := range tt.decodes {
+				if _, err := submitNow(e, Request{ID: fmt.Sprint("d", i), Priority: Batch, Prompt: prompt(rng, 2), MaxTokens: 1000}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 2 { // admit and prefill the decoders in untimed steps
+				e.step(clk.Now())
+			}
+			m.clock, m.stepCost, m.tokenCost = clk, time.Millisecond, 50*time.Microsecond
+			for i := range 2 { // more than 12 full steps of prefill
+				if _, err := submitNow(e, Request{ID: fmt.Sprint("long", i), Priority: Batch, Prompt: prompt(rng, 4000), MaxTokens: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.interactive {
+				if _, err := submitNow(e, Request{ID: "chat", Priority: Interactive, Prompt: prompt(rng, 10), MaxTokens: 1000}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 8 { // let the estimate settle
+				e.step(clk.Now())
+			}
+			m.batches = nil
+			for range 4 {
+				e.step(clk.Now())
+			}
+			for _, b := range m.batches {
+				if b[0] < tt.want*9/10 || b[0] > tt.want*11/10 {
+					t.Errorf("have steps of %v (tokens, logits); want about %d tokens", m.batches, tt.want)
+					break
+				}
+			}
+		})
+	}
+}
+
+// TestInteractiveFirstStep: an interactive prompt arriving among batch
+// decodes gets a step of its own, then the decodes resume.
+func TestInteractiveFirstStep(t *testing.T) {
+	tests := []struct {
+		name   string
+		target time.Duration
+		want   [][2]int // (tokens, logits) of the steps after the arrival
+	}{
+		{"target on", 10 * time.Millisecond, [][2]int{{12, 1}, {21, 21}, {21, 21}}},
+		{"target off", -1, [][2]int{{32, 21}, {21, 21}, {21, 21}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newFakeModel(t)
+			e, clk := testEngine(t, m, Options{MaxStepLatency: tt.target})
+			m.clock, m.stepCost, m.tokenCost = clk, time.Millisecond, 50*time.Microsecond
+			rng := rand.New(rand.NewPCG(5, 6))
+			for i := range 20 {
+				if _, err := submitNow(e, Request{ID: fmt.Sprint("b", i), Priority: Batch, Prompt: prompt(rng, 3), MaxTokens: 100}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 3 {
+				e.step(clk.Now())
+			}
+			chat, err := submitNow(e, Request{ID: "chat", Priority: Interactive, Prompt: prompt(rng, 12), MaxTokens: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.batches = nil
+			for range 3 {
+				e.step(clk.Now())
+			}
+			if fmt.Sprint(m.batches) != fmt.Sprint(tt.want) {
+				t.Errorf("have steps %v; want %v", m.batches, tt.want)
+			}
+			if chat.queueLen() == 0 {
+				t.Error("have no first token after 3 steps; want one")
+			}
+		})
+	}
+}
+
+// TestLoneRequestFullSteps: with one request live nobody waits for it, so
+// its prefill runs in full steps whatever the target.
+func TestLoneRequestFullSteps(t *testing.T) {
+	m := newFakeModel(t)
+	e, clk := testEngine(t, m, Options{MaxStepLatency: 10 * time.Millisecond})
+	m.clock, m.stepCost, m.tokenCost = clk, time.Millisecond, 50*time.Microsecond
+	rng := rand.New(rand.NewPCG(7, 8))
+	if _, err := submitNow(e, Request{Priority: Interactive, Prompt: prompt(rng, 2000), MaxTokens: 2}); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, e, clk, 0, 100)
+	want := [][2]int{{512, 0}, {512, 0}, {512, 0}, {464, 1}, {1, 1}}
+	if fmt.Sprint(m.batches) != fmt.Sprint(want) {
+		t.Errorf("have steps %v; want %v", m.batches, want)
+	}
+	checkWhole(t, e)
+}

@@ -1,0 +1,149 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/specgate/specgate/engine/sched"
+	"github.com/specgate/specgate/prefixcache"
+)
+
+// How the engine drives the prefix cache (all on the step goroutine):
+//
+//   - A sequence that starts, or restarts after a preemption, with no KV is
+//     looked up with all its known tokens. The match's blocks (one device
+//     reference each, now the sequence's) become the head of its block
+//     table; the scheduler is told its KV already covers them, and only
+//     the rest is prefilled. The match never covers the last token, and it
+//     ends on a block boundary, so every token the sequence computes is
+//     written to a block it owns alone: shared blocks are never written.
+//   - When a sequence gives its blocks up (it finished, was cancelled or
+//     preempted) the full blocks of its computed tokens are inserted
+//     (the cache takes its own references, dedups, and never takes the
+//     partial last block), then the sequence drops its references.
+//   - Before allocating, the engine reserves: the cache evicts (demotes to
+//     the host tier, or drops) least valuable blocks nobody holds.
+
+// anonymous is the cache namespace of requests without a tenant: the
+// empty name is the cache's shared namespace, and no tenant ID has this
+// form.
+const anonymous = "(anonymous)"
+
+func (e *Engine) namespace(s *sequence) prefixcache.Namespace {
+	t := s.req.Tenant
+	if t == "" {
+		t = anonymous
+	}
+	return prefixcache.Namespace{Tenant: t, Session: s.req.Session, Public: s.req.SharedPrefix}
+}
+
+// allocatable is how many device blocks the engine can get: the free ones
+// and the cached ones that no sequence holds (eviction can take every one
+// of them, since sequences hold cached blocks only as whole chains from a
+// Lookup).
+func (e *Engine) allocatable() int {
+	n := e.dev.Free()
+	if e.cache != nil {
+		dev, _ := e.cache.Blocks()
+		n += dev - len(e.shared)
+	}
+	return n
+}
+
+// swapRoom is the host room the scheduler may plan swaps into: none with
+// the prefix cache, whose host tier it is (preempted blocks go through the
+// cache instead).
+func (e *Engine) swapRoom() int {
+	if e.cache != nil || e.host == nil {
+		return 0
+	}
+	return e.host.Free()
+}
+
+// lookup serves the head of s's tokens from the prefix cache for chunk c,
+// planned as [0, N) of a sequence with no KV, and returns the chunk
+// shifted past the cached tokens, the slack left, and whether anything
+// was found. The shifted chunk runs as many tokens as planned unless the
+// blocks the match pinned (and promoted) eat more of the device than the
+// slack allows: then fewer, maybe none this step.
+func (e *Engine) lookup(s *sequence, c sched.Chunk, slack int) (sched.Chunk, int, bool) {
+	before := e.allocatable()
+	m, err := e.cache.Lookup(e.namespace(s), s.tokens)
+	if err != nil {
+		// Only an empty tenant fails, and namespace never gives one.
+		return c, slack, false
+	}
+	e.met.PrefixLookup(s.req.Tenant, m.DeviceHits, m.HostHits, len(s.tokens)-m.Tokens)
+	e.count.CachedTokens += int64(m.Tokens)
+	if !s.looked {
+		s.looked = true
+		s.cached = min(m.Tokens, s.prompt)
+	}
+	if m.Tokens == 0 {
+		return c, slack, false
+	}
+	for _, b := range m.Blocks {
+		e.shared[b]++
+	}
+	// Pinned blocks were reclaimable, promoted ones were free: both come
+	// out of what the plan counted on.
+	used := before - e.allocatable()
+	held := len(m.Blocks)
+	end := min(m.Tokens+c.N, len(s.tokens))
+	if room := c.Blocks + slack - used; e.blocks(end)-held > room {
+		end = m.Tokens + max(room, 0)*e.o.BlockSize
+	}
+	slack -= used + e.blocks(end) - held - c.Blocks
+	s.table, s.matched, s.kv = m.Blocks, held, m.Tokens
+	s.prefilled = max(s.prefilled, min(m.Tokens, s.prompt))
+	e.sched.SetKV(s.req.ID, end)
+	return sched.Chunk{ID: c.ID, Start: m.Tokens, N: end - m.Tokens, Logits: end == len(s.tokens), Blocks: e.blocks(end)}, slack, true
+}
+
+// dropKV gives up s's device blocks. With keep, and the prefix cache on,
+// the full blocks of its computed tokens are cached first.
+func (e *Engine) dropKV(s *sequence, keep bool) {
+	if e.cache != nil && keep && s.kv >= e.o.BlockSize {
+		// The only errors are an empty tenant and a table that does not
+		// hold the tokens: both bugs, and caching nothing is safe.
+		_, _ = e.cache.Insert(e.namespace(s), s.tokens[:s.kv], s.table)
+	}
+	for _, b := range s.table[:s.matched] {
+		if e.shared[b]--; e.shared[b] <= 0 {
+			delete(e.shared, b)
+		}
+	}
+	e.unref(e.dev, s.table)
+	s.table, s.matched, s.kv = nil, 0, 0
+}
+
+// reportCache sends the cache's transfer counts and block gauges to the
+// metrics.
+func (e *Engine) reportCache(now time.Time) {
+	e.reported = now
+	st := e.cache.Stats()
+	was := e.cacheSeen
+	if p, d, ev := st.Promotions-was.Promotions, st.Demotions-was.Demotions, st.Evictions-was.Evictions; p+d+ev > 0 {
+		e.met.PrefixTransfers(int(p), int(d), int(ev))
+	}
+	for ns, ts := range st.Tenants {
+		switch ns {
+		case "":
+			ns = SharedNamespace
+		case anonymous:
+			ns = "" // as the other metrics name requests without a tenant
+		}
+		e.met.PrefixBlocks(ns, "device", ts.DeviceBlocks)
+		e.met.PrefixBlocks(ns, "host", ts.HostBlocks)
+	}
+	e.cacheSeen = st
+}
+
+// counters returns a snapshot of the running totals.
+func (e *Engine) counters() Counters {
+	c := e.count
+	c.TokensPerSecond = e.rate.perSecond()
+	if e.cache != nil {
+		c.Cache = e.cache.Stats()
+	}
+	return c
+}

@@ -1,0 +1,14 @@
+package engine
+
+import "context"
+
+// DemotePrefixes moves every cached device block that no sequence holds to
+// the host tier (dropping what does not fit), as if the device had run
+// short: benchmarks measure promotion with it.
+func (e *Engine) DemotePrefixes(ctx context.Context) error {
+	return e.call(ctx, func() {
+		if e.cache != nil {
+			e.cache.EvictDevice(e.o.KVBlocks)
+		}
+	})
+}
