@@ -26,6 +26,31 @@ type client struct {
 	ident Identity
 	ctx   context.Context
 	wg    sync.WaitGroup
+	// live lists the sessions this socket has opened or chatted in, which
+	// the engine keeps warm (Options.SessionLive) until the socket goes.
+	// Only the connection's own goroutine (readLoop, then serveWS's
+	// deferred cleanup) touches it.
+	live map[string]bool
+}
+
+// markLive tells the engine a session's prefix is in use by this socket.
+func (c *client) markLive(session string) {
+	if c.s.o.SessionLive == nil || session == "" || c.live[session] {
+		return
+	}
+	if c.live == nil {
+		c.live = map[string]bool{}
+	}
+	c.live[session] = true
+	c.s.o.SessionLive(session, true)
+}
+
+// releaseLive lets the engine demote this socket's sessions first.
+func (c *client) releaseLive() {
+	for session := range c.live {
+		c.s.o.SessionLive(session, false)
+	}
+	c.live = nil
 }
 
 func randomID(prefix string) string {
@@ -146,6 +171,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 
 	conn.Send(ServerFrame{Type: TypeReady, Tenant: ident.Tenant.ID, User: ident.User, Protocol: ProtocolVersion, Notice: s.o.Notice})
+	defer c.releaseLive()
 	c.readLoop(ws)
 }
 
@@ -229,6 +255,7 @@ func (c *client) handle(f ClientFrame) {
 			fail(storeError(err), "")
 			return
 		}
+		c.markLive(f.Session)
 		c.conn.Send(ServerFrame{Type: TypeSession, Session: v})
 	case TypeSessionList:
 		list, err := c.s.sessions.List(ctx, t, u, f.Limit)
@@ -255,6 +282,7 @@ func (c *client) handle(f ClientFrame) {
 		}
 		c.conn.Send(ServerFrame{Type: TypeDeleted, SessionID: f.Session})
 	case TypeSessionResume:
+		c.markLive(f.Session)
 		c.s.metrics.resumes.WithLabelValues("started").Inc()
 		c.wg.Add(1)
 		go func() {
@@ -264,7 +292,9 @@ func (c *client) handle(f ClientFrame) {
 	case TypeChat:
 		if err := c.s.startTurn(c, f); err != nil {
 			fail(err, f.Request)
+			return
 		}
+		c.markLive(f.Session)
 	case TypeCancel:
 		if !c.s.cancelTurn(c.ident, f.Request) {
 			fail(notFound("request"), f.Request)

@@ -504,3 +504,39 @@ func TestConcurrencyCap(t *testing.T) {
 	}
 	c.collect("r1")
 }
+
+// TestSessionLiveness checks the engine is told which sessions a socket
+// uses, once each, and that they go idle when the socket does.
+func TestSessionLiveness(t *testing.T) {
+	type call struct {
+		session string
+		live    bool
+	}
+	calls := make(chan call, 16)
+	e := newEnv(t, nil, "", func(o *Options) {
+		o.SessionLive = func(s string, live bool) { calls <- call{s, live} }
+	})
+	c := e.login("alice")
+	sid := c.createSession("first")
+	for _, r := range []string{"r1", "r2"} {
+		c.send(map[string]any{"type": "chat", "session": sid, "request": r, "content": "hi"})
+		c.collect(r)
+	}
+	if got := <-calls; got != (call{sid, true}) {
+		t.Fatalf("have %+v; want %s live", got, sid)
+	}
+	select {
+	case got := <-calls:
+		t.Fatalf("have a second call %+v; want one per session", got)
+	default:
+	}
+	c.ws.Close()
+	select {
+	case got := <-calls:
+		if got != (call{sid, false}) {
+			t.Fatalf("have %+v; want %s idle", got, sid)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session was not marked idle after the socket closed")
+	}
+}

@@ -104,6 +104,11 @@ type Options struct {
 	// (openai.go): /v1/models lists it and requests name it or leave
 	// "model" out ("specgate").
 	ModelName string
+	// SessionLive, when set, is told when a socket starts using a session
+	// (get, resume, chat) and when that socket goes, so the engine keeps
+	// live conversations' prefixes warm and demotes idle ones first
+	// (engine.Engine.SetSessionLive). It must not block.
+	SessionLive func(session string, live bool)
 	// Tokenize encodes a raw /v1/completions prompt the way the model
 	// wants it (BOS included); it must be safe for concurrent use. nil:
 	// such prompts must be token ids.

@@ -60,6 +60,7 @@ func runServe(ctx context.Context, args []string) error {
 	var ready func() error
 	notice, modelName := "", ""
 	var tokenize func(string) []int32
+	var sessionLive func(string, bool)
 	if *rf.role == roleGateway {
 		// No model here: requests go to engines through Redis.
 		cc, err := newClusterClient(rdb, rf, *addr, log)
@@ -79,18 +80,20 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		gen, notice = gateway.Adapt(eng.eng.Submit, eng.eng.Cancel), n
 		modelName, tokenize = modelNameOf(eng.model, *modelPath), eng.model.Tokenizer().Encode
+		sessionLive = eng.eng.SetSessionLive
 	}
 
 	gw, err := gateway.New(gateway.Options{
-		Redis:      rdb,
-		Generator:  gen,
-		Ready:      ready,
-		Registry:   reg,
-		AdminToken: *adminToken,
-		Logger:     log,
-		Notice:     notice,
-		ModelName:  modelName,
-		Tokenize:   tokenize,
+		Redis:       rdb,
+		Generator:   gen,
+		Ready:       ready,
+		Registry:    reg,
+		AdminToken:  *adminToken,
+		Logger:      log,
+		Notice:      notice,
+		ModelName:   modelName,
+		Tokenize:    tokenize,
+		SessionLive: sessionLive,
 	})
 	if err != nil {
 		return err
