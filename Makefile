@@ -47,16 +47,28 @@ run: build
 	./deploy/redis.sh
 	./$(BIN) serve --dev
 
-# Benchmarks: the kernels, then end-to-end prefill/decode against the
-# memory-bandwidth floor on stories260K and on ~100M-parameter models.
+# Benchmarks, each reporting ratios measured in one run: the kernels; the
+# model end to end against the memory-bandwidth floor (stories260K and
+# ~100M-parameter F32 and Q8_0 models); then the engine (streams, TTFT under
+# a flood, prefix cache), speculation, guided masks, the gateway and the
+# Redis request path. BENCHTIME scales the Go benchmarks.
+BENCHTIME ?= 1x
+M100 := --layers 12 --dim 768 --heads 12 --ffn 2048 --vocab 32000
 bench: build
+	./deploy/redis.sh
 	$(GO) test -run=NONE -bench=. -benchtime=20x ./kernels/cpu
 	@mkdir -p $(MODELS)
-	@[ -f $(MODELS)/m100-f32.gguf ] || ./$(BIN) mkmodel --out $(MODELS)/m100-f32.gguf --layers 12 --dim 768 --heads 12 --ffn 2048 --vocab 32000 --type F32
-	@[ -f $(MODELS)/m100-q8_0.gguf ] || ./$(BIN) mkmodel --out $(MODELS)/m100-q8_0.gguf --layers 12 --dim 768 --heads 12 --ffn 2048 --vocab 32000 --type Q8_0
+	@[ -f $(MODELS)/m100-f32.gguf ] || ./$(BIN) mkmodel --out $(MODELS)/m100-f32.gguf $(M100) --type F32
+	@[ -f $(MODELS)/m100-q8_0.gguf ] || ./$(BIN) mkmodel --out $(MODELS)/m100-q8_0.gguf $(M100) --type Q8_0
 	./$(BIN) bench --model $${SPECGATE_TEST_MODELS:-../shared/models}/stories260K.gguf
 	./$(BIN) bench --model $(MODELS)/m100-f32.gguf
 	./$(BIN) bench --model $(MODELS)/m100-q8_0.gguf
+	$(GO) test -run=NONE -bench=. -benchtime=$(BENCHTIME) ./engine
+	$(GO) test -run=NONE -bench=Spec -benchtime=$(BENCHTIME) ./engine/spec
+	$(GO) test -run=NONE -bench=. -benchtime=5x ./engine/guided
+	$(GO) test -run=NONE -bench=. -benchtime=200x ./prefixcache
+	$(GO) test -run=NONE -bench='DeltaOverhead|IdleConnMemory' -benchtime=1x ./gateway/loadgen
+	$(GO) test -run=NONE -bench=. -benchtime=3x ./cluster
 
 clean:
 	rm -rf bin
