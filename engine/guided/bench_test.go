@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
 )
 
@@ -155,12 +156,33 @@ func decodeTokens(g *Grammar, rng *rand.Rand, budget int) []int32 {
 }
 
 // BenchmarkMaskPerToken measures the per-token cost in the hot path:
-// advance the matcher by the sampled token, get the next mask, apply it to
-// fresh logits. One op is one generated sequence; the per-token figures
+// advance the matcher by the sampled token, get the next mask, and use it
+// on fresh logits. One op is one generated sequence; the per-token figures
 // (p50, p99, max, mean) are over all its tokens.
 // "cold" is the first pass over a fresh grammar (masks computed on first
 // use); "warm" is the steady state once the states are cached.
+// The ways of using the mask:
+//   - apply: kernels.MaskLogitsRef on the row (the sampler not included);
+//   - ref-sample: MaskLogitsRef, then a greedy sample.Sampler.Sample of
+//     the row: what an engine without the masked path pays;
+//   - masked-sample: sample.Sampler.SampleMasked, which never writes the
+//     row: the same token as ref-sample;
+//   - unguided-sample: Sample ignoring the mask, the floor a dense row
+//     costs without any grammar.
 func BenchmarkMaskPerToken(b *testing.B) {
+	type use struct {
+		name string
+		fn   func(s *sample.Sampler, logits []float32, mask Bitset)
+	}
+	uses := []use{
+		{"apply", func(_ *sample.Sampler, l []float32, m Bitset) { kernels.MaskLogitsRef(l, m) }},
+		{"ref-sample", func(s *sample.Sampler, l []float32, m Bitset) {
+			kernels.MaskLogitsRef(l, m)
+			s.Sample(l, nil)
+		}},
+		{"masked-sample", func(s *sample.Sampler, l []float32, m Bitset) { s.SampleMasked(l, m, nil) }},
+		{"unguided-sample", func(s *sample.Sampler, l []float32, _ Bitset) { s.Sample(l, nil) }},
+	}
 	for _, n := range benchSizes {
 		v := benchVocab(n)
 		g0, err := Compile(Spec{Schema: json.RawMessage(benchSchema)}, v)
@@ -180,11 +202,12 @@ func BenchmarkMaskPerToken(b *testing.B) {
 			fresh[i] = float32(rng.NormFloat64())
 		}
 		logits := make([]float32, n)
-		run := func(b *testing.B, g *Grammar, seq []int32, times []time.Duration) []time.Duration {
+		smp := sample.New(sample.Params{})
+		run := func(b *testing.B, u use, g *Grammar, seq []int32, times []time.Duration) []time.Duration {
 			m := g.NewMatcher()
 			copy(logits, fresh)
 			start := time.Now()
-			kernels.MaskLogitsRef(logits, m.Mask())
+			u.fn(smp, logits, m.Mask())
 			times = append(times, time.Since(start))
 			for _, tok := range seq {
 				copy(logits, fresh)
@@ -192,7 +215,7 @@ func BenchmarkMaskPerToken(b *testing.B) {
 				if err := m.Advance(tok); err != nil {
 					b.Fatal(err)
 				}
-				kernels.MaskLogitsRef(logits, m.Mask())
+				u.fn(smp, logits, m.Mask())
 				times = append(times, time.Since(start))
 			}
 			return times
@@ -208,29 +231,33 @@ func BenchmarkMaskPerToken(b *testing.B) {
 			}
 			b.ReportMetric(float64(sum.Nanoseconds())/float64(len(times)), "mean-ns/token")
 		}
-		b.Run(fmt.Sprintf("vocab=%dk/warm", n/1000), func(b *testing.B) {
-			for _, s := range seqs {
-				run(b, g0, s, nil)
-			}
-			var times []time.Duration
-			i := 0
-			for b.Loop() {
-				times = run(b, g0, seqs[i%len(seqs)], times)
-				i++
-			}
-			report(b, times)
-		})
-		b.Run(fmt.Sprintf("vocab=%dk/cold", n/1000), func(b *testing.B) {
-			var times []time.Duration
-			for b.Loop() {
-				b.StopTimer()
-				g, _ := Compile(Spec{Schema: json.RawMessage(benchSchema)}, v)
-				b.StartTimer()
+		for _, u := range uses {
+			b.Run(fmt.Sprintf("vocab=%dk/warm/%s", n/1000, u.name), func(b *testing.B) {
 				for _, s := range seqs {
-					times = run(b, g, s, times)
+					run(b, u, g0, s, nil)
 				}
-			}
-			report(b, times)
-		})
+				var times []time.Duration
+				i := 0
+				for b.Loop() {
+					times = run(b, u, g0, seqs[i%len(seqs)], times)
+					i++
+				}
+				report(b, times)
+			})
+		}
+		for _, u := range []use{uses[0], uses[2]} {
+			b.Run(fmt.Sprintf("vocab=%dk/cold/%s", n/1000, u.name), func(b *testing.B) {
+				var times []time.Duration
+				for b.Loop() {
+					b.StopTimer()
+					g, _ := Compile(Spec{Schema: json.RawMessage(benchSchema)}, v)
+					b.StartTimer()
+					for _, s := range seqs {
+						times = run(b, u, g, s, times)
+					}
+				}
+				report(b, times)
+			})
+		}
 	}
 }

@@ -7,9 +7,12 @@
 // DFA state, the bitset of tokens whose bytes keep the DFA alive. Those
 // masks are computed lazily, one walk of the DFA over the vocabulary's
 // byte trie per state, and cached in the Grammar, so the steady-state cost
-// per generated token is a table walk over the token's bytes plus applying
-// a cached mask to the logits (kernels.MaskLogitsRef or a backend's
-// kernels.MaskedLogits).
+// per generated token is a table walk over the token's bytes plus using a
+// cached mask: sample.Sampler.SampleMasked, ProbsMasked and
+// sample.ArgmaxMasked read only the allowed logits (the cost follows the
+// number of allowed tokens, not the vocabulary), with the same result as
+// writing -Inf over the others (kernels.MaskLogitsRef or a backend's
+// kernels.MaskedLogits) and sampling the row.
 //
 // EOS tokens are allowed exactly in accepting states. A state that is not
 // dead can always be completed by some byte string; if the vocabulary

@@ -18,9 +18,15 @@ const (
 type nstate struct {
 	kind   uint8
 	lo, hi byte
-	next   int32   // nRange: target
-	eps    []int32 // nEps: targets
+	next   int32 // nRange: target
+	eps    int32 // nEps: first edge in builder.edges, 0 for none
 }
+
+// epsEdge is one epsilon edge in a state's list. The lists live in one
+// arena so that states hold no pointers: building and collecting a
+// hundred-thousand-state NFA then costs no allocation per state. Edge
+// order does not matter (closures are sets).
+type epsEdge struct{ to, next int32 }
 
 // frag is a piece of NFA with one entry and one exit. The exit is always an
 // nEps state whose edges are not set yet, so joining two fragments is one
@@ -33,12 +39,13 @@ type frag struct{ in, out int32 }
 // error plumbing. Loops that copy fragments check failed() to stop early.
 type builder struct {
 	states []nstate
+	edges  []epsEdge // edges[0] is unused: 0 ends a list
 	limit  int
 	err    error
 }
 
 func newBuilder(limit int) *builder {
-	b := &builder{limit: limit}
+	b := &builder{limit: limit, states: make([]nstate, 0, 1024), edges: make([]epsEdge, 1, 1024)}
 	b.states = append(b.states, nstate{kind: nEps}) // 0: scratch sink after an overflow
 	return b
 }
@@ -62,7 +69,8 @@ func (b *builder) link(from, to int32) {
 	if b.err != nil {
 		return
 	}
-	b.states[from].eps = append(b.states[from].eps, to)
+	b.edges = append(b.edges, epsEdge{to: to, next: b.states[from].eps})
+	b.states[from].eps = int32(len(b.edges) - 1)
 }
 
 // empty matches the empty string.

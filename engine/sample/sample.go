@@ -34,6 +34,8 @@ type Params struct {
 // DefaultRepeatLastN is the penalty window when Params.RepeatLastN is 0.
 const DefaultRepeatLastN = 64
 
+var negInf = float32(math.Inf(-1))
+
 // Sampler applies one request's Params. It keeps scratch buffers between
 // calls so that steady-state sampling does not allocate; it is not safe for
 // concurrent use.
@@ -46,6 +48,12 @@ type Sampler struct {
 	cand   []int32   // surviving candidate ids
 	probs  []float32 // Sample's distribution
 	w      []float64 // unnormalised probabilities for top-p
+
+	// The masked path's scratch (masked.go).
+	ids  []int32   // allowed ids, ascending
+	vals []float32 // their (penalised) logits
+	pc   []float32 // their probabilities
+	mrow []float32 // masked copy of the row for the dense fallback
 }
 
 // New returns a Sampler for p, its random source seeded from p.Seed.
@@ -111,14 +119,19 @@ func (s *Sampler) Probs(logits []float32, history []int32, dst []float32) {
 		dst[top] = 1
 		return
 	}
-	cand := s.filter(l, l[top])
-	// Temperature and softmax over the survivors, relative to the maximum
-	// so exp never overflows, with a float64 normaliser.
+	s.softmax(l, s.filter(l, l[top], n), l[top], dst)
+}
+
+// softmax writes into dst[id], for each id in cand, the tempered softmax of
+// l over cand: relative to the maximum maxL so exp never overflows, with a
+// float64 normaliser summed in cand's order. Entries of dst outside cand
+// are left alone.
+func (s *Sampler) softmax(l []float32, cand []int32, maxL float32, dst []float32) {
 	inv := 1 / float64(s.p.Temperature)
-	maxL := float64(l[top])
+	m := float64(maxL)
 	var z float64
 	for _, id := range cand {
-		e := math.Exp((float64(l[id]) - maxL) * inv)
+		e := math.Exp((float64(l[id]) - m) * inv)
 		if e != e {
 			e = 0 // -Inf·0 at an infinite temperature: a masked token stays out
 		}
@@ -246,10 +259,15 @@ func grow[T any](b []T, n int) []T {
 	return b[:n]
 }
 
-// filter returns the ids that survive top-k, top-p and min-p on l, whose
-// maximum maxL is finite.
-func (s *Sampler) filter(l []float32, maxL float32) []int32 {
-	n := len(l)
+// filter returns the indices of l that survive top-k, top-p and min-p; l's
+// maximum maxL is finite. n is the length of the full vocabulary row, which
+// decides whether top-k is on: l may be the compacted allowed subset of a
+// masked row (see SampleMasked), whose missing entries are -Inf, and the
+// result must not depend on whether they are present. Entries at -Inf
+// never survive (they would get probability 0 anyway), which is what keeps
+// the top-p selection below identical for the full and the compacted row:
+// both hand it the same finite entries in the same order.
+func (s *Sampler) filter(l []float32, maxL float32, n int) []int32 {
 	k := s.p.TopK
 	topP := float64(s.p.TopP)
 	pOn := topP > 0 && topP < 1
@@ -262,12 +280,14 @@ func (s *Sampler) filter(l []float32, maxL float32) []int32 {
 		}
 	default:
 		cand = s.cand[:0]
-		for i := range l {
-			cand = append(cand, int32(i))
+		for i, v := range l {
+			if v > negInf {
+				cand = append(cand, int32(i))
+			}
 		}
 		s.cand = cand
 		if pOn {
-			s.w = grow(s.w, n)
+			s.w = grow(s.w, len(l))
 			var z float64
 			for i, v := range l {
 				e := math.Exp(float64(v - maxL))
