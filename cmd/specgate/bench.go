@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -24,6 +25,7 @@ func runBench(ctx context.Context, args []string) error {
 	ctxLen := fs.Int("ctx", 64, "tokens already in each sequence when decoding starts")
 	backend := fs.String("backend", "cpu", "compute backend")
 	threads := fs.Int("threads", 0, "worker threads (0 = one per CPU)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the decode runs to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -84,6 +86,17 @@ func runBench(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "phase\tbatch\ttokens/s\tms/step\tMB/step\tfloor ms/step\tof floor\t\n")
 	fmt.Fprintf(tw, "prefill\t%d\t%.1f\t%.2f\t%.1f\t%.2f\t%.0f%%\t\n", *promptLen, float64(*promptLen)/prefill.Seconds(),
 		ms(prefill), float64(c.WeightBytes)/1e6, 1e3*float64(c.WeightBytes)/bw, 100*float64(c.WeightBytes)/bw/prefill.Seconds())
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var base float64
 	for _, b := range sizes {
 		if err := ctx.Err(); err != nil {

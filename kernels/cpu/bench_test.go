@@ -149,3 +149,45 @@ func BenchmarkDispatch(b *testing.B) {
 type nopTask struct{}
 
 func (nopTask) run(_, _, _ int) {}
+
+// BenchmarkQuantKernels compares, on one thread, the kernels that compute a
+// 4×8 block of outputs (four weight rows, eight activation rows) of 768-wide
+// rows: the tiled kernel, where the CPU has it, against eight x4 calls.
+func BenchmarkQuantKernels(b *testing.B) {
+	initTables()
+	const nb = 24
+	r := rand.New(rand.NewPCG(1, 2))
+	xq, xd := make([]int8, 8*nb*32), make([]float32, 8*nb)
+	for i := range xq {
+		xq[i] = int8(r.IntN(255) - 127)
+	}
+	xp, xdt := make([]byte, nb*tileBlock), make([]float32, nb*tileRows)
+	for l := range tileRows {
+		spreadTile(xp, xdt, l, xq[l*nb*32:(l+1)*nb*32], xd[l*nb:(l+1)*nb])
+	}
+	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
+		w := randBlocks(r, dt, 4*nb, false)
+		rb := nb * dt.BlockBytes()
+		b.Run(fmt.Sprintf("%v/x4", dt), func(b *testing.B) {
+			dot4 := dotQ8x4
+			if dt == kernels.Q4_0 {
+				dot4 = dotQ4x4
+			}
+			var o [4]float32
+			for b.Loop() {
+				for j := range 4 {
+					dot4(w[j*rb:], xq, xd, nb, &o)
+					dot4(w[j*rb:], xq[4*nb*32:], xd[4*nb:], nb, &o)
+				}
+			}
+		})
+		if tk := tileKernel(dt); tk != nil {
+			b.Run(fmt.Sprintf("%v/tile", dt), func(b *testing.B) {
+				var o [tileOut]float32
+				for b.Loop() {
+					tk(w, rb, xp, xdt, nb, &o)
+				}
+			})
+		}
+	}
+}

@@ -79,6 +79,9 @@ type Backend struct {
 	// Q8_0: int8 values, and one float32 scale per 32-value block.
 	xq []int8
 	xd []float32
+	// xp holds them in the tiled kernels' layout instead (with their
+	// scales in xd), when those run.
+	xp []byte
 	// xd4 holds the same scales interleaved for each group of four rows,
 	// the layout the x4 kernels read.
 	xd4 []float32
@@ -97,6 +100,12 @@ type workerScratch struct {
 	// o4 receives the x4 kernels' results; it lives here because a
 	// local passed through a function variable would escape to the heap.
 	o4 [4]float32
+	// o32 receives the tiled kernels' results.
+	o32 [tileOut]float32
+	// qt and qd hold one activation row quantized, before it is spread
+	// into the tile layout.
+	qt []int8
+	qd []float32
 }
 
 func (s *workerScratch) floats(n int) []float32 {

@@ -31,6 +31,21 @@ func TestConformance(t *testing.T) {
 		useAsm(false)
 		kernelstest.Run(t, open(t, 2))
 	})
+	// The batch paths of MatMul: the x4 kernels, and the tile path with the
+	// Go tile kernels (the default above runs the VNNI ones where the CPU
+	// has them).
+	t.Run("x4_kernels", func(t *testing.T) {
+		defer useAsm(true)
+		useAsm(true)
+		useTiles(tilesOff)
+		kernelstest.Run(t, open(t, 2))
+	})
+	t.Run("go_tiles", func(t *testing.T) {
+		defer useAsm(true)
+		useAsm(false)
+		useTiles(tilesGo)
+		kernelstest.Run(t, open(t, 2))
+	})
 }
 
 func TestRegistered(t *testing.T) {

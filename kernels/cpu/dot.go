@@ -41,15 +41,17 @@ var (
 )
 
 // useAsm selects the assembly kernels when on is true and the CPU has them,
-// and the Go ones otherwise. It reports whether assembly is in use. Tests
+// and the Go ones otherwise (the tiled batch kernels included, see useTiles). It reports whether assembly is in use. Tests
 // call it to cover both; it must not be called while a backend is running.
 func useAsm(on bool) bool {
 	dotF32, dotF32x4 = dotF32Go, dotF32x4Go
 	dotQ8, dotQ8x4 = dotQ8Go, dotQ8x4Go
 	dotQ4, dotQ4x4 = dotQ4Go, dotQ4x4Go
 	axpy, f16Row = axpyGo, f16RowGo
+	useTiles(tilesOff)
 	if on && haveAsm {
 		setAsm()
+		useTiles(tilesAsm)
 		return true
 	}
 	return false

@@ -6,3 +6,8 @@ package cpu
 const haveAsm = false
 
 func setAsm() {}
+
+// haveVNNI is false too: batches use the x4 kernels.
+const haveVNNI = false
+
+func setVNNI() {}

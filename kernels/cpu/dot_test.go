@@ -189,3 +189,79 @@ func TestExpf(t *testing.T) {
 		t.Errorf("expf(NaN): have %g; want NaN", have)
 	}
 }
+
+// TestTileKernels checks the Go tile kernels against the one-row Go kernels,
+// and the VNNI ones (where the CPU has them) against the Go tile kernels.
+func TestTileKernels(t *testing.T) {
+	initTables()
+	defer useAsm(true)
+	r := rand.New(rand.NewPCG(9, 10))
+	type kern struct {
+		dt     kernels.DType
+		one    func([]byte, []int8, []float32) float32
+		tileGo func([]byte, int, []byte, []float32, int, *[tileOut]float32)
+		asm    func() func([]byte, int, []byte, []float32, int, *[tileOut]float32)
+	}
+	ks := []kern{
+		{kernels.Q8_0, dotQ8Go, q8TileGo, func() func([]byte, int, []byte, []float32, int, *[tileOut]float32) { return q8Tile }},
+		{kernels.Q4_0, dotQ4Go, q4TileGo, func() func([]byte, int, []byte, []float32, int, *[tileOut]float32) { return q4Tile }},
+	}
+	for _, k := range ks {
+		for _, nb := range []int{0, 1, 2, 3, 5, 24, 97} {
+			for _, mode := range []string{"random", "extreme"} {
+				t.Run(fmt.Sprintf("%v/nb=%d/%s", k.dt, nb, mode), func(t *testing.T) {
+					rb := nb * k.dt.BlockBytes()
+					stride := rb + 7 // rows need not be adjacent
+					w := make([]byte, 3*stride+rb)
+					for i := range w {
+						w[i] = 0xff // the gaps: NaN scales if read
+					}
+					for j := range tileW {
+						copy(w[j*stride:], randBlocks(r, k.dt, nb, mode == "extreme"))
+					}
+					xp, xd := make([]byte, nb*tileBlock), make([]float32, nb*tileRows)
+					var want [tileOut]float32
+					for l := range tileRows {
+						q, d := make([]int8, nb*32), make([]float32, nb)
+						for i := range q {
+							q[i] = int8(r.IntN(255) - 127)
+							if mode == "extreme" {
+								q[i] = []int8{127, -127, 0}[r.IntN(3)]
+							}
+						}
+						for i := range d {
+							d[i] = r.Float32() * 0.02
+						}
+						spreadTile(xp, xd, l, q, d)
+						for j := range tileW {
+							want[j*tileRows+l] = k.one(w[j*stride:j*stride+rb], q, d)
+						}
+					}
+					mag := float32(nb) * 32 * 128 * 127 * 0.02 * 2
+					check := func(name string, have *[tileOut]float32) {
+						for i := range have {
+							if !closeTo(have[i], want[i], mag) {
+								t.Errorf("%s: out[%d] (weight row %d, row %d): have %g; want %g", name, i, i/tileRows, i%tileRows, have[i], want[i])
+							}
+						}
+					}
+					have := [tileOut]float32{9}
+					k.tileGo(w, stride, xp, xd, nb, &have)
+					check("go", &have)
+					if useTiles(tilesAsm) {
+						have = [tileOut]float32{9}
+						k.asm()(w, stride, xp, xd, nb, &have)
+						check("vnni", &have)
+						// Stride 0: one row, as all four.
+						k.asm()(w[:rb], 0, xp, xd, nb, &have)
+						for i := range have {
+							if want0 := want[i%tileRows]; !closeTo(have[i], want0, mag) {
+								t.Errorf("stride 0: out[%d]: have %g; want %g", i, have[i], want0)
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}

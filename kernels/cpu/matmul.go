@@ -34,6 +34,30 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 	}
 	t := &b.mm
 	*t = matmulTask{b: b, dst: d, x: xt, w: wt}
+	if tk := tileKernel(wt.dt); tk != nil && n >= tileMinRows {
+		nb := k / kernels.QK
+		np, nd := tileBytes(n, nb)
+		if cap(b.xp) < np {
+			b.xp = make([]byte, np)
+		}
+		if cap(b.xd) < nd {
+			b.xd = make([]float32, nd)
+		}
+		t.tile, t.xp, t.xd = tk, b.xp[:np], b.xd[:nd]
+		n8 := (n + tileRows - 1) / tileRows * tileRows
+		b.qx = quantTask{b: b, xp: t.xp, xd: t.xd, x: xt}
+		b.pool.run(&b.qx, n8, max(1, 16384/k))
+		b.qx = quantTask{}
+		// Whole tiles of weight rows per chunk: a chunk's last tile
+		// would otherwise be computed four times over.
+		grain := m
+		if n*m*k >= 1<<15 {
+			grain = min(64, max(tileW, m/(b.threads*8))) &^ (tileW - 1)
+		}
+		b.pool.run(t, m, grain)
+		*t = matmulTask{}
+		return
+	}
 	if wt.dt == kernels.Q8_0 || wt.dt == kernels.Q4_0 {
 		nb := k / kernels.QK
 		if cap(b.xq) < n*k {
@@ -58,14 +82,27 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 }
 
 type quantTask struct {
+	b       *Backend
 	xq      []int8
 	xd, xd4 []float32
 	x       *Tensor
+	xp      []byte // the tile layout, when not nil
 }
 
-func (t *quantTask) run(_, lo, hi int) {
+func (t *quantTask) run(wk, lo, hi int) {
 	k := t.x.cols
 	nb := k / kernels.QK
+	if t.xp != nil {
+		sc := &t.b.scratch[wk]
+		if cap(sc.qt) < k {
+			sc.qt, sc.qd = make([]int8, k), make([]float32, nb)
+		}
+		for r := lo; r < hi; r++ {
+			g := r / tileRows
+			quantTile(t.xp[g*nb*tileBlock:(g+1)*nb*tileBlock], t.xd[g*nb*tileRows:(g+1)*nb*tileRows], r, t.x, sc.qt[:k], sc.qd[:nb])
+		}
+		return
+	}
 	for r := lo; r < hi; r++ {
 		xd := t.xd[r*nb : (r+1)*nb]
 		quantRowQ8(t.xq[r*k:(r+1)*k], xd, t.x.row(r))
@@ -81,12 +118,20 @@ type matmulTask struct {
 	dst, x, w *Tensor
 	xq        []int8
 	xd, xd4   []float32
+	// tile, when not nil, is the tiled kernel, and xp (with xd) the
+	// activations in its layout.
+	tile func([]byte, int, []byte, []float32, int, *[tileOut]float32)
+	xp   []byte
 }
 
 // run computes output columns [lo, hi) (weight rows) for every row of x.
 func (t *matmulTask) run(wk, lo, hi int) {
 	n, k, m := t.x.rows, t.x.cols, t.w.rows
 	out := t.dst.f32
+	if t.tile != nil {
+		t.runTiles(wk, lo, hi)
+		return
+	}
 	o4 := &t.b.scratch[wk].o4
 	for r0 := 0; r0 < n; r0 += xTile {
 		r1 := min(n, r0+xTile)
@@ -123,6 +168,40 @@ func (t *matmulTask) run(wk, lo, hi int) {
 				}
 				for ; r < r1; r++ {
 					out[r*m+o] = dotF32(wr, x[r*k:(r+1)*k])
+				}
+			}
+		}
+	}
+}
+
+// runTiles is run for the tiled kernels.
+func (t *matmulTask) runTiles(wk, lo, hi int) {
+	n, k, m := t.x.rows, t.x.cols, t.w.rows
+	nb := k / kernels.QK
+	out := t.dst.f32
+	o := &t.b.scratch[wk].o32
+	rb := t.w.rowBytes
+	// xTile rows at a time, so their tiles stay in cache while the
+	// chunk's weight rows stream past.
+	for r0 := 0; r0 < n; r0 += xTile {
+		r1 := min(n, r0+xTile)
+		for j := lo; j < hi; j += tileW {
+			rows, stride := tileW, rb
+			if j+tileW > hi {
+				// A partial tile of weight rows: each row alone, as
+				// all four (stride 0), so nothing past hi is read.
+				rows, stride = 1, 0
+			}
+			for jj := j; jj < min(j+tileW, hi); jj += rows {
+				w := t.w.raw[jj*rb : jj*rb+(rows-1)*stride+rb]
+				for g := r0; g < r1; g += tileRows {
+					gi := g / tileRows
+					t.tile(w, stride, t.xp[gi*nb*tileBlock:(gi+1)*nb*tileBlock], t.xd[gi*nb*tileRows:(gi+1)*nb*tileRows], nb, o)
+					for l := range min(tileRows, n-g) {
+						for c := range rows {
+							out[(g+l)*m+jj+c] = o[c*tileRows+l]
+						}
+					}
 				}
 			}
 		}
