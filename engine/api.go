@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/engine/spec"
 )
 
 // Priority is a request's scheduling class. Classes are strict (with aging,
@@ -69,6 +70,10 @@ type TenantLimits struct {
 	MaxQueued       int // waiting requests
 	TokensPerMinute int // prompt + completion tokens
 	MaxContext      int // prompt + max tokens
+	// Speculation is the tenant's say over speculative decoding, on top
+	// of the engine's dispatcher and its class's policy (the zero value
+	// leaves it to them).
+	Speculation spec.Policy
 }
 
 // Message is one chat turn, for requests that give messages instead of
@@ -110,7 +115,10 @@ type Request struct {
 	// tenant's prompts to another. Negative is a bad request.
 	SharedPrefix int
 	Sample       sample.Params
-	// MaxTokens caps the completion; zero means up to the context limit.
+	// MaxTokens caps the completion; zero means what the context has
+	// left, at most Options.DefaultMaxTokens. A chat given as Messages
+	// that leaves too little room loses its oldest turns (see
+	// Options.DefaultMaxTokens).
 	MaxTokens int
 	// Stop ends generation when the text contains one of these (the stop
 	// string itself is not emitted); StopTokens likewise for ids. EOS and

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -270,4 +271,121 @@ func BenchmarkPrefixCacheTTFT(b *testing.B) {
 	memcpy := time.Since(start)
 	b.ReportMetric(bytes*reps/promote.Seconds()/1e9, "promote_GB/s")
 	b.ReportMetric(bytes*reps/memcpy.Seconds()/1e9, "memcpy_GB/s")
+}
+
+// BenchmarkGuided reports aggregate completion tokens per second of 8
+// streams under a JSON schema and unconstrained, in the same run, and
+// their ratio (the cost of the masks; the target is at least 0.95).
+func BenchmarkGuided(b *testing.B) {
+	m := benchModel(b)
+	const gen, n = 48, 8
+	schema := json.RawMessage(`{"type":"object","properties":{"title":{"type":"string","maxLength":200},` +
+		`"year":{"type":"integer","minimum":0,"maximum":3000},"words":{"type":"array","items":{"type":"string","maxLength":20},"maxItems":20}},"required":["title","year","words"]}`)
+	e, err := engine.New(m, engine.Options{KVBlocks: 2 * n * 8})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	run := func(g *engine.Guided) (tokens int, d time.Duration) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		start := time.Now()
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				toks, _, f, err := generate(context.Background(), e, engine.Request{Prompt: benchPrompt(m, i), MaxTokens: gen, Guided: g})
+				if err != nil || f.FinishReason == engine.FinishError {
+					b.Errorf("stream %d: %v %v", i, err, f)
+					return
+				}
+				mu.Lock()
+				tokens += len(toks)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		return tokens, time.Since(start)
+	}
+	run(&engine.Guided{Schema: schema}) // compile and warm the masks
+	var plainTok, guidedTok int
+	var plainDur, guidedDur time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t, d := run(nil)
+		plainTok, plainDur = plainTok+t, plainDur+d
+		t, d = run(&engine.Guided{Schema: schema})
+		guidedTok, guidedDur = guidedTok+t, guidedDur+d
+	}
+	plain := float64(plainTok) / plainDur.Seconds()
+	guided := float64(guidedTok) / guidedDur.Seconds()
+	b.ReportMetric(plain, "plain-tok/s")
+	b.ReportMetric(guided, "guided-tok/s")
+	b.ReportMetric(guided/plain, "ratio")
+}
+
+// BenchmarkSpeculative reports aggregate completion tokens per second of
+// greedy streams on stories260K with prompts their continuations quote,
+// speculating (n-gram drafts, the default dispatcher) and plain, in the
+// same run, at 1, 8 and 32 streams, and their ratio.
+func BenchmarkSpeculative(b *testing.B) {
+	m := loadStories(b)
+	tok := m.Tokenizer()
+	const gen = 96
+	for _, n := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
+			run := func(e *engine.Engine) (int, time.Duration) {
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				tokens := 0
+				start := time.Now()
+				for i := range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						r := engine.Request{Prompt: tok.Encode(repeatPrompts[i%len(repeatPrompts)]), MaxTokens: gen, Tenant: fmt.Sprint("t", i)}
+						toks, _, f, err := generate(context.Background(), e, r)
+						if err != nil || f.FinishReason == engine.FinishError {
+							b.Errorf("stream %d: %v %v", i, err, f)
+							return
+						}
+						mu.Lock()
+						tokens += len(toks)
+						mu.Unlock()
+					}()
+				}
+				wg.Wait()
+				return tokens, time.Since(start)
+			}
+			// No prefix cache: every run prefills alike.
+			plainE, err := engine.New(m, engine.Options{NoPrefixCache: true, Speculation: engine.Speculation{Drafter: engine.DraftOff}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer plainE.Close()
+			specE, err := engine.New(m, engine.Options{NoPrefixCache: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer specE.Close()
+			// Warm up, and let the dispatcher measure its options.
+			for range 3 {
+				run(specE)
+			}
+			run(plainE)
+			var pt, st int
+			var pd, sd time.Duration
+			b.ResetTimer()
+			for range b.N {
+				t, d := run(plainE)
+				pt, pd = pt+t, pd+d
+				t, d = run(specE)
+				st, sd = st+t, sd+d
+			}
+			plain, sp := float64(pt)/pd.Seconds(), float64(st)/sd.Seconds()
+			b.ReportMetric(plain, "plain-tok/s")
+			b.ReportMetric(sp, "spec-tok/s")
+			b.ReportMetric(sp/plain, "ratio")
+		})
+	}
 }

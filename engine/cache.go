@@ -102,10 +102,13 @@ func (e *Engine) lookup(s *sequence, c sched.Chunk, slack int) (sched.Chunk, int
 // dropKV gives up s's device blocks. With keep, and the prefix cache on,
 // the full blocks of its computed tokens are cached first.
 func (e *Engine) dropKV(s *sequence, keep bool) {
-	if e.cache != nil && keep && s.kv >= e.o.BlockSize {
+	// A speculative step may end a sequence on a stop inside its
+	// accepted drafts: K/V past its last token is not its own.
+	kv := min(s.kv, len(s.tokens))
+	if e.cache != nil && keep && kv >= e.o.BlockSize {
 		// The only errors are an empty tenant and a table that does not
 		// hold the tokens: both bugs, and caching nothing is safe.
-		_, _ = e.cache.Insert(e.namespace(s), s.tokens[:s.kv], s.table)
+		_, _ = e.cache.Insert(e.namespace(s), s.tokens[:kv], s.table)
 	}
 	for _, b := range s.table[:s.matched] {
 		if e.shared[b]--; e.shared[b] <= 0 {

@@ -162,7 +162,7 @@ func TestPreemptedSequenceResumesFromCache(t *testing.T) {
 			Prompt: prompt(rng, 20+rng.IntN(20)), MaxTokens: 30, Sample: sample.Params{Temperature: 0.7, Seed: uint64(i)}})
 	}
 	want := runSolo(t, reqs)
-	e, clk := testEngine(t, newFakeModel(t), Options{BlockSize: 4, KVBlocks: 30, HostKVBlocks: 100, MaxBatchTokens: 32})
+	e, clk := testEngine(t, newFakeModel(t), Options{BlockSize: 4, KVBlocks: 30, HostKVBlocks: 100, MaxBatchTokens: 32, Speculation: noSpec})
 	var streams []*Stream
 	for _, r := range reqs {
 		s, err := submitNow(e, r)

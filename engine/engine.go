@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/specgate/specgate/engine/guided"
 	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/engine/model/chat"
 	"github.com/specgate/specgate/engine/sched"
@@ -43,7 +44,16 @@ type Engine struct {
 	clock Clock
 	met   Metrics
 
+	// grammars caches compiled guided-decoding grammars over gvocab, the
+	// model's vocabulary as the compiler sees it (built on first use).
+	// Both are safe for concurrent use: Submit compiles on the caller's
+	// goroutine.
+	grammars *guided.Cache
+	gvOnce   sync.Once
+	gvocab   *guided.Vocab
+
 	// Owned by the step goroutine.
+	spec   *specState // nil with speculation off
 	sched  *sched.Scheduler
 	dev    blockAllocator
 	host   blockAllocator // nil without a host tier
@@ -97,6 +107,9 @@ type submission struct {
 	stream *Stream
 	reply  chan error
 	at     time.Time // when Submit was called: queue time starts here
+	// matcher is the guided-decoding cursor, past req.Generated; nil
+	// without a constraint.
+	matcher *guided.Matcher
 }
 
 // New builds an engine on m and starts its step goroutine; Close stops it.
@@ -144,9 +157,12 @@ func newEngine(m model.Model, o Options) (*Engine, error) {
 	dpool := prefixcache.NewPool(prefixcache.Device, o.KVBlocks)
 	e := &Engine{
 		m: m, tok: tok, tmpl: tmpl, o: o, clock: o.Clock, met: o.Metrics,
-		sched: s, devKV: devKV, dev: dpool,
+		sched: s, devKV: devKV, dev: dpool, grammars: guided.NewCache(o.GrammarCache),
 		seqs: map[string]*sequence{}, shared: map[int32]int{},
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
+	}
+	if e.spec, err = newSpecState(m, o); err != nil {
+		return nil, err
 	}
 	var hpool *prefixcache.Pool
 	if o.HostKVBlocks > 0 {
@@ -371,35 +387,31 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 	if r.SharedPrefix < 0 {
 		return nil, bad("shared prefix of %d tokens is negative", r.SharedPrefix)
 	}
-	if r.Guided != nil {
-		return nil, bad("guided decoding is not supported by this engine yet")
-	}
 	if r.Limits.Weight < 0 || r.Limits.MaxConcurrent < 0 || r.Limits.MaxQueued < 0 || r.Limits.TokensPerMinute < 0 || r.Limits.MaxContext < 0 {
 		return nil, bad("negative tenant limit in %+v", r.Limits)
+	}
+	limit := e.o.MaxContext
+	if c := r.Limits.MaxContext; c > 0 && c < limit {
+		limit = c
+	}
+	// A sequence must fit the device pool alone, or it could never finish.
+	limit = min(limit, e.o.KVBlocks*e.o.BlockSize)
+	// room is what the reply needs beside the prompt: what was asked
+	// for, or without a cap a quarter of the context (at most the
+	// default cap), so a long chat keeps its newest turns and still has
+	// room to answer.
+	room := r.MaxTokens
+	if room == 0 {
+		room = max(min(e.o.DefaultMaxTokens, limit/4), 1)
 	}
 	prompt := r.Prompt
 	if len(prompt) == 0 {
 		if len(r.Messages) == 0 {
 			return nil, bad("request has neither prompt tokens nor messages")
 		}
-		msgs := make([]chat.Message, len(r.Messages))
-		for i, m := range r.Messages {
-			msgs[i] = chat.Message{Role: m.Role, Content: m.Content}
-		}
-		text, err := e.tmpl.Render(msgs)
-		if err != nil {
-			if errors.Is(err, chat.ErrRaised) {
-				return nil, bad("%v", err)
-			}
-			return nil, &Error{Code: CodeInternal, Message: err.Error()}
-		}
-		if e.tmpl.Fallback() {
-			prompt = e.tok.Encode(text)
-		} else {
-			prompt = e.tok.EncodeSpecial(text)
-		}
-		if len(prompt) == 0 {
-			return nil, bad("messages render to an empty prompt")
+		var err error
+		if prompt, err = e.renderFitting(r.Messages, limit-room); err != nil {
+			return nil, err
 		}
 	}
 	vocab := int32(e.m.Config().Vocab)
@@ -410,21 +422,30 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 			}
 		}
 	}
-	limit := e.o.MaxContext
-	if c := r.Limits.MaxContext; c > 0 && c < limit {
-		limit = c
-	}
-	// A sequence must fit the device pool alone, or it could never finish.
-	limit = min(limit, e.o.KVBlocks*e.o.BlockSize)
 	maxTok := r.MaxTokens
 	if maxTok == 0 {
-		maxTok = limit - len(prompt)
+		maxTok = min(limit-len(prompt), e.o.DefaultMaxTokens)
 	}
-	if maxTok <= 0 || len(prompt)+maxTok > limit {
+	if maxTok <= 0 {
+		return nil, &Error{Code: CodeContextTooLong, Message: fmt.Sprintf("prompt of %d tokens leaves no room to generate within the context limit of %d", len(prompt), limit)}
+	}
+	if len(prompt)+maxTok > limit {
 		return nil, &Error{Code: CodeContextTooLong, Message: fmt.Sprintf("prompt of %d tokens plus %d to generate exceeds the context limit of %d", len(prompt), maxTok, limit)}
 	}
 	if len(r.Generated) >= maxTok {
 		return nil, bad("%d tokens already generated of at most %d", len(r.Generated), maxTok)
+	}
+	// Compiling comes last: it is the one costly check, and it runs here,
+	// on the caller's goroutine, so the step loop never waits for it.
+	var matcher *guided.Matcher
+	if r.Guided != nil {
+		gr, err := e.compileGuided(r.Guided)
+		if err != nil {
+			return nil, err
+		}
+		if matcher, err = newMatcher(gr, r.Generated); err != nil {
+			return nil, err
+		}
 	}
 	tokens := make([]int32, 0, len(prompt)+maxTok)
 	tokens = append(append(tokens, prompt...), r.Generated...)
@@ -434,5 +455,62 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 	return &submission{
 		req: r, tokens: tokens, prompt: len(prompt), max: maxTok,
 		stream: newStream(r.ID, e.Cancel), reply: make(chan error, 1), at: e.clock.Now(),
+		matcher: matcher,
 	}, nil
+}
+
+// renderFitting renders msgs with the chat template and tokenizes them.
+// When the prompt is longer than fit tokens it drops the oldest messages
+// that are neither system messages nor the last one, one at a time, until
+// it fits or none is left to drop; what is left is returned as it is (the
+// caller refuses it when it is still too long).
+func (e *Engine) renderFitting(msgs []Message, fit int) ([]int32, error) {
+	cm := make([]chat.Message, len(msgs))
+	for i, m := range msgs {
+		cm[i] = chat.Message{Role: m.Role, Content: m.Content}
+	}
+	for {
+		prompt, err := e.render(cm)
+		if err != nil || len(prompt) <= fit {
+			return prompt, err
+		}
+		drop := -1
+		for i, m := range cm[:len(cm)-1] {
+			if m.Role != "system" {
+				drop = i
+				break
+			}
+		}
+		if drop < 0 {
+			return prompt, nil
+		}
+		cm = append(cm[:drop], cm[drop+1:]...)
+		// A conversation goes on with a user turn after the system
+		// prompt: drop the assistant replies a dropped question leaves
+		// at the front.
+		for drop < len(cm)-1 && cm[drop].Role == "assistant" {
+			cm = append(cm[:drop], cm[drop+1:]...)
+		}
+	}
+}
+
+// render renders msgs with the chat template and tokenizes the text.
+func (e *Engine) render(msgs []chat.Message) ([]int32, error) {
+	text, err := e.tmpl.Render(msgs)
+	if err != nil {
+		if errors.Is(err, chat.ErrRaised) {
+			return nil, &Error{Code: CodeBadRequest, Message: err.Error()}
+		}
+		return nil, &Error{Code: CodeInternal, Message: err.Error()}
+	}
+	var prompt []int32
+	if e.tmpl.Fallback() {
+		prompt = e.tok.Encode(text)
+	} else {
+		prompt = e.tok.EncodeSpecial(text)
+	}
+	if len(prompt) == 0 {
+		return nil, &Error{Code: CodeBadRequest, Message: "messages render to an empty prompt"}
+	}
+	return prompt, nil
 }

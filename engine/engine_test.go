@@ -61,7 +61,9 @@ func TestRefusals(t *testing.T) {
 		{"negative max tokens", Options{}, nil, Request{Prompt: []int32{1}, MaxTokens: -1}, CodeBadRequest},
 		{"negative shared prefix", Options{}, nil, Request{Prompt: []int32{1}, SharedPrefix: -1}, CodeBadRequest},
 		{"bad priority", Options{}, nil, Request{Prompt: []int32{1}, Priority: 9}, CodeBadRequest},
-		{"guided", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Regex: "a+"}}, CodeBadRequest},
+		{"unsupported schema", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Schema: []byte(`{"type":"integer","multipleOf":3}`)}}, CodeBadRequest},
+		{"bad regex", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Regex: "a("}}, CodeBadRequest},
+		{"two constraints", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Regex: "a", JSON: true}}, CodeBadRequest},
 		{"context too long", Options{MaxContext: 10}, nil, Request{Prompt: make([]int32, 8), MaxTokens: 3}, CodeContextTooLong},
 		{"prompt fills context", Options{MaxContext: 10}, nil, Request{Prompt: make([]int32, 10)}, CodeContextTooLong},
 		{"tenant max context", Options{}, nil, Request{Prompt: make([]int32, 8), MaxTokens: 3, Limits: TenantLimits{MaxContext: 10}}, CodeContextTooLong},
@@ -95,7 +97,8 @@ func TestRefusals(t *testing.T) {
 
 func TestOneForwardPerStepWithAllDecodes(t *testing.T) {
 	m := newFakeModel(t)
-	e, clk := testEngine(t, m, Options{MaxBatchTokens: 64})
+	// Drafts would add rows: this is about plain decoding's batches.
+	e, clk := testEngine(t, m, Options{MaxBatchTokens: 64, Speculation: noSpec})
 	rng := rand.New(rand.NewPCG(1, 2))
 	var streams []*Stream
 	for i := range 8 {
@@ -167,13 +170,19 @@ func (s *Stream) queueLen() int {
 	return n
 }
 
-// runSolo generates for each request alone on a fresh engine.
+// noSpec turns speculation off, for tests that compare sampled outputs
+// token for token: speculative sampling keeps the distribution, not the
+// draws.
+var noSpec = Speculation{Drafter: DraftOff}
+
+// runSolo generates for each request alone on a fresh engine, without
+// speculation.
 func runSolo(t *testing.T, reqs []Request) [][]int32 {
 	t.Helper()
 	var out [][]int32
 	for _, r := range reqs {
 		m := newFakeModel(t)
-		e, clk := testEngine(t, m, Options{})
+		e, clk := testEngine(t, m, Options{Speculation: noSpec})
 		s, err := submitNow(e, r)
 		if err != nil {
 			t.Fatal(err)
@@ -208,6 +217,7 @@ func TestConcurrentMatchesSolo(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			m := newFakeModel(t)
+			tt.o.Speculation = noSpec
 			e, clk := testEngine(t, m, tt.o)
 			var streams []*Stream
 			for _, r := range reqs {

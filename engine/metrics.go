@@ -49,6 +49,13 @@ type Metrics interface {
 	// "device" or "host" (gauge, reported with PrefixTransfers). The
 	// namespace is a tenant, or SharedNamespace for prefixes marked shared.
 	PrefixBlocks(namespace, tier string, n int)
+	// GuidedMask observes the time guided decoding spent getting the token
+	// mask for one sampled token of a constrained request (computed on a
+	// grammar state's first use, cached after).
+	GuidedMask(d time.Duration)
+	// SpecAccepted observes one sequence's speculative step: how many of
+	// its drafter's tokens were accepted (the target adds one more).
+	SpecAccepted(drafter string, accepted int)
 }
 
 // SharedNamespace is the namespace name PrefixBlocks gives the blocks of
@@ -73,6 +80,8 @@ func (NopMetrics) Finished(string, Priority, string)          {}
 func (NopMetrics) PrefixLookup(string, int, int, int)         {}
 func (NopMetrics) PrefixTransfers(int, int, int)              {}
 func (NopMetrics) PrefixBlocks(string, string, int)           {}
+func (NopMetrics) GuidedMask(time.Duration)                   {}
+func (NopMetrics) SpecAccepted(string, int)                   {}
 
 // Counters are an engine's running totals since it started, for tests,
 // benchmarks and operators; see Engine.Counters.

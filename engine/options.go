@@ -103,6 +103,13 @@ type Options struct {
 	// MaxContext caps prompt plus completion tokens of one request; zero
 	// means the model's trained context length.
 	MaxContext int
+	// DefaultMaxTokens caps the completion of a request that sets no
+	// MaxTokens (1024); it gets what is left of the context up to this.
+	// A chat given as Messages whose prompt would leave less than its
+	// MaxTokens (without one: a quarter of the context, at most
+	// DefaultMaxTokens) loses its oldest turns (never system messages or
+	// the last message) until it fits.
+	DefaultMaxTokens int
 	// AgingAfter is how long a waiting request waits to count as one
 	// priority class higher, so no class starves (5s).
 	AgingAfter time.Duration
@@ -112,6 +119,13 @@ type Options struct {
 	// Limits are the defaults for a tenant's zero TenantLimits fields: a
 	// zero weight is 1, a zero cap is no cap (beyond the global ones).
 	Limits TenantLimits
+	// GrammarCache is how many compiled guided-decoding grammars (regex,
+	// JSON schema, choices) are kept for reuse, least recently used
+	// dropped first (64). Requests with the same constraint share one.
+	GrammarCache int
+	// Speculation configures speculative decoding (n-gram drafts, the
+	// default dispatcher and policies).
+	Speculation Speculation
 	// Clock is the time source (the wall clock).
 	Clock Clock
 	// Metrics receives counters and gauges (none).
@@ -143,6 +157,12 @@ func (o *Options) validate(kvWidth, layers, modelContext int) error {
 	if o.MaxStepLatency == 0 {
 		o.MaxStepLatency = 50 * time.Millisecond
 	}
+	if o.DefaultMaxTokens == 0 {
+		o.DefaultMaxTokens = 1024
+	}
+	if o.GrammarCache == 0 {
+		o.GrammarCache = defaultGrammarCache
+	}
 	if o.Clock == nil {
 		o.Clock = wallClock{}
 	}
@@ -152,7 +172,7 @@ func (o *Options) validate(kvWidth, layers, modelContext int) error {
 	switch {
 	case o.BlockSize < 0, o.KVBytes < 0, o.KVBlocks < 0, o.HostKVBytes < 0, o.HostKVBlocks < 0,
 		o.MaxBatchTokens < 0, o.MaxRunning < 0, o.MaxQueued < 0, o.MaxContext < 0, o.AgingAfter < 0, o.Quantum < 0,
-		o.PrefixTenantCap < 0:
+		o.PrefixTenantCap < 0, o.GrammarCache < 0, o.DefaultMaxTokens < 0:
 		return fmt.Errorf("engine: negative option in %+v", *o)
 	case o.MaxContext <= 0:
 		return fmt.Errorf("engine: model reports no context length; set Options.MaxContext")

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/specgate/specgate/engine/guided"
 	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/engine/tokenizer"
 )
@@ -33,12 +34,22 @@ type sequence struct {
 	looked bool
 
 	sampler *sample.Sampler
+	// matcher is the guided-decoding cursor after the generated tokens;
+	// nil without a constraint. It is kept across preemptions: they drop
+	// KV, never tokens.
+	matcher *guided.Matcher
 	detok   *tokenizer.Detokenizer
 	// held is text not yet emitted because it could be the start of a
 	// stop string; heldToks are the tokens behind it (and any text
 	// emitted early in the same delta run).
 	held     string
 	heldToks []int32
+
+	// sp is the sequence's speculative decoding state.
+	sp specSeq
+	// steps counts the steps that committed tokens to the sequence and
+	// committed those tokens: Stats.AcceptedPerStep.
+	steps, committed int
 
 	submitted, scheduled, first, last time.Time
 	inter                             []time.Duration

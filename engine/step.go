@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/specgate/specgate/engine/sample"
@@ -34,9 +35,16 @@ func (e *Engine) enqueue(now time.Time, sub *submission) error {
 		max:      sub.max,
 		stopToks: r.StopTokens,
 		sampler:  sample.New(r.Sample),
+		matcher:  sub.matcher,
 		detok:    e.tok.NewContinuationDetokenizer(),
 	}
 	s.submitted = sub.at
+	s.sp.slot = -1
+	if e.spec != nil && !s.sampler.Greedy() {
+		// Speculative sampling draws from its own seeded source, so a
+		// request's output is reproducible for its seed.
+		s.sp.rng = rand.New(rand.NewPCG(r.Sample.Seed, specStream))
+	}
 	for _, t := range r.Generated {
 		s.detok.Add(t) // already streamed: only the decoder state matters
 	}
@@ -79,6 +87,9 @@ func (e *Engine) step(now time.Time) bool {
 	e.batch.Reset()
 	e.rows = e.rows[:0]
 	e.placed = e.placed[:0]
+	if e.spec != nil {
+		e.spec.cands = e.spec.cands[:0]
+	}
 	// slack is how many blocks the device can give beyond what the plan's
 	// chunks take as planned; a cache hit spends it (see lookup).
 	slack := e.allocatable()
@@ -115,6 +126,9 @@ func (e *Engine) step(now time.Time) bool {
 		e.placed = append(e.placed, placedChunk{s: s, c: c})
 		if c.Logits {
 			e.rows = append(e.rows, s)
+			if e.spec != nil && c.N == 1 && c.Start == len(s.tokens)-1 {
+				e.spec.cands = append(e.spec.cands, s)
+			}
 		}
 		if fresh := min(c.Start+c.N, s.prompt) - max(c.Start, s.prefilled); fresh > 0 {
 			s.prefilled += fresh
@@ -130,6 +144,9 @@ func (e *Engine) step(now time.Time) bool {
 	if e.batch.Len() == 0 {
 		e.gauges(now, false)
 		return progress
+	}
+	if e.spec != nil {
+		e.draft(now)
 	}
 	vocab := e.m.Config().Vocab
 	if need := len(e.batch.Logits) * vocab; cap(e.logits) < need {
@@ -163,8 +180,23 @@ func (e *Engine) step(now time.Time) bool {
 		if e.seqs[s.req.ID] != s {
 			continue
 		}
+		if s.sp.drafting {
+			e.verify(s, i) // committed below, once the K/V is compacted
+			continue
+		}
 		row := e.logits[i*vocab : (i+1)*vocab]
-		e.accept(s, s.sampler.Sample(row, s.tokens), now)
+		tok, ok := e.sampleNext(s, row)
+		if !ok {
+			// The grammar allows no token the vocabulary has: the
+			// output is as complete as it can get.
+			e.release(s, true)
+			e.end(s, now, FinishStop, nil)
+			continue
+		}
+		e.accept(s, []int32{tok}, now)
+	}
+	if e.spec != nil && len(e.spec.cands) > 0 {
+		e.commitDrafts(now)
 	}
 	e.gauges(now, false)
 	return true
@@ -238,6 +270,8 @@ func (e *Engine) place(s *sequence, c sched.Chunk) (sched.Chunk, error) {
 func (e *Engine) preempt(s *sequence, p sched.Preemption) {
 	s.preemptions++
 	e.count.Preemptions++
+	// A draft model re-reads the sequence when it drafts for it again.
+	e.releaseSlot(s)
 	if e.cache != nil {
 		// The scheduler was given no swap room, so it planned a drop.
 		e.met.Preemption(s.req.Tenant, s.kv >= e.o.BlockSize)
@@ -276,55 +310,112 @@ func (e *Engine) unref(p blockAllocator, blocks []int32) {
 	}
 }
 
-// accept takes one sampled token for s: stop checks, text, deltas.
-func (e *Engine) accept(s *sequence, tok int32, now time.Time) {
-	s.tokens = append(s.tokens, tok)
+// sampleNext samples s's next token from its logits row, under the
+// guided mask when s is constrained. It reports false when the mask allows
+// nothing (the vocabulary cannot continue the grammar).
+func (e *Engine) sampleNext(s *sequence, row []float32) (int32, bool) {
+	if s.matcher == nil {
+		return s.sampler.Sample(row, s.tokens), true
+	}
+	// Wall time, not the engine's clock: this measures CPU cost, and a
+	// fake clock would report none.
+	t0 := time.Now()
+	mask := s.matcher.Mask()
+	e.met.GuidedMask(time.Since(t0))
+	tok := s.sampler.SampleMasked(row, mask, s.tokens)
+	return tok, mask.Has(tok)
+}
+
+// accept takes the tokens one step produced for s, in order: stop checks,
+// text, and one delta for them all. It stops early, dropping the rest,
+// when a token ends the request; it reports how many it took.
+func (e *Engine) accept(s *sequence, toks []int32, now time.Time) int {
+	if len(toks) == 0 {
+		return 0
+	}
+	s.steps++
 	if s.first.IsZero() {
 		s.first = now
 		e.met.TTFT(s.req.Tenant, s.req.Priority, now.Sub(s.submitted))
 	} else {
-		gap := now.Sub(s.last)
-		s.inter = append(s.inter, gap)
-		e.met.InterToken(s.req.Tenant, s.req.Priority, gap)
+		// Tokens of one step reach the client together; each is
+		// counted as an equal share of the wait for them.
+		gap := now.Sub(s.last) / time.Duration(len(toks))
+		for range toks {
+			s.inter = append(s.inter, gap)
+			e.met.InterToken(s.req.Tenant, s.req.Priority, gap)
+		}
 	}
 	s.last = now
+	for i, tok := range toks {
+		s.committed++
+		if !e.take(s, tok, now) {
+			return i + 1
+		}
+	}
+	e.flush(s)
+	e.sched.Append(now, s.req.ID, len(toks))
+	return len(toks)
+}
+
+// flush emits s's held text and tokens, except a tail that could begin a
+// stop string: its tokens stay held until their text is settled, and the
+// text before it goes out alone.
+func (e *Engine) flush(s *sequence) {
+	if len(s.req.Stop) > 0 {
+		if _, hold := stopMatch(s.held, s.req.Stop); hold > 0 {
+			if n := len(s.held) - hold; n > 0 {
+				s.stream.push(Event{Seq: s.generated(), Text: s.held[:n]})
+				s.held = s.held[n:]
+			}
+			return
+		}
+	}
+	e.release(s, false)
+}
+
+// take appends one token to s and reports whether s goes on; when it does
+// not, s has ended (its text released).
+func (e *Engine) take(s *sequence, tok int32, now time.Time) bool {
+	s.tokens = append(s.tokens, tok)
 	e.met.Tokens(s.req.Tenant, 0, 1)
 	if e.tok.IsEOG(tok) || s.isStopToken(tok) {
 		e.release(s, true)
 		e.end(s, now, FinishStop, nil)
-		return
+		return false
+	}
+	if s.matcher != nil {
+		if err := s.matcher.Advance(tok); err != nil {
+			// Tokens are sampled under the mask: this is a bug, and
+			// the output must not go on past a forbidden token.
+			e.end(s, now, FinishError, &Error{Code: CodeInternal, Message: err.Error()})
+			return false
+		}
 	}
 	s.held += s.detok.Add(tok)
 	s.heldToks = append(s.heldToks, tok)
 	if len(s.req.Stop) > 0 {
-		at, hold := stopMatch(s.held, s.req.Stop)
-		if at >= 0 {
+		if at, _ := stopMatch(s.held, s.req.Stop); at >= 0 {
 			// Text after the stop string, a partial rune included,
 			// is never shown.
 			s.held = s.held[:at]
 			e.release(s, false)
 			e.end(s, now, FinishStop, nil)
-			return
+			return false
 		}
-		if hold > 0 {
-			// Emit what cannot be part of a stop string; keep the
-			// tokens until their text is settled.
-			if n := len(s.held) - hold; n > 0 {
-				s.stream.push(Event{Seq: s.generated(), Text: s.held[:n]})
-				s.held = s.held[n:]
-			}
-		} else {
-			e.release(s, false)
-		}
-	} else {
-		e.release(s, false)
+	}
+	if s.matcher != nil && s.matcher.Done() {
+		// The grammar is complete and nothing may follow.
+		e.release(s, true)
+		e.end(s, now, FinishStop, nil)
+		return false
 	}
 	if s.generated() >= s.max {
 		e.release(s, true)
 		e.end(s, now, FinishLength, nil)
-		return
+		return false
 	}
-	e.sched.Append(now, s.req.ID, 1)
+	return true
 }
 
 // release emits the held text and tokens as one delta; at the end it also
@@ -347,6 +438,7 @@ func (e *Engine) end(s *sequence, now time.Time, reason string, err error) {
 	}
 	delete(e.seqs, s.req.ID)
 	e.sched.Remove(s.req.ID)
+	e.releaseSlot(s)
 	// A failed sequence's KV may be half written: only the others'
 	// blocks are worth caching.
 	e.dropKV(s, reason != FinishError)
@@ -367,7 +459,7 @@ func (e *Engine) end(s *sequence, now time.Time, reason string, err error) {
 		if d := s.last.Sub(s.first); d > 0 && gen > 1 {
 			st.TokensPerSecond = float64(gen-1) / d.Seconds()
 		}
-		st.AcceptedPerStep = 1
+		st.AcceptedPerStep = float64(s.committed) / float64(max(s.steps, 1))
 	}
 	f := &Final{
 		FinishReason: reason,

@@ -66,6 +66,8 @@ type EngineMetrics struct {
 	prefixToks  *prometheus.CounterVec // tenant, result (device, host, miss)
 	prefixMoves *prometheus.CounterVec // kind (promotion, demotion, eviction)
 	prefixBlks  *prometheus.GaugeVec   // tier, namespace
+	guidedMask  prometheus.Histogram
+	specAccept  *prometheus.HistogramVec // drafter
 }
 
 var _ engine.Metrics = (*EngineMetrics)(nil)
@@ -99,9 +101,15 @@ func NewEngineMetrics(reg prometheus.Registerer) (*EngineMetrics, error) {
 		prefixBlks: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "specgate_prefix_cache_blocks",
 			Help: "Blocks kept by the prefix cache, by tier and namespace (a tenant, or (shared) for shared prefixes)."},
 			[]string{"tier", "namespace"}),
+		guidedMask: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "specgate_guided_mask_seconds",
+			Help:    "Time to get the token mask for one token of a guided request (computed on a grammar state's first use, cached after).",
+			Buckets: prometheus.ExponentialBuckets(1e-7, 4, 12)}),
+		specAccept: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "specgate_spec_accepted_tokens",
+			Help:    "Draft tokens accepted per sequence per speculative step, by drafter (the target adds one token).",
+			Buckets: []float64{0, 1, 2, 3, 4, 5, 6, 8, 12, 16}}, []string{"drafter"}),
 	}
 	for _, c := range []prometheus.Collector{m.queueDepth, m.running, m.preempted, m.preemptions, m.kvBlocks, m.ttft, m.interToken, m.tokens, m.stepTokens, m.stepSeqs, m.stepTime, m.finished,
-		m.prefixToks, m.prefixMoves, m.prefixBlks} {
+		m.prefixToks, m.prefixMoves, m.prefixBlks, m.guidedMask, m.specAccept} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -168,4 +176,10 @@ func (m *EngineMetrics) PrefixTransfers(promoted, demoted, evicted int) {
 
 func (m *EngineMetrics) PrefixBlocks(namespace, tier string, n int) {
 	m.prefixBlks.WithLabelValues(tier, namespace).Set(float64(n))
+}
+
+func (m *EngineMetrics) GuidedMask(d time.Duration) { m.guidedMask.Observe(d.Seconds()) }
+
+func (m *EngineMetrics) SpecAccepted(drafter string, accepted int) {
+	m.specAccept.WithLabelValues(drafter).Observe(float64(accepted))
 }

@@ -1,0 +1,131 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/model"
+	"github.com/specgate/specgate/engine/model/synth"
+	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/kernels"
+)
+
+// personSchema bounds every string, number and array, so the language is
+// finite and any output must close within maxTokens.
+const personSchema = `{
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "maxLength": 8},
+    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "pet": {"enum": ["cat", "dog", null]},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 3},
+    "ok": {"type": "boolean"}
+  },
+  "required": ["name", "age", "ok"]
+}`
+
+func loadSynth(tb testing.TB) model.Model {
+	tb.Helper()
+	be, err := kernels.Open("cpu", kernels.Options{Threads: 2})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { be.Close() })
+	m, err := model.Load(synth.Setup(tb, synth.Options{Layers: 2, Dim: 64, Vocab: 512, Seed: 7}), be)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { m.Close() })
+	return m
+}
+
+func compileSchema(t *testing.T, schema string) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader([]byte(schema)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("mem://schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("mem://schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sch
+}
+
+func TestGuidedJSONSchemaModels(t *testing.T) {
+	sch := compileSchema(t, personSchema)
+	for _, mt := range []struct {
+		name string
+		load func(testing.TB) model.Model
+	}{{"stories260K", loadStories}, {"synth", loadSynth}} {
+		t.Run(mt.name, func(t *testing.T) {
+			m := mt.load(t)
+			e, err := engine.New(m, engine.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var wg sync.WaitGroup
+			for i := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					p := sample.Params{}
+					if i%2 == 1 {
+						p = sample.Params{Temperature: 1, Seed: uint64(i)}
+					}
+					r := engine.Request{Prompt: m.Tokenizer().Encode(fmt.Sprintf("Person %d as JSON:", i)), MaxTokens: 400, Sample: p,
+						Guided: &engine.Guided{Schema: json.RawMessage(personSchema)}}
+					_, text, f, err := generate(ctx, e, r)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if f.FinishReason != engine.FinishStop {
+						t.Errorf("%d: have finish %s (%v) after %q; want stop", i, f.FinishReason, f.Err, text)
+						return
+					}
+					inst, err := jsonschema.UnmarshalJSON(bytes.NewReader([]byte(text)))
+					if err != nil {
+						t.Errorf("%d: have %q: %v; want JSON", i, text, err)
+						return
+					}
+					if err := sch.Validate(inst); err != nil {
+						t.Errorf("%d: have %q: %v; want it valid", i, text, err)
+					}
+					t.Logf("%d: %s", i, text)
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
+
+func TestGuidedUnsupportedSchemaRefused(t *testing.T) {
+	m := loadSynth(t)
+	e, err := engine.New(m, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	_, err = e.Submit(context.Background(), engine.Request{Prompt: []int32{1}, Guided: &engine.Guided{Schema: json.RawMessage(`{"type":"array","uniqueItems":true}`)}})
+	var ee *engine.Error
+	if !errors.As(err, &ee) || ee.Code != engine.CodeBadRequest {
+		t.Fatalf("have %v; want bad_request", err)
+	}
+}

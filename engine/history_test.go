@@ -1,0 +1,85 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestLongChatHistory(t *testing.T) {
+	m := newFakeModel(t)
+	// Turn i is "u<i>" or "a<i>" padded with letters: ~30 tokens a turn
+	// (the fake vocabulary spells; its decoding drops spaces).
+	turn := func(role string, i int) Message {
+		return Message{Role: role, Content: fmt.Sprintf("%s%d %s", role[:1], i, strings.Repeat("abc ", 8))}
+	}
+	var history []Message
+	history = append(history, Message{Role: "system", Content: "be brief"})
+	for i := range 30 {
+		history = append(history, turn("user", i), turn("assistant", i))
+	}
+	history = append(history, turn("user", 30))
+	tests := []struct {
+		name      string
+		o         Options
+		msgs      []Message
+		maxTokens int
+		// wantMax is the completion cap; 0 means a refusal.
+		wantMax int
+	}{
+		{"fits", Options{MaxContext: 4096}, append(history[:5:5], history[len(history)-1]), 0, 1024},
+		{"trimmed, default room", Options{MaxContext: 400}, history, 0, -1},
+		{"trimmed, asked room", Options{MaxContext: 400}, history, 150, 150},
+		{"small default cap", Options{MaxContext: 400, DefaultMaxTokens: 30}, history, 0, 30},
+		{"last message alone too long", Options{MaxContext: 400}, []Message{{Role: "user", Content: strings.Repeat("abc ", 200)}}, 0, 0},
+		{"asked too much", Options{MaxContext: 400}, history, 399, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, _ := testEngine(t, m, tt.o)
+			sub, err := e.prepare(Request{Messages: tt.msgs, MaxTokens: tt.maxTokens})
+			if tt.wantMax == 0 {
+				var ee *Error
+				if !errors.As(err, &ee) || ee.Code != CodeContextTooLong {
+					t.Fatalf("have %v; want context_too_long", err)
+				}
+				if strings.Contains(ee.Message, "-") {
+					t.Errorf("have message %q; want no negative numbers", ee.Message)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			limit := e.o.MaxContext
+			if sub.prompt+sub.max > limit {
+				t.Errorf("have prompt %d + max %d; want at most the context of %d", sub.prompt, sub.max, limit)
+			}
+			if tt.wantMax > 0 && sub.max != tt.wantMax {
+				t.Errorf("have completion cap %d; want %d", sub.max, tt.wantMax)
+			}
+			if tt.wantMax < 0 && sub.max != limit-sub.prompt {
+				t.Errorf("have completion cap %d; want the rest of the context, %d", sub.max, limit-sub.prompt)
+			}
+			if tt.maxTokens == 0 && sub.max < min(e.o.DefaultMaxTokens, limit/4) {
+				t.Errorf("have completion cap %d; want at least %d", sub.max, min(e.o.DefaultMaxTokens, limit/4))
+			}
+			text := m.tok.Decode(sub.tokens[:sub.prompt])
+			for _, want := range []string{"bebrief", "u30abc"} {
+				if !strings.Contains(text, want) {
+					t.Errorf("have prompt %q; want it to keep %q", text, want)
+				}
+			}
+			if limit < 4096 {
+				if strings.Contains(text, "u0abc") {
+					t.Errorf("have prompt %q; want the oldest turns dropped", text)
+				}
+				// The newest turns stay: the one before the question too.
+				if !strings.Contains(text, "a29abc") {
+					t.Errorf("have prompt %q; want the newest turns kept", text)
+				}
+			}
+		})
+	}
+}
