@@ -368,8 +368,9 @@ func BenchmarkSpeculative(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer specE.Close()
-			// Warm up, and let the dispatcher measure its options.
-			for range 3 {
+			// Warm up, and let the dispatcher measure its options and back
+			// off from the losing ones, as a long-running server's has.
+			for range 12 {
 				run(specE)
 			}
 			run(plainE)

@@ -121,11 +121,14 @@ func TestStoriesSpeculativeSampledReproducible(t *testing.T) {
 	}
 	// A fixed shape: the dispatcher's choices follow timing, and which
 	// shape a step drafts decides which draws it makes.
-	o := engine.Options{Speculation: engine.Speculation{Dispatcher: spec.Fixed(spec.Wide)}}
+	opts := func() engine.Options {
+		return engine.Options{Speculation: engine.Speculation{Dispatcher: spec.Fixed(spec.Wide), Sampled: true}}
+	}
 	var first [][]int32
+	drafted := false
 	for i := range reqs {
-		a, fa := runAll(t, m, o, reqs[i:i+1])
-		b, _ := runAll(t, m, engine.Options{Speculation: engine.Speculation{Dispatcher: spec.Fixed(spec.Wide)}}, reqs[i:i+1])
+		a, fa := runAll(t, m, opts(), reqs[i:i+1])
+		b, _ := runAll(t, m, opts(), reqs[i:i+1])
 		if !slices.Equal(a[0], b[0]) {
 			t.Errorf("%s: same seed, different outputs:\n%v\n%v", reqs[i].ID, a[0], b[0])
 		}
@@ -134,6 +137,16 @@ func TestStoriesSpeculativeSampledReproducible(t *testing.T) {
 			continue
 		}
 		t.Logf("%s: %d tokens, %.2f per step", reqs[i].ID, len(a[0]), fa[0].Stats.AcceptedPerStep)
+		drafted = drafted || fa[0].Stats.AcceptedPerStep > 1
 		first = append(first, a[0])
+	}
+	if !drafted {
+		t.Error("no sampled request accepted a draft; want the speculative path exercised")
+	}
+	// By default sampled requests do not speculate, so a seed reproduces
+	// a run whatever the dispatcher does.
+	_, f := runAll(t, m, engine.Options{Speculation: engine.Speculation{Dispatcher: spec.Fixed(spec.Wide)}}, reqs[:1])
+	if f[0] == nil || f[0].Stats.AcceptedPerStep != 1 {
+		t.Errorf("have %+v; want a sampled request decoded one token per step by default", f[0])
 	}
 }

@@ -62,6 +62,13 @@ type Speculation struct {
 	// sequences decode together, so a loaded engine spends no compute on
 	// drafts for work nobody is waiting on.
 	BatchPolicy *spec.Policy
+	// Sampled also speculates for sampled (temperature > 0) requests.
+	// Off by default: speculative sampling has the target's distribution,
+	// but which tokens a seed draws then depends on the shapes the
+	// dispatcher picked, which depend on timing, so a seed would no longer
+	// reproduce a run. Greedy requests always may speculate: their output
+	// is identical either way.
+	Sampled bool
 }
 
 // specStream is the PCG stream of a sampled request's speculative
@@ -76,6 +83,7 @@ type specState struct {
 	// then trees may branch. nil: chains only.
 	sc          kernels.SlotCopier
 	batchPolicy spec.Policy
+	sampled     bool  // Speculation.Sampled
 	free        []int // drafter slots not in use
 
 	// Per step.
@@ -121,7 +129,7 @@ type specSeq struct {
 
 func newSpecState(m model.Model, o Options) (*specState, error) {
 	sp := o.Speculation
-	st := &specState{disp: sp.Dispatcher, batchPolicy: spec.Policy{MaxBatch: 4}}
+	st := &specState{disp: sp.Dispatcher, batchPolicy: spec.Policy{MaxBatch: 4}, sampled: sp.Sampled}
 	if sp.BatchPolicy != nil {
 		st.batchPolicy = *sp.BatchPolicy
 	}
@@ -161,6 +169,9 @@ func newSpecState(m model.Model, o Options) (*specState, error) {
 // able to turn it off.
 func (st *specState) policy(s *sequence) spec.Policy {
 	p := s.req.Limits.Speculation
+	if !st.sampled && !s.sampler.Greedy() {
+		p.Off = true
+	}
 	if s.req.Priority == Batch {
 		c := st.batchPolicy
 		p.Off = p.Off || c.Off

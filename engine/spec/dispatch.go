@@ -49,12 +49,19 @@ func DefaultTiers() []Tier {
 	}
 }
 
+// switchMargin is how much faster than the leader an option must measure
+// to take over.
+const switchMargin = 0.05
+
 // Dispatcher picks the tree shape of each step. Within the tier of the
 // step's batch size it measures each option's committed tokens per second
 // (an exponentially weighted average, so it follows the acceptance rate of
 // the current traffic), plays the best, and re-tries the others now and
-// then. Off is always an option, so speculation never stays slower than
-// plain decoding for long. Time is passed in by the caller. Not safe for
+// then: every Explore steps at first, then, each time a re-try still loses,
+// twice as rarely (up to 64 times), so a shape that keeps losing costs
+// almost nothing; a dethroned leader starts over at the base interval.
+// Off is always an option, so speculation never stays slower than plain
+// decoding for long. Time is passed in by the caller. Not safe for
 // concurrent use.
 type Dispatcher struct {
 	tiers []tierState
@@ -73,7 +80,8 @@ type tierState struct {
 	max     int
 	options []option
 	steps   int
-	retry   int // next option to re-try
+	best    int // the option played last; -1 before warm-up ends
+	retry   int // the option re-tried last (round robin)
 }
 
 type option struct {
@@ -81,6 +89,9 @@ type option struct {
 	n     int
 	rate  float64 // tokens per second
 	acc   float64 // mean accepted draft tokens per sequence-step
+	// wait is the current re-try interval in steps and next the step of
+	// the next re-try, while the option is not the best.
+	wait, next int
 }
 
 // NewDispatcher returns a dispatcher over tiers (nil: DefaultTiers()).
@@ -90,7 +101,7 @@ func NewDispatcher(tiers []Tier) *Dispatcher {
 	}
 	d := &Dispatcher{}
 	for _, t := range tiers {
-		ts := tierState{max: t.MaxBatch}
+		ts := tierState{max: t.MaxBatch, best: -1}
 		for _, s := range t.Shapes {
 			if !s.Off() {
 				ts.options = append(ts.options, option{shape: s})
@@ -133,9 +144,15 @@ func (d *Dispatcher) Pick(batch int) Shape {
 			return o.shape
 		}
 	}
-	best := 0
+	// A challenger must beat the leader by a margin to take over: close
+	// options swap on timing noise otherwise, and every swap to a losing
+	// shape costs real steps.
+	best := t.best
+	if best < 0 {
+		best = 0
+	}
 	for i, o := range t.options {
-		if o.rate > t.options[best].rate {
+		if o.rate > t.options[best].rate*(1+switchMargin) {
 			best = i
 		}
 	}
@@ -144,12 +161,33 @@ func (d *Dispatcher) Pick(batch int) Shape {
 		explore = 16
 	}
 	t.steps++
-	if explore > 0 && len(t.options) > 1 && t.steps%explore == 0 {
-		t.retry = (t.retry + 1) % len(t.options)
-		if t.retry == best {
-			t.retry = (t.retry + 1) % len(t.options)
+	if explore < 0 || len(t.options) == 1 {
+		return t.options[best].shape
+	}
+	if best != t.best {
+		// New leader. At the end of warm-up every option starts at the
+		// base interval; later only the old leader does (it may win back
+		// soon), while the others keep their back-off, so noise that
+		// swaps two close options does not bring back frequent re-tries
+		// of shapes that keep losing.
+		if t.best < 0 {
+			for i := range t.options {
+				t.options[i].wait, t.options[i].next = explore, t.steps+explore
+			}
+		} else {
+			o := &t.options[t.best]
+			o.wait, o.next = explore, t.steps+explore
 		}
-		return t.options[t.retry].shape
+		t.best = best
+	}
+	for k := 1; k <= len(t.options); k++ {
+		i := (t.retry + k) % len(t.options)
+		if o := &t.options[i]; i != best && t.steps >= o.next {
+			t.retry = i
+			o.next = t.steps + o.wait
+			o.wait = min(2*o.wait, 64*explore)
+			return o.shape
+		}
 	}
 	return t.options[best].shape
 }

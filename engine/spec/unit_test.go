@@ -145,8 +145,47 @@ func TestDispatcher(t *testing.T) {
 		}
 		d.Observe(1, s, 1, el)
 	}
-	if s := d.Pick(1); !s.Off() {
-		t.Errorf("after acceptance collapsed: have %s; want off (stats %+v)", s.Name, d.Stats(1))
+	off := 0
+	for range 16 {
+		if d.Pick(1).Off() {
+			off++
+		}
+	}
+	if off < 15 {
+		t.Errorf("after acceptance collapsed: have off in %d of 16 picks; want ≥ 15 (stats %+v)", off, d.Stats(1))
+	}
+}
+
+// TestDispatcherBacksOff checks that a shape that keeps losing is re-tried
+// ever more rarely, and that a change of leader makes it look again soon.
+func TestDispatcherBacksOff(t *testing.T) {
+	d := NewDispatcher([]Tier{{MaxBatch: 0, Shapes: []Shape{Chain(4)}}})
+	run := func(steps int, chainTime time.Duration) map[string]int {
+		picks := map[string]int{}
+		for range steps {
+			s := d.Pick(1)
+			picks[s.Name]++
+			if s.Off() {
+				d.Observe(1, s, 1, time.Millisecond)
+			} else {
+				d.Observe(1, s, 1, chainTime)
+			}
+		}
+		return picks
+	}
+	// Chain4 never accepts and is slower: after warm-up it is re-tried at
+	// steps 16, 48, 112, ... (doubling), not every 16 steps.
+	picks := run(4000, 2*time.Millisecond)
+	if n := picks["chain4"]; n > 12 {
+		t.Errorf("have chain4 re-tried %d times in 4000 losing steps; want ≤ 12 (backed off)", n)
+	}
+	if picks["chain4"] < 5 {
+		t.Errorf("have chain4 re-tried %d times; want it still looked at", picks["chain4"])
+	}
+	// Chain4 becomes much faster: its next re-try finds it and it leads.
+	run(2048, 100*time.Microsecond)
+	if s := d.Pick(1); s.Off() {
+		t.Errorf("after chain4 got faster: have off; want chain4 (stats %+v)", d.Stats(1))
 	}
 }
 
