@@ -104,12 +104,20 @@ type attnTask struct {
 	kv     *KV
 	layer  int
 	a      kernels.Attn
-	group  int
+	group  int // query heads per kv head
+	chunk  int // query heads per task: a whole number of groups
+	chunks int // tasks per row
 	scale  float32
 }
 
 // Attention computes softmax(Scale·q·Kᵀ)·V for every query row and head over
-// the row's block table. dst may be q. Work is split over (row, head) pairs.
+// the row's block table. dst may be q.
+//
+// Work is split over (row, chunk of heads). A task walks the row's
+// positions once, reading each position's K (then V) for all its heads as
+// one contiguous run of the slot, rather than once per head at a
+// slot-width stride: decode attention is a stream over the KV cache, and
+// this keeps it one.
 func (b *Backend) Attention(dst, q kernels.Tensor, c kernels.KVCache, layer int, a kernels.Attn) {
 	b.live()
 	d, qt := writable(dst, "Attention"), f32Tensor(q, "Attention")
@@ -132,12 +140,24 @@ func (b *Backend) Attention(dst, q kernels.Tensor, c kernels.KVCache, layer int,
 	if scale == 0 {
 		scale = float32(1 / math.Sqrt(float64(a.HeadDim)))
 	}
-	b.attn = attnTask{b: b, dst: d, q: qt, kv: kv, layer: layer, a: a, group: a.Heads / a.KVHeads, scale: scale}
+	// Enough tasks to keep every worker busy (a single decode row too),
+	// each as wide as possible: split the kv heads into the fewest chunks
+	// that give about two tasks per worker.
+	group := a.Heads / a.KVHeads
+	chunks := 1
+	for chunks < a.KVHeads && len(a.Rows)*chunks < 2*b.threads {
+		chunks++
+		for a.KVHeads%chunks != 0 {
+			chunks++
+		}
+	}
+	b.attn = attnTask{b: b, dst: d, q: qt, kv: kv, layer: layer, a: a, group: group,
+		chunk: a.Heads / chunks, chunks: chunks, scale: scale}
 	grain := 1
 	if work*a.Heads*a.HeadDim < 1<<14 {
-		grain = len(a.Rows) * a.Heads
+		grain = len(a.Rows) * chunks
 	}
-	b.pool.run(&b.attn, len(a.Rows)*a.Heads, grain)
+	b.pool.run(&b.attn, len(a.Rows)*chunks, grain)
 	b.attn = attnTask{}
 }
 
@@ -147,48 +167,61 @@ func (t *attnTask) run(wk, lo, hi int) {
 	K, V := t.kv.k[t.layer], t.kv.v[t.layer]
 	sc := &t.b.scratch[wk]
 	for item := lo; item < hi; item++ {
-		r, h := item/a.Heads, item%a.Heads
+		r, h0 := item/t.chunks, (item%t.chunks)*t.chunk
+		nh := t.chunk
 		row := a.Rows[r]
 		n := int(row.Len)
-		q := t.q.row(r)[h*hd : (h+1)*hd]
-		out := t.dst.row(r)[h*hd : (h+1)*hd]
+		qrow, orow := t.q.row(r), t.dst.row(r)
 		if n == 0 {
-			clear(out)
+			clear(orow[h0*hd : (h0+nh)*hd])
 			continue
 		}
-		if cap(sc.att) < n {
-			sc.att = make([]float32, n+n/2)
+		if cap(sc.att) < n*nh {
+			sc.att = make([]float32, n*nh+n*nh/2)
 		}
-		s := sc.att[:n]
-		koff := (h / t.group) * hd
-		mx := float32(math.Inf(-1))
+		// s holds nh rows of n scores, head-major.
+		s := sc.att[:n*nh]
 		for p := 0; p < n; p += bs {
 			base := t.slot(row.Table[p/bs]) * w
 			for j := p; j < min(n, p+bs); j++ {
-				o := base + (j-p)*w + koff
-				v := t.scale * dotF32(q, K[o:o+hd])
-				s[j] = v
-				mx = max(mx, v)
+				krow := K[base+(j-p)*w : base+(j-p+1)*w]
+				for i := range nh {
+					h := h0 + i
+					ko := (h / t.group) * hd
+					s[i*n+j] = t.scale * dotF32(qrow[h*hd:(h+1)*hd], krow[ko:ko+hd])
+				}
 			}
 		}
-		var sum float32
-		for j, v := range s {
-			e := expf(v - mx)
-			s[j] = e
-			sum += e
+		for i := range nh {
+			si := s[i*n : (i+1)*n]
+			mx := float32(math.Inf(-1))
+			for _, v := range si {
+				mx = max(mx, v)
+			}
+			var sum float32
+			for j, v := range si {
+				e := expf(v - mx)
+				si[j] = e
+				sum += e
+			}
+			// Normalise the weights now, so the V pass is a plain sum.
+			inv := 1 / sum
+			for j := range si {
+				si[j] *= inv
+			}
 		}
 		// q is no longer needed, so out may overwrite it (dst may be q).
+		out := orow[h0*hd : (h0+nh)*hd]
 		clear(out)
 		for p := 0; p < n; p += bs {
 			base := t.slot(row.Table[p/bs]) * w
 			for j := p; j < min(n, p+bs); j++ {
-				o := base + (j-p)*w + koff
-				axpy(out, s[j], V[o:o+hd])
+				vrow := V[base+(j-p)*w : base+(j-p+1)*w]
+				for i := range nh {
+					vo := ((h0 + i) / t.group) * hd
+					axpy(out[i*hd:(i+1)*hd], s[i*n+j], vrow[vo:vo+hd])
+				}
 			}
-		}
-		inv := 1 / sum
-		for i := range out {
-			out[i] *= inv
 		}
 	}
 }

@@ -95,7 +95,7 @@ type Backend struct {
 // workerScratch is memory one worker reuses across ops.
 type workerScratch struct {
 	f32 []float32 // a weight row converted to F32 (F16/BF16 MatMul, Gather)
-	att []float32 // attention scores of one (row, head)
+	att []float32 // attention scores of one (row, chunk of heads)
 	cs  []float32 // RoPE cos/sin pairs of one row
 	// o4 receives the x4 kernels' results; it lives here because a
 	// local passed through a function variable would escape to the heap.
