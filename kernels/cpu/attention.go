@@ -179,35 +179,33 @@ func (t *attnTask) run(wk, lo, hi int) {
 		if cap(sc.att) < n*nh {
 			sc.att = make([]float32, n*nh+n*nh/2)
 		}
-		// s holds nh rows of n scores, head-major.
+		// s holds n rows of nh scores, position-major, so one call
+		// fills a position's scores for the whole chunk.
 		s := sc.att[:n*nh]
+		q := qrow[h0*hd : (h0+nh)*hd]
+		kv0 := (h0 / t.group) * hd
 		for p := 0; p < n; p += bs {
 			base := t.slot(row.Table[p/bs]) * w
 			for j := p; j < min(n, p+bs); j++ {
-				krow := K[base+(j-p)*w : base+(j-p+1)*w]
-				for i := range nh {
-					h := h0 + i
-					ko := (h / t.group) * hd
-					s[i*n+j] = t.scale * dotF32(qrow[h*hd:(h+1)*hd], krow[ko:ko+hd])
-				}
+				o := base + (j-p)*w + kv0
+				dotsF32(q, K[o:base+(j-p+1)*w], hd, t.group, s[j*nh:(j+1)*nh])
 			}
 		}
 		for i := range nh {
-			si := s[i*n : (i+1)*n]
 			mx := float32(math.Inf(-1))
-			for _, v := range si {
-				mx = max(mx, v)
+			for j := range n {
+				mx = max(mx, s[j*nh+i])
 			}
 			var sum float32
-			for j, v := range si {
-				e := expf(v - mx)
-				si[j] = e
+			for j := range n {
+				e := expf(t.scale * (s[j*nh+i] - mx))
+				s[j*nh+i] = e
 				sum += e
 			}
 			// Normalise the weights now, so the V pass is a plain sum.
 			inv := 1 / sum
-			for j := range si {
-				si[j] *= inv
+			for j := range n {
+				s[j*nh+i] *= inv
 			}
 		}
 		// q is no longer needed, so out may overwrite it (dst may be q).
@@ -216,11 +214,8 @@ func (t *attnTask) run(wk, lo, hi int) {
 		for p := 0; p < n; p += bs {
 			base := t.slot(row.Table[p/bs]) * w
 			for j := p; j < min(n, p+bs); j++ {
-				vrow := V[base+(j-p)*w : base+(j-p+1)*w]
-				for i := range nh {
-					vo := ((h0 + i) / t.group) * hd
-					axpy(out[i*hd:(i+1)*hd], s[i*n+j], vrow[vo:vo+hd])
-				}
+				o := base + (j-p)*w + kv0
+				axpysF32(out, s[j*nh:(j+1)*nh], V[o:base+(j-p+1)*w], hd, t.group)
 			}
 		}
 	}

@@ -48,6 +48,7 @@ func useAsm(on bool) bool {
 	dotQ8, dotQ8x4 = dotQ8Go, dotQ8x4Go
 	dotQ4, dotQ4x4 = dotQ4Go, dotQ4x4Go
 	axpy, f16Row = axpyGo, f16RowGo
+	dotsF32, axpysF32 = dotsF32Go, axpysF32Go
 	useTiles(tilesOff)
 	if on && haveAsm {
 		setAsm()

@@ -12,6 +12,35 @@ func setAsm() {
 	dotQ8, dotQ8x4 = dotQ8Asm, dotQ8x4Asm
 	dotQ4, dotQ4x4 = dotQ4Asm, dotQ4x4Asm
 	axpy, f16Row = axpyAsm, f16RowAsm
+	dotsF32, axpysF32 = dotsF32Asm, axpysF32Asm
+}
+
+//go:noescape
+func dotsF32AVX(q, k *float32, hd, nh, group int, out *float32)
+
+//go:noescape
+func axpysF32AVX(y, w, v *float32, hd, nh, group int)
+
+// dotsF32Asm and axpysF32Asm check bounds once; head widths that are not
+// a whole number of 8-lane vectors take the Go loops.
+func dotsF32Asm(q, k []float32, hd, group int, out []float32) {
+	nh := len(out)
+	if nh == 0 || hd == 0 || hd%8 != 0 {
+		dotsF32Go(q, k, hd, group, out)
+		return
+	}
+	_, _ = q[nh*hd-1], k[((nh-1)/group+1)*hd-1]
+	dotsF32AVX(&q[0], &k[0], hd, nh, group, &out[0])
+}
+
+func axpysF32Asm(y, w, v []float32, hd, group int) {
+	nh := len(w)
+	if nh == 0 || hd == 0 || hd%8 != 0 {
+		axpysF32Go(y, w, v, hd, group)
+		return
+	}
+	_, _ = y[nh*hd-1], v[((nh-1)/group+1)*hd-1]
+	axpysF32AVX(&y[0], &w[0], &v[0], hd, nh, group)
 }
 
 //go:noescape

@@ -414,3 +414,104 @@ f16loop:
 f16done:
 	VZEROUPPER
 	RET
+
+// func dotsF32AVX(q, k *float32, hd, nh, group int, out *float32)
+// out[h] = Σ q[h·hd+i]·k[(h/group)·hd+i]; hd is a multiple of 8, nh ≥ 1.
+TEXT ·dotsF32AVX(SB), NOSPLIT, $0-48
+	MOVQ q+0(FP), SI
+	MOVQ k+8(FP), DI
+	MOVQ hd+16(FP), R8
+	MOVQ nh+24(FP), CX
+	MOVQ group+32(FP), R9
+	MOVQ out+40(FP), DX
+	MOVQ R8, R12
+	SHLQ $2, R12 // head width in bytes
+	XORQ R10, R10 // heads done in this group
+
+dotshead:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   SI, AX
+	MOVQ   DI, BX
+	MOVQ   R8, R11
+
+dotsloop16:
+	CMPQ        R11, $16
+	JL          dotsloop8
+	VMOVUPS     (AX), Y2
+	VMOVUPS     32(AX), Y3
+	VFMADD231PS (BX), Y2, Y0
+	VFMADD231PS 32(BX), Y3, Y1
+	ADDQ        $64, AX
+	ADDQ        $64, BX
+	SUBQ        $16, R11
+	JMP         dotsloop16
+
+dotsloop8:
+	CMPQ        R11, $8
+	JL          dotssum
+	VMOVUPS     (AX), Y2
+	VFMADD231PS (BX), Y2, Y0
+
+dotssum:
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	MOVSS        X0, (DX)
+	ADDQ         $4, DX
+	ADDQ         R12, SI
+	INCQ         R10
+	CMPQ         R10, R9
+	JL           dotsnext
+	XORQ         R10, R10
+	ADDQ         R12, DI
+
+dotsnext:
+	DECQ CX
+	JNZ  dotshead
+	VZEROUPPER
+	RET
+
+// func axpysF32AVX(y, w, v *float32, hd, nh, group int)
+// y[h·hd+i] += w[h]·v[(h/group)·hd+i]; hd is a multiple of 8, nh ≥ 1.
+TEXT ·axpysF32AVX(SB), NOSPLIT, $0-48
+	MOVQ y+0(FP), DI
+	MOVQ w+8(FP), DX
+	MOVQ v+16(FP), SI
+	MOVQ hd+24(FP), R8
+	MOVQ nh+32(FP), CX
+	MOVQ group+40(FP), R9
+	MOVQ R8, R12
+	SHLQ $2, R12
+	XORQ R10, R10
+
+axpyshead:
+	VBROADCASTSS (DX), Y0
+	MOVQ         DI, AX
+	MOVQ         SI, BX
+	MOVQ         R8, R11
+
+axpysloop:
+	VMOVUPS     (AX), Y1
+	VFMADD231PS (BX), Y0, Y1
+	VMOVUPS     Y1, (AX)
+	ADDQ        $32, AX
+	ADDQ        $32, BX
+	SUBQ        $8, R11
+	JNZ         axpysloop
+
+	ADDQ $4, DX
+	ADDQ R12, DI
+	INCQ R10
+	CMPQ R10, R9
+	JL   axpysnext
+	XORQ R10, R10
+	ADDQ R12, SI
+
+axpysnext:
+	DECQ CX
+	JNZ  axpyshead
+	VZEROUPPER
+	RET

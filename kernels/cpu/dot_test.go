@@ -265,3 +265,33 @@ func TestTileKernels(t *testing.T) {
 		}
 	}
 }
+
+func TestHeadsAsm(t *testing.T) {
+	asmKernels(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, hd := range []int{4, 8, 16, 24, 64, 128} {
+		for _, g := range []struct{ nh, group int }{{1, 1}, {3, 1}, {4, 2}, {8, 4}, {12, 12}, {5, 5}} {
+			name := fmt.Sprintf("hd=%d/nh=%d/group=%d", hd, g.nh, g.group)
+			kvh := (g.nh-1)/g.group + 1
+			q, k := randVec(r, g.nh*hd), randVec(r, kvh*hd)
+			have, want := make([]float32, g.nh), make([]float32, g.nh)
+			dotsF32(q, k, hd, g.group, have)
+			dotsF32Go(q, k, hd, g.group, want)
+			for h := range want {
+				if !closeTo(have[h], want[h], absDot(q[h*hd:(h+1)*hd], k[(h/g.group)*hd:])) {
+					t.Errorf("dotsF32 %s head %d: have %g; want %g", name, h, have[h], want[h])
+				}
+			}
+			w, v := randVec(r, g.nh), randVec(r, kvh*hd)
+			y := randVec(r, g.nh*hd)
+			wantY := append([]float32(nil), y...)
+			axpysF32(y, w, v, hd, g.group)
+			axpysF32Go(wantY, w, v, hd, g.group)
+			for i := range y {
+				if !closeTo(y[i], wantY[i], 4) {
+					t.Fatalf("axpysF32 %s element %d: have %g; want %g", name, i, y[i], wantY[i])
+				}
+			}
+		}
+	}
+}

@@ -79,14 +79,17 @@
 	TSCALE(Y2, Y24, Y7, Y10, (SI)(R8*2)) \
 	TSCALE(Y3, Y25, Y4, Y11, (SI)(R9*1))
 
-// TPREFETCH asks for the four weight rows' bytes a few blocks ahead: the
-// weights stream from memory once per batch, and without it each tile
-// waits for its rows' first lines before computing.
+// TPREFETCH asks for the next tile's four weight rows (the rows after
+// these four, when the caller walks a chunk of rows) at this block's
+// offset, so they arrive while this tile computes: the weights stream from
+// memory once per batch, and the tile is compute-bound enough that the
+// hardware prefetcher alone does not keep it fed.
 #define TPREFETCH \
-	PREFETCHT0 320(SI) \
-	PREFETCHT0 320(SI)(R8*1) \
-	PREFETCHT0 320(SI)(R8*2) \
-	PREFETCHT0 320(SI)(R9*1)
+	LEAQ       (SI)(R8*4), R10 \
+	PREFETCHT0 (R10) \
+	PREFETCHT0 (R10)(R8*1) \
+	PREFETCHT0 (R10)(R8*2) \
+	PREFETCHT0 (R10)(R9*1)
 
 #define TSETUP \
 	MOVQ         w+0(FP), SI \
@@ -173,6 +176,7 @@ TEXT ·q4TileVNNI(SB), NOSPLIT, $128-48
 	VPBROADCASTD AX, Y17
 
 q4tloop:
+	TPREFETCH
 	Q4UNPACK(2(SI), (SP))
 	Q4UNPACK(2(SI)(R8*1), 32(SP))
 	Q4UNPACK(2(SI)(R8*2), 64(SP))
