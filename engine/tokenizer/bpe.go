@@ -135,14 +135,14 @@ func (t *Tokenizer) encodeWord(out []int32, w string, sc *scratch) []int32 {
 		if !ok {
 			return
 		}
-		h = bpePush(h, bpeBigram{left: left, right: right, lid: l, rid: r, rank: m.rank, result: m.result})
+		h = heapPush(h, bpeBigram{left: left, right: right, lid: l, rid: r, rank: m.rank, result: m.result}, bpeBefore)
 	}
 	for i := int32(1); i < int32(len(syms)); i++ {
 		try(i-1, i)
 	}
 	for len(h) > 0 {
 		var bg bpeBigram
-		bg, h = bpePop(h)
+		bg, h = heapPop(h, bpeBefore)
 		l, r := &syms[bg.left], &syms[bg.right]
 		if l.n == 0 || r.n == 0 || l.id != bg.lid || r.id != bg.rid {
 			continue // stale
@@ -174,42 +174,4 @@ func (t *Tokenizer) encodeWord(out []int32, w string, sc *scratch) []int32 {
 // bpeBefore orders the queue: lowest rank first, then leftmost.
 func bpeBefore(a, b *bpeBigram) bool {
 	return a.rank < b.rank || (a.rank == b.rank && a.left < b.left)
-}
-
-func bpePush(h []bpeBigram, x bpeBigram) []bpeBigram {
-	h = append(h, x)
-	i := len(h) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !bpeBefore(&h[i], &h[p]) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-	return h
-}
-
-func bpePop(h []bpeBigram) (bpeBigram, []bpeBigram) {
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h = h[:last]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			break
-		}
-		c := l
-		if r := l + 1; r < len(h) && bpeBefore(&h[r], &h[l]) {
-			c = r
-		}
-		if !bpeBefore(&h[c], &h[i]) {
-			break
-		}
-		h[i], h[c] = h[c], h[i]
-		i = c
-	}
-	return top, h
 }

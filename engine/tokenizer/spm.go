@@ -123,14 +123,14 @@ func (t *Tokenizer) mergeSPM(out []int32, text []byte, sc *scratch) []int32 {
 		if !ok {
 			return
 		}
-		h = spmPush(h, spmBigram{left: left, right: right, score: t.scores[id], size: l.n + r.n, id: id})
+		h = heapPush(h, spmBigram{left: left, right: right, score: t.scores[id], size: l.n + r.n, id: id}, spmBefore)
 	}
 	for i := int32(1); i < int32(len(syms)); i++ {
 		try(i-1, i)
 	}
 	for len(h) > 0 {
 		var bg spmBigram
-		bg, h = spmPop(h)
+		bg, h = heapPop(h, spmBefore)
 		l, r := &syms[bg.left], &syms[bg.right]
 		if l.n == 0 || r.n == 0 || l.n+r.n != bg.size {
 			continue // stale: a side merged elsewhere since this was queued
@@ -172,44 +172,6 @@ func (t *Tokenizer) mergeSPM(out []int32, text []byte, sc *scratch) []int32 {
 // spmBefore orders the queue: highest score first, then leftmost.
 func spmBefore(a, b *spmBigram) bool {
 	return a.score > b.score || (a.score == b.score && a.left < b.left)
-}
-
-func spmPush(h []spmBigram, x spmBigram) []spmBigram {
-	h = append(h, x)
-	i := len(h) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !spmBefore(&h[i], &h[p]) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-	return h
-}
-
-func spmPop(h []spmBigram) (spmBigram, []spmBigram) {
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h = h[:last]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			break
-		}
-		c := l
-		if r := l + 1; r < len(h) && spmBefore(&h[r], &h[l]) {
-			c = r
-		}
-		if !spmBefore(&h[c], &h[i]) {
-			break
-		}
-		h[i], h[c] = h[c], h[i]
-		i = c
-	}
-	return top, h
 }
 
 // spmWordsIndependent reports whether no mergeable token has ▁ after a
