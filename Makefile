@@ -73,5 +73,5 @@ bench: build
 clean:
 	rm -rf bin
 
-# The CUDA backend is a separate binary behind the `cuda` build tag.
+# The CUDA backend: the same binary built with the `cuda` tag (bin/specgate-cuda).
 include kernels/cuda/cuda.mk

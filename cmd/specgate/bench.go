@@ -26,6 +26,7 @@ func runBench(ctx context.Context, args []string) error {
 	backend := fs.String("backend", "cpu", "compute backend")
 	threads := fs.Int("threads", 0, "worker threads (0 = one per CPU)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the decode runs to `file`")
+	bandwidth := fs.Float64("bandwidth", 0, "memory bandwidth of the backend's device in GB/s for the floor (0: measure host memory)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,10 +56,14 @@ func runBench(ctx context.Context, args []string) error {
 		return fmt.Errorf("--prompt/--ctx/--steps exceed the model's context of %d", c.Context)
 	}
 
-	bw := cpu.MeasureBandwidth(256<<20, 500*time.Millisecond)
+	bw := *bandwidth * 1e9
+	how := "given"
+	if bw <= 0 {
+		bw, how = cpu.MeasureBandwidth(256<<20, 500*time.Millisecond), "measured, all threads"
+	}
 	fmt.Printf("model %s: %s, %.1fM parameters, %d layers, dim %d, vocab %d; weights read per pass %.1f MB\n",
 		*path, c.WeightType, float64(c.Params)/1e6, c.Layers, c.Dim, c.Vocab, float64(c.WeightBytes)/1e6)
-	fmt.Printf("memory bandwidth (measured, all threads): %.2f GB/s\n\n", bw/1e9)
+	fmt.Printf("backend %s; memory bandwidth (%s): %.2f GB/s\n\n", be.Name(), how, bw/1e9)
 
 	// Prefill: one prompt in one pass.
 	seqs, err := model.NewSequences(m, 1, *promptLen+1)

@@ -35,10 +35,10 @@ m1b=$out/m1b-bf16.gguf
 if [ ! -f "$m1b" ]; then
 	"$bin" mkmodel --out "$m1b" --layers 16 --dim 2048 --heads 32 --kv-heads 8 --ffn 8192 --vocab 32000 --type BF16 >>"$log" 2>&1 || status=1
 fi
-"$bin" bench --model "$m1b" --batches 1,32 --steps 32 --ctx 128 2>&1 | tee -a "$log" || status=1
+"$bin" bench --backend cuda --bandwidth 4800 --model "$m1b" --batches 1,32 --steps 32 --ctx 128 --prompt 128 2>&1 | tee -a "$log" || status=1
 
 echo "== greedy text on stories260K (cuda)"
-"$bin" generate --model "$models/stories260K.gguf" -n 32 2>&1 | tail -n 2
+"$bin" generate --backend cuda --model "$models/stories260K.gguf" --prompt "Once upon a time" -n 32 2>&1 | tail -n 2
 
 echo "full log: $log"
 exit $status

@@ -61,7 +61,7 @@ ptx-check: ptx
 	done
 
 cuda: ptx
-	CGO_ENABLED=1 $(GO) build -tags cuda -o $(CUDA_BIN) ./cmd/specgate-cuda
+	CGO_ENABLED=1 $(GO) build -tags cuda -o $(CUDA_BIN) ./cmd/specgate
 	CGO_ENABLED=1 $(GO) test -c -tags cuda -o $(CUDA_TEST) ./kernels/cuda
 
 # Runs on the GPU machine with the binaries `make cuda` built; builds nothing.
