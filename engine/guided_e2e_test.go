@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/specgate/specgate/engine/spec"
 	"sync"
 	"testing"
 	"time"
@@ -73,7 +74,10 @@ func TestGuidedJSONSchemaModels(t *testing.T) {
 	}{{"stories260K", loadStories}, {"synth", loadSynth}} {
 		t.Run(mt.name, func(t *testing.T) {
 			m := mt.load(t)
-			e, err := engine.New(m, engine.Options{})
+			// Speculation on for greedy and sampled requests alike, with a
+			// fixed shape so every step drafts: masks must hold for drafts
+			// and verification too.
+			e, err := engine.New(m, engine.Options{Speculation: engine.Speculation{Sampled: true, Dispatcher: spec.Fixed(spec.Chain(4))}})
 			if err != nil {
 				t.Fatal(err)
 			}
