@@ -214,6 +214,14 @@ type Backend interface {
 	Close() error
 }
 
+// MatMulMany is an optional fast path for several weights against the same
+// activations (a layer's Q, K and V; its gate and up): the activations are
+// prepared once and one pass covers every weight's rows. Its result is
+// exactly MatMul(dsts[i], x, ws[i]) for each i.
+type MatMulMany interface {
+	MatMulMany(dsts []Tensor, x Tensor, ws []Tensor)
+}
+
 // Options configure a backend at Open. The zero value picks defaults.
 type Options struct {
 	// Threads is the number of worker threads; zero means one per CPU.

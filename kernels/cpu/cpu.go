@@ -71,6 +71,7 @@ type Backend struct {
 	// Per-op task values live here so handing them to the pool does not
 	// allocate.
 	mm   matmulTask
+	many manyTask
 	qx   quantTask
 	attn attnTask
 	rows rowTask

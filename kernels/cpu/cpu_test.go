@@ -171,3 +171,53 @@ func TestSteadyStateAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestMatMulMany checks the fused form against one MatMul per weight: the
+// same activations, quantized once, must give bit-identical outputs.
+func TestMatMulMany(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	be := open(t, 2)
+	const k = 96
+	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0, kernels.F32} {
+		for _, n := range []int{1, 3, 4, 8, 13} {
+			t.Run(fmt.Sprintf("%v/n=%d", dt, n), func(t *testing.T) {
+				var ws, many, one []kernels.Tensor
+				for _, m := range []int{64, 32, 36} {
+					var data []byte
+					if dt == kernels.F32 {
+						q, err := kernels.Quantize(kernels.F32, randVec(r, m*k))
+						if err != nil {
+							t.Fatal(err)
+						}
+						data = q
+					} else {
+						for range m {
+							data = append(data, randBlocks(r, dt, k/kernels.QK, false)...)
+						}
+					}
+					w, err := be.Weights(dt, m, k, data)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ws = append(ws, w)
+					many, one = append(many, be.Alloc(n, m)), append(one, be.Alloc(n, m))
+				}
+				x := be.Alloc(n, k)
+				be.Upload(x, randVec(r, n*k))
+				be.MatMulMany(many, x, ws)
+				for i, w := range ws {
+					be.MatMul(one[i], x, w)
+					m, _ := w.Dims()
+					have, want := make([]float32, n*m), make([]float32, n*m)
+					be.Download(have, many[i])
+					be.Download(want, one[i])
+					for j := range want {
+						if have[j] != want[j] {
+							t.Fatalf("weight %d element %d: have %g; want %g", i, j, have[j], want[j])
+						}
+					}
+				}
+			})
+		}
+	}
+}

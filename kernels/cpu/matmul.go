@@ -35,26 +35,9 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 	t := &b.mm
 	*t = matmulTask{b: b, dst: d, x: xt, w: wt}
 	if tk := tileKernel(wt.dt); tk != nil && n >= tileMinRows {
-		nb := k / kernels.QK
-		np, nd := tileBytes(n, nb)
-		if cap(b.xp) < np {
-			b.xp = make([]byte, np)
-		}
-		if cap(b.xd) < nd {
-			b.xd = make([]float32, nd)
-		}
-		t.tile, t.xp, t.xd = tk, b.xp[:np], b.xd[:nd]
-		n8 := (n + tileRows - 1) / tileRows * tileRows
-		b.qx = quantTask{b: b, xp: t.xp, xd: t.xd, x: xt}
-		b.pool.run(&b.qx, n8, max(1, 16384/k))
-		b.qx = quantTask{}
-		// Whole tiles of weight rows per chunk: a chunk's last tile
-		// would otherwise be computed four times over.
-		grain := m
-		if n*m*k >= 1<<15 {
-			grain = min(64, max(tileW, m/(b.threads*8))) &^ (tileW - 1)
-		}
-		b.pool.run(t, m, grain)
+		t.tile = tk
+		t.xp, t.xd = b.tileInput(xt)
+		b.pool.run(t, m, b.tileGrain(n, m, k))
 		*t = matmulTask{}
 		return
 	}
@@ -79,6 +62,89 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 	}
 	b.pool.run(t, m, grain)
 	*t = matmulTask{}
+}
+
+// tileInput quantizes x into the tile layout, in the backend's buffers.
+func (b *Backend) tileInput(xt *Tensor) (xp []byte, xd []float32) {
+	n, k := xt.rows, xt.cols
+	nb := k / kernels.QK
+	np, nd := tileBytes(n, nb)
+	if cap(b.xp) < np {
+		b.xp = make([]byte, np)
+	}
+	if cap(b.xd) < nd {
+		b.xd = make([]float32, nd)
+	}
+	xp, xd = b.xp[:np], b.xd[:nd]
+	n8 := (n + tileRows - 1) / tileRows * tileRows
+	b.qx = quantTask{b: b, xp: xp, xd: xd, x: xt}
+	b.pool.run(&b.qx, n8, max(1, 16384/k))
+	b.qx = quantTask{}
+	return xp, xd
+}
+
+// tileGrain is the chunk of weight rows one worker claims: whole tiles, so
+// a chunk's last tile is not computed four times over.
+func (b *Backend) tileGrain(n, m, k int) int {
+	if n*m*k < 1<<15 {
+		return m
+	}
+	return min(64, max(tileW, m/(b.threads*8))) &^ (tileW - 1)
+}
+
+// MatMulMany sets dsts[i] = x · ws[i]ᵀ for every i (kernels.MatMulMany).
+// For a batch on the tiled kernels, x is quantized once for all the
+// weights and one pass over all their rows balances the workers; otherwise
+// it is MatMul per weight.
+func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kernels.Tensor) {
+	b.live()
+	if len(dsts) != len(ws) {
+		panic(fmt.Sprintf("cpu: MatMulMany: %d outputs for %d weights", len(dsts), len(ws)))
+	}
+	xt := f32Tensor(x, "MatMulMany")
+	tiled := len(ws) > 0 && xt.rows >= tileMinRows
+	for i, w := range ws {
+		wt := tensor(w, "MatMulMany")
+		d := writable(dsts[i], "MatMulMany")
+		tiled = tiled && tileKernel(wt.dt) != nil && wt.dt == tensor(ws[0], "MatMulMany").dt &&
+			wt.rows%tileW == 0 && wt.cols == xt.cols && d.rows == xt.rows && d.cols == wt.rows
+	}
+	if !tiled {
+		for i := range ws {
+			b.MatMul(dsts[i], x, ws[i])
+		}
+		return
+	}
+	xp, xd := b.tileInput(xt)
+	t := &b.many
+	t.parts, t.start = t.parts[:0], t.start[:0]
+	total := 0
+	for i, w := range ws {
+		wt := tensor(w, "MatMulMany")
+		t.parts = append(t.parts, matmulTask{b: b, dst: writable(dsts[i], "MatMulMany"), x: xt, w: wt,
+			tile: tileKernel(wt.dt), xp: xp, xd: xd})
+		t.start = append(t.start, total)
+		total += wt.rows
+	}
+	b.pool.run(t, total, b.tileGrain(xt.rows, total, xt.cols))
+	clear(t.parts)
+}
+
+// manyTask runs MatMulMany's weights as one range of rows: every part's
+// rows are a whole number of tiles, so chunks of whole tiles stay aligned.
+type manyTask struct {
+	parts []matmulTask
+	start []int
+}
+
+func (t *manyTask) run(wk, lo, hi int) {
+	for i := range t.parts {
+		p := &t.parts[i]
+		s := t.start[i]
+		if a, e := max(lo, s), min(hi, s+p.w.rows); a < e {
+			p.runTiles(wk, a-s, e-s)
+		}
+	}
 }
 
 type quantTask struct {

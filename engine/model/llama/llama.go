@@ -361,6 +361,7 @@ func (m *Model) Forward(kv kernels.KVCache, b *model.Batch, out []float32) error
 	attn := kernels.Attn{Heads: m.cfg.Heads, KVHeads: m.cfg.KVHeads, HeadDim: m.cfg.HeadDim,
 		Scale: float32(1 / math.Sqrt(float64(m.cfg.HeadDim))), Rows: b.Attn}
 	st := state{m: m, n: n, x: x, h: h}
+	st.many, _ = be.(kernels.MatMulMany)
 	for i := range m.layers {
 		l := &m.layers[i]
 		l.Attention.Forward(&st, kv, i, b, attn)
@@ -383,6 +384,22 @@ type state struct {
 	m    *Model
 	n    int
 	x, h kernels.Tensor
+	// many is the backend's fused multi-weight matmul, if it has one;
+	// dsts and ws are its argument buffers.
+	many     kernels.MatMulMany
+	dsts, ws [3]kernels.Tensor
+}
+
+// matmuls sets dsts[i] = x · ws[i]ᵀ, in one fused call where the backend
+// has one (the weights share their input).
+func (st *state) matmuls(x kernels.Tensor, dsts, ws []kernels.Tensor) {
+	if st.many != nil {
+		st.many.MatMulMany(dsts, x, ws)
+		return
+	}
+	for i := range ws {
+		st.m.be.MatMul(dsts[i], x, ws[i])
+	}
 }
 
 func (st *state) rows(t kernels.Tensor) kernels.Tensor { return st.m.be.Slice(t, 0, st.n) }
@@ -392,9 +409,8 @@ func (a *Attention) Forward(st *state, kv kernels.KVCache, layer int, b *model.B
 	be, s, m := st.m.be, &st.m.s, st.m
 	q, k, v, att, o := st.rows(s.q), st.rows(s.k), st.rows(s.v), st.rows(s.att), st.rows(s.o)
 	be.RMSNorm(st.h, st.x, a.Norm, m.eps)
-	be.MatMul(q, st.h, a.Q)
-	be.MatMul(k, st.h, a.K)
-	be.MatMul(v, st.h, a.V)
+	st.dsts, st.ws = [3]kernels.Tensor{q, k, v}, [3]kernels.Tensor{a.Q, a.K, a.V}
+	st.matmuls(st.h, st.dsts[:], st.ws[:])
 	if a.QB != nil {
 		be.AddBias(q, a.QB)
 	}
@@ -421,8 +437,8 @@ func (f *FeedForward) Forward(st *state) {
 	be, s, m := st.m.be, &st.m.s, st.m
 	gate, up, o := st.rows(s.gate), st.rows(s.up), st.rows(s.o)
 	be.RMSNorm(st.h, st.x, f.Norm, m.eps)
-	be.MatMul(gate, st.h, f.Gate)
-	be.MatMul(up, st.h, f.Up)
+	st.dsts, st.ws = [3]kernels.Tensor{gate, up}, [3]kernels.Tensor{f.Gate, f.Up}
+	st.matmuls(st.h, st.dsts[:2], st.ws[:2])
 	be.SwiGLU(gate, gate, up)
 	be.MatMul(o, gate, f.Down)
 	be.Add(st.x, st.x, o)
