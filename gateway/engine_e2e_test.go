@@ -12,24 +12,32 @@ import (
 	_ "github.com/specgate/specgate/kernels/cpu"
 )
 
-// TestRealModelEndToEnd runs a chat turn over a real socket and Redis
-// against the real engine and the tiny TinyStories model.
-func TestRealModelEndToEnd(t *testing.T) {
-	path := testmodels.Path(t, testmodels.Stories260K)
+// storiesEngine loads stories260K on the CPU backend and starts an engine
+// on it, both closed when t ends.
+func storiesEngine(t *testing.T) (model.Model, *engine.Engine) {
+	t.Helper()
 	be, err := kernels.Open("cpu", kernels.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(path, be)
+	t.Cleanup(func() { _ = be.Close() })
+	m, err := model.Load(testmodels.Path(t, testmodels.Stories260K), be)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = m.Close() })
 	eng, err := engine.New(m, engine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close() })
+	return m, eng
+}
 
+// TestRealModelEndToEnd runs a chat turn over a real socket and Redis
+// against the real engine and the tiny TinyStories model.
+func TestRealModelEndToEnd(t *testing.T) {
+	_, eng := storiesEngine(t)
 	e := newEnv(t, nil, "", func(o *Options) { o.Generator = Adapt(eng.Submit, eng.Cancel) })
 	c := e.login("alice")
 	sid := c.createSession("real")

@@ -5,33 +5,13 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-
-	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/engine/model"
-	_ "github.com/specgate/specgate/engine/model/llama"
-	"github.com/specgate/specgate/internal/testmodels"
-	"github.com/specgate/specgate/kernels"
-	_ "github.com/specgate/specgate/kernels/cpu"
 )
 
 // TestOpenAIRealModel serves the OpenAI API from the real engine on the
 // tiny TinyStories model: greedy streaming concatenates to the
 // non-streaming text, and the engine's refusals come back in OpenAI's shape.
 func TestOpenAIRealModel(t *testing.T) {
-	path := testmodels.Path(t, testmodels.Stories260K)
-	be, err := kernels.Open("cpu", kernels.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Load(path, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.New(m, engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = eng.Close() })
+	m, eng := storiesEngine(t)
 	e := newEnv(t, nil, "", func(o *Options) {
 		o.Generator = Adapt(eng.Submit, eng.Cancel)
 		o.ModelName = "stories260K"
