@@ -255,9 +255,16 @@ func quantRowQ8(xq []int8, xd []float32, x []float32) {
 		}
 		id := 1 / d
 		for i, f := range v {
-			q[i] = int8(math.RoundToEven(float64(f * id)))
+			// Adding and taking away 1.5·2²³ rounds a float32 of
+			// magnitude below 2²² to the nearest integer, ties to even,
+			// in the FPU's own rounding: math.RoundToEven without its
+			// software path on baseline amd64.
+			q[i] = int8((f*id + roundMagic) - roundMagic)
 		}
 	}
 }
+
+// roundMagic is 1.5·2²³ (see quantRowQ8).
+const roundMagic float32 = 12582912
 
 func abs32(f float32) float32 { return math.Float32frombits(math.Float32bits(f) &^ (1 << 31)) }

@@ -295,3 +295,34 @@ func TestHeadsAsm(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantRowQ8Rounding checks the fast rounding against math.RoundToEven
+// on ties, near-ties and the ends of the range.
+func TestQuantRowQ8Rounding(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	x := make([]float32, 32*64)
+	for i := range x {
+		switch i % 4 {
+		case 0:
+			x[i] = float32(r.NormFloat64())
+		case 1:
+			x[i] = float32(r.IntN(255)-127) / 2 // ties at .5 once scaled by 1
+		default:
+			x[i] = float32(r.Float64()*254 - 127)
+		}
+	}
+	x[0], x[32] = 127, -127 // a block's absmax gives scale exactly 1
+	q, d := make([]int8, len(x)), make([]float32, len(x)/32)
+	quantRowQ8(q, d, x)
+	for b := range d {
+		if d[b] == 0 {
+			continue
+		}
+		id := 1 / d[b]
+		for i := b * 32; i < (b+1)*32; i++ {
+			if want := int8(math.RoundToEven(float64(x[i] * id))); q[i] != want {
+				t.Fatalf("element %d (%g·%g): have %d; want %d", i, x[i], id, q[i], want)
+			}
+		}
+	}
+}

@@ -222,7 +222,7 @@ func expf(x float32) float32 {
 	case x < -87.33654:
 		return 0
 	}
-	n := float32(math.RoundToEven(float64(x * log2e)))
+	n := (x*log2e + roundMagic) - roundMagic // round to even, |x·log2e| < 128
 	r := x - n*ln2Hi - n*ln2Lo
 	p := float32(1.9875691500e-4)
 	p = p*r + 1.3981999507e-3
