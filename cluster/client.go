@@ -199,7 +199,21 @@ func (c *Client) refresh(ctx context.Context) {
 // go-redis resubscribes after a reconnect; what is lost meanwhile the
 // streams' polling recovers.
 func (c *Client) subscribe(ctx context.Context) {
-	ps := c.o.Redis.Subscribe(ctx, c.k.gatewayChan(c.o.ID))
+	listen(ctx, c.o.Redis, c.k.gatewayChan(c.o.ID), func(id string) {
+		c.mu.Lock()
+		s := c.live[id]
+		c.mu.Unlock()
+		if s != nil {
+			s.wake()
+		}
+	})
+}
+
+// listen calls fn with each message published on channel until ctx ends.
+// go-redis resubscribes after a reconnect; callers recover what is missed
+// meanwhile by other means (polling, timeouts).
+func listen(ctx context.Context, rdb redis.UniversalClient, channel string, fn func(payload string)) {
+	ps := rdb.Subscribe(ctx, channel)
 	defer ps.Close()
 	ch := ps.Channel(redis.WithChannelSize(1024))
 	for {
@@ -210,12 +224,7 @@ func (c *Client) subscribe(ctx context.Context) {
 			if !ok {
 				return
 			}
-			c.mu.Lock()
-			s := c.live[m.Payload]
-			c.mu.Unlock()
-			if s != nil {
-				s.wake()
-			}
+			fn(m.Payload)
 		}
 	}
 }

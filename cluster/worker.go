@@ -601,25 +601,14 @@ func (w *worker) finish(runCtx context.Context, j *job, fence int64, f *engine.F
 
 // control cancels requests on the control channel's word.
 func (w *worker) control(ctx context.Context) {
-	ps := w.o.Redis.Subscribe(ctx, w.k.control())
-	defer ps.Close()
-	ch := ps.Channel(redis.WithChannelSize(1024))
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case m, ok := <-ch:
-			if !ok {
-				return
-			}
-			w.mu.Lock()
-			j := w.inflight[m.Payload]
-			w.mu.Unlock()
-			if j != nil {
-				j.cancel()
-			}
+	listen(ctx, w.o.Redis, w.k.control(), func(id string) {
+		w.mu.Lock()
+		j := w.inflight[id]
+		w.mu.Unlock()
+		if j != nil {
+			j.cancel()
 		}
-	}
+	})
 }
 
 // sweepLoop refreshes this engine's requests and takes over dead engines'

@@ -13,11 +13,11 @@ import (
 
 func runTenant(ctx context.Context, args []string) error {
 	fs := newFlags("tenant", "[--redis URL] <create|list|show|add-key|rotate|remove-key|disable|enable> ...")
-	url := fs.String("redis", "", "Redis URL (default $REDIS_URL or "+defaultRedis+")")
+	dial := redisFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	rdb, err := openRedis(ctx, redisURL(*url))
+	rdb, err := dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -34,11 +34,11 @@ func runTenant(ctx context.Context, args []string) error {
 
 func runMigrate(ctx context.Context, args []string) error {
 	fs := newFlags("migrate", "[--redis URL]")
-	url := fs.String("redis", "", "Redis URL (default $REDIS_URL or "+defaultRedis+")")
+	dial := redisFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	rdb, err := openRedis(ctx, redisURL(*url))
+	rdb, err := dial(ctx)
 	if err != nil {
 		return err
 	}

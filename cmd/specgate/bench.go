@@ -12,7 +12,6 @@ import (
 
 	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/engine/sample"
-	"github.com/specgate/specgate/kernels"
 	"github.com/specgate/specgate/kernels/cpu"
 )
 
@@ -41,16 +40,11 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		sizes = append(sizes, n)
 	}
-	be, err := kernels.Open(*backend, kernels.Options{Threads: *threads})
+	m, closeModel, err := loadModel(*backend, *threads, *path)
 	if err != nil {
 		return err
 	}
-	defer be.Close()
-	m, err := model.Load(*path, be)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
+	defer closeModel()
 	c := m.Config()
 	if *promptLen+1 > c.Context || *ctxLen+*steps > c.Context {
 		return fmt.Errorf("--prompt/--ctx/--steps exceed the model's context of %d", c.Context)
@@ -63,7 +57,7 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("model %s: %s, %.1fM parameters, %d layers, dim %d, vocab %d; weights read per pass %.1f MB\n",
 		*path, c.WeightType, float64(c.Params)/1e6, c.Layers, c.Dim, c.Vocab, float64(c.WeightBytes)/1e6)
-	fmt.Printf("backend %s; memory bandwidth (%s): %.2f GB/s\n\n", be.Name(), how, bw/1e9)
+	fmt.Printf("backend %s; memory bandwidth (%s): %.2f GB/s\n\n", m.Backend().Name(), how, bw/1e9)
 
 	// Prefill: one prompt in one pass.
 	seqs, err := model.NewSequences(m, 1, *promptLen+1)

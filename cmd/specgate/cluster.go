@@ -104,11 +104,11 @@ func runEngineRole(ctx context.Context, log *slog.Logger, rdb redis.UniversalCli
 // runStatus lists the live gateways and engines with their load.
 func runStatus(ctx context.Context, args []string) error {
 	fs := newFlags("status", "[flags]")
-	url := fs.String("redis", "", "Redis URL (default $REDIS_URL or "+defaultRedis+")")
+	dial := redisFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	rdb, err := openRedis(ctx, redisURL(*url))
+	rdb, err := dial(ctx)
 	if err != nil {
 		return err
 	}

@@ -36,16 +36,11 @@ func runGenerate(ctx context.Context, args []string) error {
 	if *n < 0 {
 		return fmt.Errorf("-n must not be negative")
 	}
-	be, err := kernels.Open(*backend, kernels.Options{Threads: *threads})
+	m, closeModel, err := loadModel(*backend, *threads, *path)
 	if err != nil {
 		return err
 	}
-	defer be.Close()
-	m, err := model.Load(*path, be)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
+	defer closeModel()
 	tok := m.Tokenizer()
 	in := tok.Encode(*prompt)
 	if len(in) == 0 {
@@ -104,6 +99,20 @@ func runGenerate(ctx context.Context, args []string) error {
 		len(in), tPrefill.Round(time.Microsecond), rate(len(in), tPrefill),
 		len(gen), tDecode.Round(time.Microsecond), rate(len(gen), tDecode))
 	return nil
+}
+
+// loadModel opens a backend and loads path on it; closeModel releases
+// both.
+func loadModel(backend string, threads int, path string) (m model.Model, closeModel func(), err error) {
+	be, err := kernels.Open(backend, kernels.Options{Threads: threads})
+	if err != nil {
+		return nil, nil, err
+	}
+	if m, err = model.Load(path, be); err != nil {
+		be.Close()
+		return nil, nil, err
+	}
+	return m, func() { m.Close(); be.Close() }, nil
 }
 
 func rate(n int, d time.Duration) float64 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"time"
@@ -11,6 +12,13 @@ import (
 
 // defaultRedis is where deploy/redis.sh starts the project's own server.
 const defaultRedis = "redis://127.0.0.1:6380/"
+
+// redisFlag adds --redis to fs; the returned func connects to it (or to
+// $REDIS_URL, or to the project's default).
+func redisFlag(fs *flag.FlagSet) func(context.Context) (*redis.Client, error) {
+	url := fs.String("redis", "", "Redis URL (default $REDIS_URL or "+defaultRedis+")")
+	return func(ctx context.Context) (*redis.Client, error) { return openRedis(ctx, redisURL(*url)) }
+}
 
 func redisURL(flagValue string) string {
 	if flagValue != "" {

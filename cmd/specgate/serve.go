@@ -30,7 +30,7 @@ import (
 func runServe(ctx context.Context, args []string) error {
 	fs := newFlags("serve", "[flags]")
 	addr := fs.String("addr", envOr("SPECGATE_ADDR", "127.0.0.1:8080"), "listen address ($SPECGATE_ADDR)")
-	url := fs.String("redis", "", "Redis URL (default $REDIS_URL or "+defaultRedis+")")
+	dial := redisFlag(fs)
 	modelPath := fs.String("model", os.Getenv("MODEL"), "GGUF model file ($MODEL); empty fetches the default model")
 	backend := fs.String("backend", "cpu", "compute backend")
 	threads := fs.Int("threads", 0, "worker threads (0 = one per CPU)")
@@ -48,7 +48,7 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
-	rdb, err := openRedis(ctx, redisURL(*url))
+	rdb, err := dial(ctx)
 	if err != nil {
 		return err
 	}
