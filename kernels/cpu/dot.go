@@ -49,9 +49,11 @@ func useAsm(on bool) bool {
 	dotQ4, dotQ4x4 = dotQ4Go, dotQ4x4Go
 	axpy, f16Row = axpyGo, f16RowGo
 	dotsF32, axpysF32 = dotsF32Go, axpysF32Go
+	useVecGo()
 	useTiles(tilesOff)
 	if on && haveAsm {
 		setAsm()
+		setVecAsm()
 		useTiles(tilesAsm)
 		return true
 	}
@@ -237,9 +239,11 @@ func convertRow(dst []float32, dt kernels.DType, src []byte) {
 	}
 }
 
-// quantRowQ8 quantizes x (a whole number of 32-value blocks) to Q8_0 with
-// float32 scales: d = max|x|/127 per block, q = round(x/d).
-func quantRowQ8(xq []int8, xd []float32, x []float32) {
+// quantRowQ8Go quantizes x (a whole number of 32-value blocks) to Q8_0
+// with float32 scales: d = max|x|/127 per block, q = round(x/d). A block
+// whose d is below the smallest normal float32 (1/d would overflow), or
+// NaN, becomes zeros with d = 0.
+func quantRowQ8Go(xq []int8, xd []float32, x []float32) {
 	for b := range xd {
 		v := x[b*32 : b*32+32]
 		var amax float32
@@ -247,12 +251,13 @@ func quantRowQ8(xq []int8, xd []float32, x []float32) {
 			amax = max(amax, abs32(f))
 		}
 		d := amax / 127
-		xd[b] = d
 		q := xq[b*32 : b*32+32]
-		if d == 0 {
+		if !(d >= minNormal32) {
+			xd[b] = 0
 			clear(q)
 			continue
 		}
+		xd[b] = d
 		id := 1 / d
 		for i, f := range v {
 			// Adding and taking away 1.5·2²³ rounds a float32 of
@@ -263,6 +268,9 @@ func quantRowQ8(xq []int8, xd []float32, x []float32) {
 		}
 	}
 }
+
+// minNormal32 is the smallest normal float32, 2⁻¹²⁶.
+const minNormal32 = 0x1p-126
 
 // roundMagic is 1.5·2²³ (see quantRowQ8).
 const roundMagic float32 = 12582912

@@ -11,3 +11,5 @@ func setAsm() {}
 const haveVNNI = false
 
 func setVNNI() {}
+
+func setVecAsm() {}

@@ -120,19 +120,12 @@ func (t *rowTask) run(wk, lo, hi int) {
 			x, d := t.x.row(r), t.dst.row(r)
 			ss := float64(dotF32(x, x))
 			s := float32(1 / math.Sqrt(ss/float64(len(x))+float64(t.eps)))
-			w := t.w[:len(x)]
-			d = d[:len(x)]
-			for i, v := range x {
-				d[i] = v * s * w[i]
-			}
+			scaleMul(d[:len(x)], x, t.w, s)
 		}
 	case opSwiGLU:
 		for r := lo; r < hi; r++ {
-			g, u, d := t.x.row(r), t.y.row(r), t.dst.row(r)
-			u, d = u[:len(g)], d[:len(g)]
-			for i, v := range g {
-				d[i] = v / (1 + expf(-v)) * u[i]
-			}
+			g := t.x.row(r)
+			siluMul(t.dst.row(r)[:len(g)], g, t.y.row(r))
 		}
 	case opRoPE:
 		t.ropeRows(wk, lo, hi)

@@ -47,12 +47,12 @@ var (
 // into the tile layout: xp and xd are the row's group's slices, tmp and td
 // scratch for one row.
 func quantTile(xp []byte, xd []float32, r int, x *Tensor, tmp []int8, td []float32) {
-	if r >= x.rows {
-		clear(td)
-		clear(tmp)
-	} else {
-		quantRowQ8(tmp, td, x.row(r))
+	if r < x.rows {
+		quantLane(xp, xd, r%tileRows, x.row(r), tmp, td)
+		return
 	}
+	clear(td)
+	clear(tmp)
 	spreadTile(xp, xd, r%tileRows, tmp, td)
 }
 

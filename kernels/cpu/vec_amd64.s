@@ -1,0 +1,182 @@
+//go:build amd64 && !noasm
+
+#include "textflag.h"
+#include "exp_amd64.h"
+
+// Element-wise AVX2 kernels of the row ops and of activation quantization;
+// vec_amd64.go has their Go wrappers, which handle tails.
+
+DATA vecc<>+0(SB)/4, $0x7fffffff // |x| mask
+DATA vecc<>+4(SB)/4, $0x42fe0000 // 127
+DATA vecc<>+8(SB)/4, $0x3f800000 // 1
+DATA vecc<>+12(SB)/4, $0x80000000 // sign bit
+DATA vecc<>+16(SB)/4, $0x80808080 // bytes of 128
+DATA vecc<>+20(SB)/4, $0x00800000 // the smallest normal float32
+// VPERMD indexes that put the dwords of two packed lanes back in order.
+DATA vecc<>+32(SB)/4, $0
+DATA vecc<>+36(SB)/4, $4
+DATA vecc<>+40(SB)/4, $1
+DATA vecc<>+44(SB)/4, $5
+DATA vecc<>+48(SB)/4, $2
+DATA vecc<>+52(SB)/4, $6
+DATA vecc<>+56(SB)/4, $3
+DATA vecc<>+60(SB)/4, $7
+GLOBL vecc<>(SB), RODATA|NOPTR, $64
+
+// func siluMulAVX(d, gate, u *float32, n int)
+// d[i] = gate[i] / (1 + e^-gate[i]) · u[i] for n, a multiple of 8.
+TEXT ·siluMulAVX(SB), NOSPLIT, $0-32
+	MOVQ         d+0(FP), DI
+	MOVQ         gate+8(FP), SI
+	MOVQ         u+16(FP), DX
+	MOVQ         n+24(FP), CX
+	VBROADCASTSS vecc<>+12(SB), Y8
+	VBROADCASTSS vecc<>+8(SB), Y9
+	SHRQ         $3, CX
+	JZ           silu_done
+
+silu_loop:
+	VMOVUPS (SI), Y0
+	VXORPS  Y8, Y0, Y1
+	EXPPS(Y1, Y2, Y3, Y4)
+	VADDPS  Y9, Y1, Y1
+	VDIVPS  Y1, Y0, Y0
+	VMULPS  (DX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     silu_loop
+
+silu_done:
+	VZEROUPPER
+	RET
+
+// func scaleMulAVX(d, x, w *float32, s float32, n int)
+// d[i] = x[i]·s·w[i] for n, a multiple of 8.
+TEXT ·scaleMulAVX(SB), NOSPLIT, $0-40
+	MOVQ         d+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         w+16(FP), DX
+	VBROADCASTSS s+24(FP), Y8
+	MOVQ         n+32(FP), CX
+	SHRQ         $3, CX
+	JZ           scale_done
+
+scale_loop:
+	VMULPS  (SI), Y8, Y0
+	VMULPS  (DX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     scale_loop
+
+scale_done:
+	VZEROUPPER
+	RET
+
+// QBLOCK quantizes the 32 floats at SI to Q8_0 as quantRowQ8 does: it
+// leaves the block's scale d = max|x|/127 in X5 and the 32 int8 values,
+// in order, in Y0. Y8 holds the |x| mask, Y9 the VPERMD order, X10 127,
+// X11 1 and X13 the smallest normal float32.
+#define QBLOCK \
+	VMOVUPS      (SI), Y0 \
+	VMOVUPS      32(SI), Y1 \
+	VMOVUPS      64(SI), Y2 \
+	VMOVUPS      96(SI), Y3 \
+	VANDPS       Y8, Y0, Y4 \
+	VANDPS       Y8, Y1, Y5 \
+	VANDPS       Y8, Y2, Y6 \
+	VANDPS       Y8, Y3, Y7 \
+	VMAXPS       Y5, Y4, Y4 \
+	VMAXPS       Y7, Y6, Y6 \
+	VMAXPS       Y6, Y4, Y4 \
+	VEXTRACTF128 $1, Y4, X5 \
+	VMAXPS       X5, X4, X4 \
+	VPERMILPS    $0x4e, X4, X5 \
+	VMAXPS       X5, X4, X4 \
+	VPERMILPS    $0xb1, X4, X5 \
+	VMAXPS       X5, X4, X4 \
+	VDIVSS       X10, X4, X5 \
+	VXORPS       X6, X6, X6 \
+	VUCOMISS     X13, X5 \
+	JCS          3(PC) \
+	VDIVSS       X5, X11, X6 \
+	JMP          2(PC) \
+	VXORPS       X5, X5, X5 \
+	VBROADCASTSS X6, Y6 \
+	VMULPS       Y6, Y0, Y0 \
+	VMULPS       Y6, Y1, Y1 \
+	VMULPS       Y6, Y2, Y2 \
+	VMULPS       Y6, Y3, Y3 \
+	VCVTPS2DQ    Y0, Y0 \
+	VCVTPS2DQ    Y1, Y1 \
+	VCVTPS2DQ    Y2, Y2 \
+	VCVTPS2DQ    Y3, Y3 \
+	VPACKSSDW    Y1, Y0, Y0 \
+	VPACKSSDW    Y3, Y2, Y2 \
+	VPACKSSWB    Y2, Y0, Y0 \
+	VPERMD       Y0, Y9, Y0
+
+#define QSETUP \
+	VBROADCASTSS vecc<>+0(SB), Y8 \
+	VMOVDQU      vecc<>+32(SB), Y9 \
+	VMOVSS       vecc<>+4(SB), X10 \
+	VMOVSS       vecc<>+8(SB), X11 \
+	VMOVSS       vecc<>+20(SB), X13
+
+// func quantQ8AVX(xq *int8, xd *float32, x *float32, nb int)
+TEXT ·quantQ8AVX(SB), NOSPLIT, $0-32
+	MOVQ xq+0(FP), DI
+	MOVQ xd+8(FP), DX
+	MOVQ x+16(FP), SI
+	MOVQ nb+24(FP), CX
+	QSETUP
+
+q8_loop:
+	QBLOCK
+	VMOVSS  X5, (DX)
+	VMOVDQU Y0, (DI)
+	ADDQ    $128, SI
+	ADDQ    $32, DI
+	ADDQ    $4, DX
+	DECQ    CX
+	JNZ     q8_loop
+	VZEROUPPER
+	RET
+
+// func quantTileAVX(xp *byte, xd *float32, x *float32, nb int)
+// Stores one row into lane l of a tile (tile.go's layout): xp and xd
+// point at the lane's first group and scale, so block b's 4-byte group g
+// goes to xp[256b+32g] and its scale to xd[8b].
+TEXT ·quantTileAVX(SB), NOSPLIT, $0-32
+	MOVQ         xp+0(FP), DI
+	MOVQ         xd+8(FP), DX
+	MOVQ         x+16(FP), SI
+	MOVQ         nb+24(FP), CX
+	QSETUP
+	VPBROADCASTD vecc<>+16(SB), Y12
+
+tile_loop:
+	QBLOCK
+	VMOVSS       X5, (DX)
+	VPXOR        Y12, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VMOVD        X0, (DI)
+	VPEXTRD      $1, X0, 32(DI)
+	VPEXTRD      $2, X0, 64(DI)
+	VPEXTRD      $3, X0, 96(DI)
+	VMOVD        X1, 128(DI)
+	VPEXTRD      $1, X1, 160(DI)
+	VPEXTRD      $2, X1, 192(DI)
+	VPEXTRD      $3, X1, 224(DI)
+	ADDQ         $128, SI
+	ADDQ         $256, DI
+	ADDQ         $32, DX
+	DECQ         CX
+	JNZ          tile_loop
+	VZEROUPPER
+	RET

@@ -1,0 +1,86 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/specgate/specgate/kernels"
+)
+
+// quantInput is a row of nb blocks that exercises the quantizer's corners:
+// an all-zero block, a block whose scale is exactly 1 (ties at .5), a
+// denormal block and otherwise random values.
+func quantInput(r *rand.Rand, nb int) []float32 {
+	x := randVec(r, nb*kernels.QK)
+	if nb > 1 {
+		clear(x[32:64])
+	}
+	if nb > 2 {
+		for i := 64; i < 96; i++ {
+			x[i] = float32(r.IntN(255)-127) / 2
+		}
+		x[64] = 127
+	}
+	if nb > 3 {
+		for i := 96; i < 128; i++ {
+			x[i] = math.Float32frombits(uint32(r.IntN(100)))
+		}
+	}
+	return x
+}
+
+// The vector quantizers must give exactly the Go ones' bytes and scales:
+// tests elsewhere compare batched results with unbatched ones bit for bit.
+func TestQuantAsm(t *testing.T) {
+	asmKernels(t)
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, nb := range []int{1, 2, 3, 4, 5, 24, 64} {
+		x := quantInput(r, nb)
+		hq, hd := make([]int8, len(x)), make([]float32, nb)
+		wq, wd := make([]int8, len(x)), make([]float32, nb)
+		quantRowQ8(hq, hd, x)
+		quantRowQ8Go(wq, wd, x)
+		if !slices.Equal(hq, wq) || !slices.Equal(hd, wd) {
+			t.Fatalf("quantRowQ8 nb=%d: asm and Go differ", nb)
+		}
+		np, nd := tileBytes(tileRows, nb)
+		for l := range tileRows {
+			hp, hxd := make([]byte, np), make([]float32, nd)
+			wp, wxd := make([]byte, np), make([]float32, nd)
+			quantLane(hp, hxd, l, x, make([]int8, len(x)), make([]float32, nb))
+			quantLaneGo(wp, wxd, l, x, make([]int8, len(x)), make([]float32, nb))
+			if !slices.Equal(hp, wp) || !slices.Equal(hxd, wxd) {
+				t.Fatalf("quantLane nb=%d lane %d: asm and Go differ", nb, l)
+			}
+		}
+	}
+}
+
+func TestRowKernelsAsm(t *testing.T) {
+	asmKernels(t)
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, n := range floatLens {
+		g, u, w := randVec(r, n), randVec(r, n+3), randVec(r, n+1)
+		for i := range g {
+			g[i] *= 20 // reach both tails of the sigmoid
+		}
+		if n > 2 {
+			g[0], g[1] = -100, 100
+		}
+		have, want := make([]float32, n), make([]float32, n)
+		siluMul(have, g, u)
+		siluMulGo(want, g, u)
+		for i := range want {
+			if !closeTo(have[i], want[i], float32(math.Abs(float64(g[i]*u[i])))) {
+				t.Fatalf("siluMul n=%d [%d] silu(%g)·%g: have %g; want %g", n, i, g[i], u[i], have[i], want[i])
+			}
+		}
+		scaleMul(have, g, w, 0.3)
+		scaleMulGo(want, g, w, 0.3)
+		if !slices.Equal(have, want) {
+			t.Fatalf("scaleMul n=%d: asm and Go differ", n)
+		}
+	}
+}
