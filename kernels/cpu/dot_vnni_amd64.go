@@ -10,7 +10,10 @@ import "golang.org/x/sys/cpu"
 var haveVNNI = haveAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
 	cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI
 
-func setVNNI() { q8Tile, q4Tile = q8TileAsm, q4TileAsm }
+func setVNNI() {
+	q8Tile, q4Tile = q8TileAsm, q4TileAsm
+	q8TileStore, q4TileStore = q8TileStoreAsm, q4TileStoreAsm
+}
 
 //go:noescape
 func q8TileVNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *[tileOut]float32)
@@ -36,4 +39,44 @@ func q4TileAsm(w []byte, stride int, xp []byte, xd []float32, nb int, out *[tile
 	}
 	_, _, _ = w[(tileW-1)*stride+nb*q4Bytes-1], xp[nb*tileBlock-1], xd[nb*tileRows-1]
 	q4TileVNNI(&w[0], stride, &xp[0], &xd[0], nb, out)
+}
+
+//go:noescape
+func q8Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
+
+//go:noescape
+func q4Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
+
+//go:noescape
+func q8Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
+
+//go:noescape
+func q4Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
+
+func q8TileStoreAsm(w []byte, stride int, xp []byte, xd []float32, nb, groups int, out []float32, ostride, nrows int) {
+	checkTileStore(w, stride, q8Bytes, xp, xd, nb, groups, out, ostride, nrows)
+	if groups == 1 {
+		q8Tile8VNNI(&w[0], stride, &xp[0], &xd[0], nb, &out[0], ostride, nrows)
+		return
+	}
+	q8Tile16VNNI(&w[0], stride, &xp[0], &xd[0], nb, &out[0], ostride, nrows)
+}
+
+func q4TileStoreAsm(w []byte, stride int, xp []byte, xd []float32, nb, groups int, out []float32, ostride, nrows int) {
+	checkTileStore(w, stride, q4Bytes, xp, xd, nb, groups, out, ostride, nrows)
+	if groups == 1 {
+		q4Tile8VNNI(&w[0], stride, &xp[0], &xd[0], nb, &out[0], ostride, nrows)
+		return
+	}
+	q4Tile16VNNI(&w[0], stride, &xp[0], &xd[0], nb, &out[0], ostride, nrows)
+}
+
+// checkTileStore panics unless the kernels' reads and writes are in
+// bounds: the assembly trusts these lengths.
+func checkTileStore(w []byte, stride, blockBytes int, xp []byte, xd []float32, nb, groups int, out []float32, ostride, nrows int) {
+	if nb <= 0 || groups < 1 || groups > 2 || nrows < 1 || nrows > groups*tileRows || ostride < tileW {
+		panic("cpu: tile kernel: bad shape")
+	}
+	_, _, _ = w[(tileW-1)*stride+nb*blockBytes-1], xp[groups*nb*tileBlock-1], xd[groups*nb*tileRows-1]
+	_ = out[(nrows-1)*ostride+tileW-1]
 }

@@ -129,6 +129,44 @@
 	VMOVUPS Y11, 96(AX) \
 	VZEROUPPER
 
+// TOUT loads the storing kernels' output arguments for TSTORE8.
+#define TOUT \
+	MOVQ out+40(FP), AX \
+	MOVQ ostride+48(FP), BX \
+	SHLQ $2, BX \
+	MOVQ nrows+56(FP), CX
+
+// T16SETUP loads the 4×16 kernels' arguments and clears their sums.
+#define T16SETUP \
+	MOVQ         w+0(FP), SI \
+	MOVQ         stride+8(FP), R8 \
+	LEAQ         (R8)(R8*2), R9 \
+	MOVQ         xp+16(FP), DI \
+	MOVQ         xd+24(FP), DX \
+	MOVQ         nb+32(FP), CX \
+	MOVQ         CX, R12 \
+	SHLQ         $8, R12 \
+	MOVQ         CX, R11 \
+	SHLQ         $5, R11 \
+	VPXOR        Y0, Y0, Y0 \
+	VPXOR        Y1, Y1, Y1 \
+	VPXOR        Y2, Y2, Y2 \
+	VPXOR        Y3, Y3, Y3 \
+	VPXOR        Y4, Y4, Y4 \
+	VPXOR        Y5, Y5, Y5 \
+	VPXOR        Y6, Y6, Y6 \
+	VPXOR        Y7, Y7, Y7 \
+	VPXORD       Y16, Y16, Y16 \
+	VPXORD       Y17, Y17, Y17 \
+	VPXORD       Y18, Y18, Y18 \
+	VPXORD       Y19, Y19, Y19 \
+	VPXORD       Y26, Y26, Y26 \
+	VPXORD       Y27, Y27, Y27 \
+	VPXORD       Y28, Y28, Y28 \
+	VPXORD       Y29, Y29, Y29 \
+	MOVL         $0x80808080, AX \
+	VPBROADCASTD AX, Y15
+
 // func q8TileVNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *[32]float32)
 TEXT ·q8TileVNNI(SB), NOSPLIT, $0-48
 	TSETUP
@@ -156,14 +194,16 @@ q8tloop:
 
 // Q4UNPACK writes the Q4_0 block at q (16 bytes of nibble pairs) as 32
 // signed bytes (nibble − 8) at dst: low nibbles are elements 0-15, high
-// ones 16-31. Y16 holds bytes of 0x0F, Y17 bytes of 8.
-#define Q4UNPACK(q, dst) \
+// ones 16-31. M holds bytes of 0x0F, E bytes of 8.
+#define Q4UNPACKM(q, dst, M, E) \
 	VMOVDQU     q, X12 \
 	VPSRLW      $4, X12, X13 \
 	VINSERTI128 $1, X13, Y12, Y12 \
-	VPANDD      Y16, Y12, Y12 \
-	VPSUBB      Y17, Y12, Y12 \
+	VPANDD      M, Y12, Y12 \
+	VPSUBB      E, Y12, Y12 \
 	VMOVDQU     Y12, dst
+
+#define Q4UNPACK(q, dst) Q4UNPACKM(q, dst, Y16, Y17)
 
 // func q4TileVNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *[32]float32)
 // The four rows' blocks are unpacked into the frame (32 bytes a row), from
@@ -198,4 +238,285 @@ q4tloop:
 	JNZ  q4tloop
 
 	TSTORE
+	RET
+
+// The kernels below store their results straight into the output matrix,
+// which saves MatMul a Go loop scattering 32 floats per call. They take
+// out (activation row 0, weight row 0 of the tile), ostride (floats between
+// output rows) and nrows (activation rows to store; the tile's padding
+// rows are not stored).
+
+// TSTORE8 stores the 4×8 results in Y8-Y11 (weight rows 0-3, lane l =
+// activation row l) as rows of four floats at AX, BX bytes apart, until CX
+// rows are stored (then it jumps to done). Y0-Y7 are scratch.
+#define TSTORE8(done) \
+	VUNPCKLPS    Y9, Y8, Y0 \
+	VUNPCKHPS    Y9, Y8, Y1 \
+	VUNPCKLPS    Y11, Y10, Y2 \
+	VUNPCKHPS    Y11, Y10, Y3 \
+	VUNPCKLPD    Y2, Y0, Y4 \
+	VUNPCKHPD    Y2, Y0, Y5 \
+	VUNPCKLPD    Y3, Y1, Y6 \
+	VUNPCKHPD    Y3, Y1, Y7 \
+	VMOVUPS      X4, (AX) \
+	ADDQ         BX, AX \
+	DECQ         CX \
+	JZ           done \
+	VMOVUPS      X5, (AX) \
+	ADDQ         BX, AX \
+	DECQ         CX \
+	JZ           done \
+	VMOVUPS      X6, (AX) \
+	ADDQ         BX, AX \
+	DECQ         CX \
+	JZ           done \
+	VMOVUPS      X7, (AX) \
+	ADDQ         BX, AX \
+	DECQ         CX \
+	JZ           done \
+	VEXTRACTF128 $1, Y4, (AX) \
+	ADDQ         BX, AX \
+	DECQ         CX \
+	JZ           done \
+	VEXTRACTF128 $1, Y5, (AX) \
+	ADDQ         BX, AX \
+	DECQ         CX \
+	JZ           done \
+	VEXTRACTF128 $1, Y6, (AX) \
+	ADDQ         BX, AX \
+	DECQ         CX \
+	JZ           done \
+	VEXTRACTF128 $1, Y7, (AX) \
+	ADDQ         BX, AX \
+	DECQ         CX \
+	JZ           done
+
+// func q8Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
+TEXT ·q8Tile8VNNI(SB), NOSPLIT, $0-64
+	TSETUP
+
+q8t8loop:
+	TPREFETCH
+	TCORR(2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1))
+	TEVEN(0, 2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1))
+	TODD(32, 6(SI), 6(SI)(R8*1), 6(SI)(R8*2), 6(SI)(R9*1))
+	TEVEN(64, 10(SI), 10(SI)(R8*1), 10(SI)(R8*2), 10(SI)(R9*1))
+	TODD(96, 14(SI), 14(SI)(R8*1), 14(SI)(R8*2), 14(SI)(R9*1))
+	TEVEN(128, 18(SI), 18(SI)(R8*1), 18(SI)(R8*2), 18(SI)(R9*1))
+	TODD(160, 22(SI), 22(SI)(R8*1), 22(SI)(R8*2), 22(SI)(R9*1))
+	TEVEN(192, 26(SI), 26(SI)(R8*1), 26(SI)(R8*2), 26(SI)(R9*1))
+	TODD(224, 30(SI), 30(SI)(R8*1), 30(SI)(R8*2), 30(SI)(R9*1))
+	TSCALES
+	ADDQ $34, SI
+	ADDQ $256, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  q8t8loop
+
+	TOUT
+	TSTORE8(q8t8done)
+
+q8t8done:
+	VZEROUPPER
+	RET
+
+// func q4Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
+TEXT ·q4Tile8VNNI(SB), NOSPLIT, $128-64
+	TSETUP
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Y16
+	MOVL         $0x08080808, AX
+	VPBROADCASTD AX, Y17
+
+q4t8loop:
+	TPREFETCH
+	Q4UNPACK(2(SI), (SP))
+	Q4UNPACK(2(SI)(R8*1), 32(SP))
+	Q4UNPACK(2(SI)(R8*2), 64(SP))
+	Q4UNPACK(2(SI)(R9*1), 96(SP))
+	TCORR((SP), 32(SP), 64(SP), 96(SP))
+	TEVEN(0, (SP), 32(SP), 64(SP), 96(SP))
+	TODD(32, 4(SP), 36(SP), 68(SP), 100(SP))
+	TEVEN(64, 8(SP), 40(SP), 72(SP), 104(SP))
+	TODD(96, 12(SP), 44(SP), 76(SP), 108(SP))
+	TEVEN(128, 16(SP), 48(SP), 80(SP), 112(SP))
+	TODD(160, 20(SP), 52(SP), 84(SP), 116(SP))
+	TEVEN(192, 24(SP), 56(SP), 88(SP), 120(SP))
+	TODD(224, 28(SP), 60(SP), 92(SP), 124(SP))
+	TSCALES
+	ADDQ $18, SI
+	ADDQ $256, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  q4t8loop
+
+	TOUT
+	TSTORE8(q4t8done)
+
+q4t8done:
+	VZEROUPPER
+	RET
+
+// The 4×16 kernels: two eight-row groups of activations (the second nb
+// tile blocks after the first) against the same four weight rows. Each
+// broadcast weight group and each block's correction then serves sixteen
+// rows instead of eight, which is what batches of 16 and more are short
+// of: there the tile kernel is compute-bound. Registers:
+//
+//	Y0-Y3   int32 sums of weight rows 0-3 for group A, lane l = row l
+//	Y4-Y7   the same for group B
+//	Y8-Y11  scratch for the corrections
+//	Y12-Y14 scratch
+//	Y15     bytes of 128
+//	Y16-Y19 float32 results of weight rows 0-3, group A
+//	Y20-Y23 the block's corrections 128·Σw of rows 0-3, in every lane
+//	Y24-Y25 scratch
+//	Y26-Y29 float32 results, group B
+//	Y30-Y31 the Q4_0 unpacking constants
+//
+// SI, R8, R9, CX as in the 4×8 kernels; DI is group A's current block and
+// DI+R12 group B's, DX group A's scales and DX+R11 group B's. With eight
+// chains of accumulators (four rows × two groups) there are enough
+// independent VPDPBUSDs in flight without splitting even and odd groups.
+
+// T16CORR leaves 128·Σw of the four weight blocks at a0-a3 in every lane
+// of Y20-Y23.
+#define T16CORR(a0, a1, a2, a3) \
+	VPXOR    Y8, Y8, Y8 \
+	VPXOR    Y9, Y9, Y9 \
+	VPXOR    Y10, Y10, Y10 \
+	VPXOR    Y11, Y11, Y11 \
+	VPDPBUSD a0, Y15, Y8 \
+	VPDPBUSD a1, Y15, Y9 \
+	VPDPBUSD a2, Y15, Y10 \
+	VPDPBUSD a3, Y15, Y11 \
+	VPHADDD  Y9, Y8, Y8 \
+	VPHADDD  Y11, Y10, Y10 \
+	VPHADDD  Y10, Y8, Y8 \
+	VPERMQ   $0x4e, Y8, Y9 \
+	VPADDD   Y9, Y8, Y8 \
+	VPSHUFD  $0x00, Y8, Y20 \
+	VPSHUFD  $0x55, Y8, Y21 \
+	VPSHUFD  $0xaa, Y8, Y22 \
+	VPSHUFD  $0xff, Y8, Y23
+
+// T16GROUP multiplies 4-byte group xo of the four weight blocks (at
+// a0-a3) by both activation groups.
+#define T16GROUP(xo, a0, a1, a2, a3) \
+	VMOVDQU      xo(DI), Y12 \
+	VMOVDQU      xo(DI)(R12*1), Y13 \
+	VPBROADCASTD a0, Y24 \
+	VPDPBUSD     Y24, Y12, Y0 \
+	VPDPBUSD     Y24, Y13, Y4 \
+	VPBROADCASTD a1, Y25 \
+	VPDPBUSD     Y25, Y12, Y1 \
+	VPDPBUSD     Y25, Y13, Y5 \
+	VPBROADCASTD a2, Y24 \
+	VPDPBUSD     Y24, Y12, Y2 \
+	VPDPBUSD     Y24, Y13, Y6 \
+	VPBROADCASTD a3, Y25 \
+	VPDPBUSD     Y25, Y12, Y3 \
+	VPDPBUSD     Y25, Y13, Y7
+
+// T16SCALE folds weight row j's block sums (A for group A, B for group B,
+// less the correction C) into its results FA and FB, scaled by d_w (the
+// F16 at d) times each row's scale (Y12 for group A, Y13 for group B).
+#define T16SCALE(A, B, C, FA, FB, d) \
+	VPBROADCASTW d, X14 \
+	VCVTPH2PS    X14, Y14 \
+	VMULPS       Y12, Y14, Y24 \
+	VMULPS       Y13, Y14, Y25 \
+	VPSUBD       C, A, A \
+	VCVTDQ2PS    A, A \
+	VFMADD231PS  Y24, A, FA \
+	VPXOR        A, A, A \
+	VPSUBD       C, B, B \
+	VCVTDQ2PS    B, B \
+	VFMADD231PS  Y25, B, FB \
+	VPXOR        B, B, B
+
+#define T16SCALES \
+	VMOVUPS (DX), Y12 \
+	VMOVUPS (DX)(R11*1), Y13 \
+	T16SCALE(Y0, Y4, Y20, Y16, Y26, (SI)) \
+	T16SCALE(Y1, Y5, Y21, Y17, Y27, (SI)(R8*1)) \
+	T16SCALE(Y2, Y6, Y22, Y18, Y28, (SI)(R8*2)) \
+	T16SCALE(Y3, Y7, Y23, Y19, Y29, (SI)(R9*1))
+
+// T16STORE stores both groups' results (group B's rows after group A's).
+#define T16STORE(done) \
+	TOUT \
+	VMOVAPS Y16, Y8 \
+	VMOVAPS Y17, Y9 \
+	VMOVAPS Y18, Y10 \
+	VMOVAPS Y19, Y11 \
+	TSTORE8(done) \
+	VMOVAPS Y26, Y8 \
+	VMOVAPS Y27, Y9 \
+	VMOVAPS Y28, Y10 \
+	VMOVAPS Y29, Y11 \
+	TSTORE8(done)
+
+// func q8Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
+TEXT ·q8Tile16VNNI(SB), NOSPLIT, $0-64
+	T16SETUP
+
+q8t16loop:
+	TPREFETCH
+	T16CORR(2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1))
+	T16GROUP(0, 2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1))
+	T16GROUP(32, 6(SI), 6(SI)(R8*1), 6(SI)(R8*2), 6(SI)(R9*1))
+	T16GROUP(64, 10(SI), 10(SI)(R8*1), 10(SI)(R8*2), 10(SI)(R9*1))
+	T16GROUP(96, 14(SI), 14(SI)(R8*1), 14(SI)(R8*2), 14(SI)(R9*1))
+	T16GROUP(128, 18(SI), 18(SI)(R8*1), 18(SI)(R8*2), 18(SI)(R9*1))
+	T16GROUP(160, 22(SI), 22(SI)(R8*1), 22(SI)(R8*2), 22(SI)(R9*1))
+	T16GROUP(192, 26(SI), 26(SI)(R8*1), 26(SI)(R8*2), 26(SI)(R9*1))
+	T16GROUP(224, 30(SI), 30(SI)(R8*1), 30(SI)(R8*2), 30(SI)(R9*1))
+	T16SCALES
+	ADDQ $34, SI
+	ADDQ $256, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  q8t16loop
+
+	T16STORE(q8t16done)
+
+q8t16done:
+	VZEROUPPER
+	RET
+
+// func q4Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
+TEXT ·q4Tile16VNNI(SB), NOSPLIT, $128-64
+	T16SETUP
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Y30
+	MOVL         $0x08080808, AX
+	VPBROADCASTD AX, Y31
+
+q4t16loop:
+	TPREFETCH
+	Q4UNPACKM(2(SI), (SP), Y30, Y31)
+	Q4UNPACKM(2(SI)(R8*1), 32(SP), Y30, Y31)
+	Q4UNPACKM(2(SI)(R8*2), 64(SP), Y30, Y31)
+	Q4UNPACKM(2(SI)(R9*1), 96(SP), Y30, Y31)
+	T16CORR((SP), 32(SP), 64(SP), 96(SP))
+	T16GROUP(0, (SP), 32(SP), 64(SP), 96(SP))
+	T16GROUP(32, 4(SP), 36(SP), 68(SP), 100(SP))
+	T16GROUP(64, 8(SP), 40(SP), 72(SP), 104(SP))
+	T16GROUP(96, 12(SP), 44(SP), 76(SP), 108(SP))
+	T16GROUP(128, 16(SP), 48(SP), 80(SP), 112(SP))
+	T16GROUP(160, 20(SP), 52(SP), 84(SP), 116(SP))
+	T16GROUP(192, 24(SP), 56(SP), 88(SP), 120(SP))
+	T16GROUP(224, 28(SP), 60(SP), 92(SP), 124(SP))
+	T16SCALES
+	ADDQ $18, SI
+	ADDQ $256, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  q4t16loop
+
+	T16STORE(q4t16done)
+
+q4t16done:
+	VZEROUPPER
 	RET

@@ -247,11 +247,29 @@ func (t *matmulTask) runTiles(wk, lo, hi int) {
 	out := t.dst.f32
 	o := &t.b.scratch[wk].o32
 	rb := t.w.rowBytes
+	store := tileStoreKernel(t.w.dt)
 	// xTile rows at a time, so their tiles stay in cache while the
 	// chunk's weight rows stream past.
 	for r0 := 0; r0 < n; r0 += xTile {
 		r1 := min(n, r0+xTile)
 		for j := lo; j < hi; j += tileW {
+			if j+tileW <= hi && store != nil {
+				// A whole tile of weight rows: the kernel stores its
+				// results, two row groups at a time while there are
+				// more than eight rows left.
+				w := t.w.raw[j*rb : j*rb+tileW*rb]
+				for g := r0; g < r1; {
+					groups := 1
+					if r1-g > tileRows {
+						groups = 2
+					}
+					gi := g / tileRows
+					nrows := min(groups*tileRows, r1-g)
+					store(w, rb, t.xp[gi*nb*tileBlock:], t.xd[gi*nb*tileRows:], nb, groups, out[g*m+j:], m, nrows)
+					g += groups * tileRows
+				}
+				continue
+			}
 			rows, stride := tileW, rb
 			if j+tileW > hi {
 				// A partial tile of weight rows: each row alone, as

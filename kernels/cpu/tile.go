@@ -41,7 +41,31 @@ var (
 	// row l of an eight-row activation tile of nb blocks (xp, xd in the
 	// tile layout). Nil means MatMul uses the x4 kernels instead.
 	q8Tile, q4Tile func(w []byte, stride int, xp []byte, xd []float32, nb int, out *[tileOut]float32)
+
+	// q8TileStore and q4TileStore, when not nil, compute four weight rows
+	// (stride bytes apart) against groups (1 or 2) consecutive eight-row
+	// activation tiles and store activation row l's four results at
+	// out[l·ostride:l·ostride+4], for l < nrows.
+	q8TileStore, q4TileStore tileStoreFunc
 )
+
+type tileStoreFunc func(w []byte, stride int, xp []byte, xd []float32, nb, groups int, out []float32, ostride, nrows int)
+
+// tileStoreGo is the reference for the store kernels, built on tile.
+func tileStoreGo(tile func([]byte, int, []byte, []float32, int, *[tileOut]float32)) tileStoreFunc {
+	return func(w []byte, stride int, xp []byte, xd []float32, nb, groups int, out []float32, ostride, nrows int) {
+		var o [tileOut]float32
+		for g := range groups {
+			tile(w, stride, xp[g*nb*tileBlock:], xd[g*nb*tileRows:], nb, &o)
+			for l := range min(tileRows, nrows-g*tileRows) {
+				r := out[(g*tileRows+l)*ostride:]
+				for c := range tileW {
+					r[c] = o[c*tileRows+l]
+				}
+			}
+		}
+	}
+}
 
 // quantTile quantizes row r of x (r may be past the last row, for padding)
 // into the tile layout: xp and xd are the row's group's slices, tmp and td
@@ -139,13 +163,27 @@ const (
 // is running.
 func useTiles(mode tileMode) bool {
 	q8Tile, q4Tile = nil, nil
+	q8TileStore, q4TileStore = nil, nil
 	switch {
 	case mode == tilesGo:
 		q8Tile, q4Tile = q8TileGo, q4TileGo
+		q8TileStore, q4TileStore = tileStoreGo(q8TileGo), tileStoreGo(q4TileGo)
 	case mode == tilesAsm && haveVNNI:
 		setVNNI()
 	}
 	return q8Tile != nil
+}
+
+// tileStoreKernel returns the storing tiled kernel for weight type dt, or
+// nil.
+func tileStoreKernel(dt kernels.DType) tileStoreFunc {
+	switch dt {
+	case kernels.Q8_0:
+		return q8TileStore
+	case kernels.Q4_0:
+		return q4TileStore
+	}
+	return nil
 }
 
 // tileKernel returns the tiled kernel for weight type dt, or nil.

@@ -84,3 +84,54 @@ func TestRowKernelsAsm(t *testing.T) {
 		}
 	}
 }
+
+// TestTileStoreKernels checks the storing VNNI kernels (one and two row
+// groups, every count of rows to store) against the VNNI kernel that
+// TestTileKernels checks, bit for bit (the same operations in the same
+// order), and that nothing outside the stored rows and columns changes.
+func TestTileStoreKernels(t *testing.T) {
+	initTables()
+	defer useAsm(true)
+	if !useTiles(tilesAsm) {
+		t.Skip("no VNNI tile kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
+		asm, ref := tileStoreKernel(dt), tileStoreGo(tileKernel(dt))
+		for _, nb := range []int{1, 2, 5, 24} {
+			rb := nb * dt.BlockBytes()
+			stride := rb + 5
+			w := make([]byte, 3*stride+rb)
+			for j := range tileW {
+				copy(w[j*stride:], randBlocks(r, dt, nb, nb == 2))
+			}
+			xp, xd := make([]byte, 2*nb*tileBlock), make([]float32, 2*nb*tileRows)
+			for g := range 2 {
+				for l := range tileRows {
+					q, d := make([]int8, nb*32), make([]float32, nb)
+					for i := range q {
+						q[i] = int8(r.IntN(255) - 127)
+					}
+					for i := range d {
+						d[i] = r.Float32() * 0.02
+					}
+					spreadTile(xp[g*nb*tileBlock:], xd[g*nb*tileRows:], l, q, d)
+				}
+			}
+			const ostride = 7
+			for groups := 1; groups <= 2; groups++ {
+				for nrows := 1; nrows <= groups*tileRows; nrows++ {
+					have, want := make([]float32, 16*ostride), make([]float32, 16*ostride)
+					for i := range have {
+						have[i], want[i] = -1, -1
+					}
+					asm(w, stride, xp, xd, nb, groups, have, ostride, nrows)
+					ref(w, stride, xp, xd, nb, groups, want, ostride, nrows)
+					if !slices.Equal(have, want) {
+						t.Fatalf("%v nb=%d groups=%d nrows=%d:\nhave %v\nwant %v", dt, nb, groups, nrows, have, want)
+					}
+				}
+			}
+		}
+	}
+}
