@@ -161,9 +161,11 @@ func BenchmarkQuantKernels(b *testing.B) {
 	for i := range xq {
 		xq[i] = int8(r.IntN(255) - 127)
 	}
-	xp, xdt := make([]byte, nb*tileBlock), make([]float32, nb*tileRows)
-	for l := range tileRows {
-		spreadTile(xp, xdt, l, xq[l*nb*32:(l+1)*nb*32], xd[l*nb:(l+1)*nb])
+	xp, xdt := make([]byte, 2*nb*tileBlock), make([]float32, 2*nb*tileRows)
+	for g := range 2 {
+		for l := range tileRows {
+			spreadTile(xp[g*nb*tileBlock:], xdt[g*nb*tileRows:], l, xq[l*nb*32:(l+1)*nb*32], xd[l*nb:(l+1)*nb])
+		}
 	}
 	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
 		w := randBlocks(r, dt, 4*nb, false)
@@ -188,6 +190,17 @@ func BenchmarkQuantKernels(b *testing.B) {
 					tk(w, rb, xp, xdt, nb, &o)
 				}
 			})
+		}
+		if st := tileStoreKernel(dt); st != nil {
+			out := make([]float32, 16*tileW)
+			for groups := 1; groups <= 2; groups++ {
+				b.Run(fmt.Sprintf("%v/store%d", dt, groups*tileRows), func(b *testing.B) {
+					for b.Loop() {
+						st(w, rb, xp, xdt, nb, groups, out, tileW, groups*tileRows)
+					}
+					b.ReportMetric(float64(b.N)*float64(groups*tileRows*tileW*nb*32)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+				})
+			}
 		}
 	}
 }
