@@ -183,14 +183,6 @@ func BenchmarkQuantKernels(b *testing.B) {
 				}
 			}
 		})
-		if tk := tileKernel(dt); tk != nil {
-			b.Run(fmt.Sprintf("%v/tile", dt), func(b *testing.B) {
-				var o [tileOut]float32
-				for b.Loop() {
-					tk(w, rb, xp, xdt, nb, &o)
-				}
-			})
-		}
 		if st := tileStoreKernel(dt); st != nil {
 			out := make([]float32, 16*tileW)
 			for groups := 1; groups <= 2; groups++ {

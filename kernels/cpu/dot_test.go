@@ -191,7 +191,8 @@ func TestExpf(t *testing.T) {
 }
 
 // TestTileKernels checks the Go tile kernels against the one-row Go kernels,
-// and the VNNI ones (where the CPU has them) against the Go tile kernels.
+// and the VNNI ones (where the CPU has them, as a single row group) against
+// the Go tile kernels.
 func TestTileKernels(t *testing.T) {
 	initTables()
 	defer useAsm(true)
@@ -200,11 +201,10 @@ func TestTileKernels(t *testing.T) {
 		dt     kernels.DType
 		one    func([]byte, []int8, []float32) float32
 		tileGo func([]byte, int, []byte, []float32, int, *[tileOut]float32)
-		asm    func() func([]byte, int, []byte, []float32, int, *[tileOut]float32)
 	}
 	ks := []kern{
-		{kernels.Q8_0, dotQ8Go, q8TileGo, func() func([]byte, int, []byte, []float32, int, *[tileOut]float32) { return q8Tile }},
-		{kernels.Q4_0, dotQ4Go, q4TileGo, func() func([]byte, int, []byte, []float32, int, *[tileOut]float32) { return q4Tile }},
+		{kernels.Q8_0, dotQ8Go, q8TileGo},
+		{kernels.Q4_0, dotQ4Go, q4TileGo},
 	}
 	for _, k := range ks {
 		for _, nb := range []int{0, 1, 2, 3, 5, 24, 97} {
@@ -248,15 +248,22 @@ func TestTileKernels(t *testing.T) {
 					have := [tileOut]float32{9}
 					k.tileGo(w, stride, xp, xd, nb, &have)
 					check("go", &have)
-					if useTiles(tilesAsm) {
-						have = [tileOut]float32{9}
-						k.asm()(w, stride, xp, xd, nb, &have)
+					if nb > 0 && useTiles(tilesAsm) {
+						// The store kernels write row l's four results
+						// at out[4l:4l+4]; check wants out[8j+l].
+						var st [tileOut]float32
+						tileStoreKernel(k.dt)(w, stride, xp, xd, nb, 1, st[:], tileW, tileRows)
+						for l := range tileRows {
+							for j := range tileW {
+								have[j*tileRows+l] = st[l*tileW+j]
+							}
+						}
 						check("vnni", &have)
 						// Stride 0: one row, as all four.
-						k.asm()(w[:rb], 0, xp, xd, nb, &have)
-						for i := range have {
-							if want0 := want[i%tileRows]; !closeTo(have[i], want0, mag) {
-								t.Errorf("stride 0: out[%d]: have %g; want %g", i, have[i], want0)
+						tileStoreKernel(k.dt)(w[:rb], 0, xp, xd, nb, 1, st[:], tileW, tileRows)
+						for i, v := range st {
+							if want0 := want[i/tileW]; !closeTo(v, want0, mag) {
+								t.Errorf("stride 0: out[%d]: have %g; want %g", i, v, want0)
 							}
 						}
 					}

@@ -4,7 +4,7 @@
 
 // The tiled AVX-512 VNNI kernels behind dot_vnni_amd64.go; tile.go
 // describes the activation layout (u = x+128, eight rows interleaved by
-// 4-byte group). Registers:
+// 4-byte group). Registers of the 4×8 kernels:
 //
 //	Y0-Y3   int32 Σu·w of weight rows 0-3 for the current block, lane l = row l
 //	Y4-Y7   the blocks' corrections 128·Σw
@@ -121,13 +121,30 @@
 	INCL         AX \
 	VPBROADCASTD AX, Y21
 
-#define TSTORE \
-	MOVQ    out+40(FP), AX \
-	VMOVUPS Y8, (AX) \
-	VMOVUPS Y9, 32(AX) \
-	VMOVUPS Y10, 64(AX) \
-	VMOVUPS Y11, 96(AX) \
-	VZEROUPPER
+// Q8GROUPS runs a block's eight 4-byte groups through EVEN and ODD (the
+// group macros of a kernel) for four Q8_0 weight rows in place: a block's
+// values start after its 2-byte scale.
+#define Q8GROUPS(EVEN, ODD) \
+	EVEN(0, 2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1)) \
+	ODD(32, 6(SI), 6(SI)(R8*1), 6(SI)(R8*2), 6(SI)(R9*1)) \
+	EVEN(64, 10(SI), 10(SI)(R8*1), 10(SI)(R8*2), 10(SI)(R9*1)) \
+	ODD(96, 14(SI), 14(SI)(R8*1), 14(SI)(R8*2), 14(SI)(R9*1)) \
+	EVEN(128, 18(SI), 18(SI)(R8*1), 18(SI)(R8*2), 18(SI)(R9*1)) \
+	ODD(160, 22(SI), 22(SI)(R8*1), 22(SI)(R8*2), 22(SI)(R9*1)) \
+	EVEN(192, 26(SI), 26(SI)(R8*1), 26(SI)(R8*2), 26(SI)(R9*1)) \
+	ODD(224, 30(SI), 30(SI)(R8*1), 30(SI)(R8*2), 30(SI)(R9*1))
+
+// Q4GROUPS is Q8GROUPS for Q4_0 rows unpacked into the frame, 32 bytes a
+// row.
+#define Q4GROUPS(EVEN, ODD) \
+	EVEN(0, (SP), 32(SP), 64(SP), 96(SP)) \
+	ODD(32, 4(SP), 36(SP), 68(SP), 100(SP)) \
+	EVEN(64, 8(SP), 40(SP), 72(SP), 104(SP)) \
+	ODD(96, 12(SP), 44(SP), 76(SP), 108(SP)) \
+	EVEN(128, 16(SP), 48(SP), 80(SP), 112(SP)) \
+	ODD(160, 20(SP), 52(SP), 84(SP), 116(SP)) \
+	EVEN(192, 24(SP), 56(SP), 88(SP), 120(SP)) \
+	ODD(224, 28(SP), 60(SP), 92(SP), 124(SP))
 
 // TOUT loads the storing kernels' output arguments for TSTORE8.
 #define TOUT \
@@ -167,31 +184,6 @@
 	MOVL         $0x80808080, AX \
 	VPBROADCASTD AX, Y15
 
-// func q8TileVNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *[32]float32)
-TEXT ·q8TileVNNI(SB), NOSPLIT, $0-48
-	TSETUP
-
-q8tloop:
-	TPREFETCH
-	TCORR(2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1))
-	TEVEN(0, 2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1))
-	TODD(32, 6(SI), 6(SI)(R8*1), 6(SI)(R8*2), 6(SI)(R9*1))
-	TEVEN(64, 10(SI), 10(SI)(R8*1), 10(SI)(R8*2), 10(SI)(R9*1))
-	TODD(96, 14(SI), 14(SI)(R8*1), 14(SI)(R8*2), 14(SI)(R9*1))
-	TEVEN(128, 18(SI), 18(SI)(R8*1), 18(SI)(R8*2), 18(SI)(R9*1))
-	TODD(160, 22(SI), 22(SI)(R8*1), 22(SI)(R8*2), 22(SI)(R9*1))
-	TEVEN(192, 26(SI), 26(SI)(R8*1), 26(SI)(R8*2), 26(SI)(R9*1))
-	TODD(224, 30(SI), 30(SI)(R8*1), 30(SI)(R8*2), 30(SI)(R9*1))
-	TSCALES
-	ADDQ $34, SI
-	ADDQ $256, DI
-	ADDQ $32, DX
-	DECQ CX
-	JNZ  q8tloop
-
-	TSTORE
-	RET
-
 // Q4UNPACK writes the Q4_0 block at q (16 bytes of nibble pairs) as 32
 // signed bytes (nibble − 8) at dst: low nibbles are elements 0-15, high
 // ones 16-31. M holds bytes of 0x0F, E bytes of 8.
@@ -205,44 +197,10 @@ q8tloop:
 
 #define Q4UNPACK(q, dst) Q4UNPACKM(q, dst, Y16, Y17)
 
-// func q4TileVNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *[32]float32)
-// The four rows' blocks are unpacked into the frame (32 bytes a row), from
-// where they are read like Q8_0 blocks.
-TEXT ·q4TileVNNI(SB), NOSPLIT, $128-48
-	TSETUP
-	MOVL         $0x0f0f0f0f, AX
-	VPBROADCASTD AX, Y16
-	MOVL         $0x08080808, AX
-	VPBROADCASTD AX, Y17
 
-q4tloop:
-	TPREFETCH
-	Q4UNPACK(2(SI), (SP))
-	Q4UNPACK(2(SI)(R8*1), 32(SP))
-	Q4UNPACK(2(SI)(R8*2), 64(SP))
-	Q4UNPACK(2(SI)(R9*1), 96(SP))
-	TCORR((SP), 32(SP), 64(SP), 96(SP))
-	TEVEN(0, (SP), 32(SP), 64(SP), 96(SP))
-	TODD(32, 4(SP), 36(SP), 68(SP), 100(SP))
-	TEVEN(64, 8(SP), 40(SP), 72(SP), 104(SP))
-	TODD(96, 12(SP), 44(SP), 76(SP), 108(SP))
-	TEVEN(128, 16(SP), 48(SP), 80(SP), 112(SP))
-	TODD(160, 20(SP), 52(SP), 84(SP), 116(SP))
-	TEVEN(192, 24(SP), 56(SP), 88(SP), 120(SP))
-	TODD(224, 28(SP), 60(SP), 92(SP), 124(SP))
-	TSCALES
-	ADDQ $18, SI
-	ADDQ $256, DI
-	ADDQ $32, DX
-	DECQ CX
-	JNZ  q4tloop
-
-	TSTORE
-	RET
-
-// The kernels below store their results straight into the output matrix,
-// which saves MatMul a Go loop scattering 32 floats per call. They take
-// out (activation row 0, weight row 0 of the tile), ostride (floats between
+// The kernels store their results straight into the output matrix, which
+// saves MatMul a Go loop scattering 32 floats per call. They take out
+// (activation row 0, weight row 0 of the tile), ostride (floats between
 // output rows) and nrows (activation rows to store; the tile's padding
 // rows are not stored).
 
@@ -298,14 +256,7 @@ TEXT ·q8Tile8VNNI(SB), NOSPLIT, $0-64
 q8t8loop:
 	TPREFETCH
 	TCORR(2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1))
-	TEVEN(0, 2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1))
-	TODD(32, 6(SI), 6(SI)(R8*1), 6(SI)(R8*2), 6(SI)(R9*1))
-	TEVEN(64, 10(SI), 10(SI)(R8*1), 10(SI)(R8*2), 10(SI)(R9*1))
-	TODD(96, 14(SI), 14(SI)(R8*1), 14(SI)(R8*2), 14(SI)(R9*1))
-	TEVEN(128, 18(SI), 18(SI)(R8*1), 18(SI)(R8*2), 18(SI)(R9*1))
-	TODD(160, 22(SI), 22(SI)(R8*1), 22(SI)(R8*2), 22(SI)(R9*1))
-	TEVEN(192, 26(SI), 26(SI)(R8*1), 26(SI)(R8*2), 26(SI)(R9*1))
-	TODD(224, 30(SI), 30(SI)(R8*1), 30(SI)(R8*2), 30(SI)(R9*1))
+	Q8GROUPS(TEVEN, TODD)
 	TSCALES
 	ADDQ $34, SI
 	ADDQ $256, DI
@@ -335,14 +286,7 @@ q4t8loop:
 	Q4UNPACK(2(SI)(R8*2), 64(SP))
 	Q4UNPACK(2(SI)(R9*1), 96(SP))
 	TCORR((SP), 32(SP), 64(SP), 96(SP))
-	TEVEN(0, (SP), 32(SP), 64(SP), 96(SP))
-	TODD(32, 4(SP), 36(SP), 68(SP), 100(SP))
-	TEVEN(64, 8(SP), 40(SP), 72(SP), 104(SP))
-	TODD(96, 12(SP), 44(SP), 76(SP), 108(SP))
-	TEVEN(128, 16(SP), 48(SP), 80(SP), 112(SP))
-	TODD(160, 20(SP), 52(SP), 84(SP), 116(SP))
-	TEVEN(192, 24(SP), 56(SP), 88(SP), 120(SP))
-	TODD(224, 28(SP), 60(SP), 92(SP), 124(SP))
+	Q4GROUPS(TEVEN, TODD)
 	TSCALES
 	ADDQ $18, SI
 	ADDQ $256, DI
@@ -464,14 +408,7 @@ TEXT ·q8Tile16VNNI(SB), NOSPLIT, $0-64
 q8t16loop:
 	TPREFETCH
 	T16CORR(2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1))
-	T16GROUP(0, 2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1))
-	T16GROUP(32, 6(SI), 6(SI)(R8*1), 6(SI)(R8*2), 6(SI)(R9*1))
-	T16GROUP(64, 10(SI), 10(SI)(R8*1), 10(SI)(R8*2), 10(SI)(R9*1))
-	T16GROUP(96, 14(SI), 14(SI)(R8*1), 14(SI)(R8*2), 14(SI)(R9*1))
-	T16GROUP(128, 18(SI), 18(SI)(R8*1), 18(SI)(R8*2), 18(SI)(R9*1))
-	T16GROUP(160, 22(SI), 22(SI)(R8*1), 22(SI)(R8*2), 22(SI)(R9*1))
-	T16GROUP(192, 26(SI), 26(SI)(R8*1), 26(SI)(R8*2), 26(SI)(R9*1))
-	T16GROUP(224, 30(SI), 30(SI)(R8*1), 30(SI)(R8*2), 30(SI)(R9*1))
+	Q8GROUPS(T16GROUP, T16GROUP)
 	T16SCALES
 	ADDQ $34, SI
 	ADDQ $256, DI
@@ -500,14 +437,7 @@ q4t16loop:
 	Q4UNPACKM(2(SI)(R8*2), 64(SP), Y30, Y31)
 	Q4UNPACKM(2(SI)(R9*1), 96(SP), Y30, Y31)
 	T16CORR((SP), 32(SP), 64(SP), 96(SP))
-	T16GROUP(0, (SP), 32(SP), 64(SP), 96(SP))
-	T16GROUP(32, 4(SP), 36(SP), 68(SP), 100(SP))
-	T16GROUP(64, 8(SP), 40(SP), 72(SP), 104(SP))
-	T16GROUP(96, 12(SP), 44(SP), 76(SP), 108(SP))
-	T16GROUP(128, 16(SP), 48(SP), 80(SP), 112(SP))
-	T16GROUP(160, 20(SP), 52(SP), 84(SP), 116(SP))
-	T16GROUP(192, 24(SP), 56(SP), 88(SP), 120(SP))
-	T16GROUP(224, 28(SP), 60(SP), 92(SP), 124(SP))
+	Q4GROUPS(T16GROUP, T16GROUP)
 	T16SCALES
 	ADDQ $18, SI
 	ADDQ $256, DI

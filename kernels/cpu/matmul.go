@@ -34,7 +34,7 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 	}
 	t := &b.mm
 	*t = matmulTask{b: b, dst: d, x: xt, w: wt}
-	if tk := tileKernel(wt.dt); tk != nil && n >= tileMinRows {
+	if tk := tileStoreKernel(wt.dt); tk != nil && n >= tileMinRows {
 		t.tile = tk
 		t.xp, t.xd = b.tileInput(xt)
 		b.pool.run(t, m, b.tileGrain(n, m, k))
@@ -106,7 +106,7 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 	for i, w := range ws {
 		wt := tensor(w, "MatMulMany")
 		d := writable(dsts[i], "MatMulMany")
-		tiled = tiled && tileKernel(wt.dt) != nil && wt.dt == tensor(ws[0], "MatMulMany").dt &&
+		tiled = tiled && tileStoreKernel(wt.dt) != nil && wt.dt == tensor(ws[0], "MatMulMany").dt &&
 			wt.rows%tileW == 0 && wt.cols == xt.cols && d.rows == xt.rows && d.cols == wt.rows
 	}
 	if !tiled {
@@ -122,7 +122,7 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 	for i, w := range ws {
 		wt := tensor(w, "MatMulMany")
 		t.parts = append(t.parts, matmulTask{b: b, dst: writable(dsts[i], "MatMulMany"), x: xt, w: wt,
-			tile: tileKernel(wt.dt), xp: xp, xd: xd})
+			tile: tileStoreKernel(wt.dt), xp: xp, xd: xd})
 		t.start = append(t.start, total)
 		total += wt.rows
 	}
@@ -186,7 +186,7 @@ type matmulTask struct {
 	xd, xd4   []float32
 	// tile, when not nil, is the tiled kernel, and xp (with xd) the
 	// activations in its layout.
-	tile func([]byte, int, []byte, []float32, int, *[tileOut]float32)
+	tile tileStoreFunc
 	xp   []byte
 }
 
@@ -247,13 +247,12 @@ func (t *matmulTask) runTiles(wk, lo, hi int) {
 	out := t.dst.f32
 	o := &t.b.scratch[wk].o32
 	rb := t.w.rowBytes
-	store := tileStoreKernel(t.w.dt)
 	// xTile rows at a time, so their tiles stay in cache while the
 	// chunk's weight rows stream past.
 	for r0 := 0; r0 < n; r0 += xTile {
 		r1 := min(n, r0+xTile)
 		for j := lo; j < hi; j += tileW {
-			if j+tileW <= hi && store != nil {
+			if j+tileW <= hi {
 				// A whole tile of weight rows: the kernel stores its
 				// results, two row groups at a time while there are
 				// more than eight rows left.
@@ -265,26 +264,21 @@ func (t *matmulTask) runTiles(wk, lo, hi int) {
 					}
 					gi := g / tileRows
 					nrows := min(groups*tileRows, r1-g)
-					store(w, rb, t.xp[gi*nb*tileBlock:], t.xd[gi*nb*tileRows:], nb, groups, out[g*m+j:], m, nrows)
+					t.tile(w, rb, t.xp[gi*nb*tileBlock:], t.xd[gi*nb*tileRows:], nb, groups, out[g*m+j:], m, nrows)
 					g += groups * tileRows
 				}
 				continue
 			}
-			rows, stride := tileW, rb
-			if j+tileW > hi {
-				// A partial tile of weight rows: each row alone, as
-				// all four (stride 0), so nothing past hi is read.
-				rows, stride = 1, 0
-			}
-			for jj := j; jj < min(j+tileW, hi); jj += rows {
-				w := t.w.raw[jj*rb : jj*rb+(rows-1)*stride+rb]
+			// A partial tile of weight rows: each row alone, as all four
+			// (stride 0), so nothing past hi is read, into scratch.
+			for jj := j; jj < hi; jj++ {
+				w := t.w.raw[jj*rb : jj*rb+rb]
 				for g := r0; g < r1; g += tileRows {
 					gi := g / tileRows
-					t.tile(w, stride, t.xp[gi*nb*tileBlock:(gi+1)*nb*tileBlock], t.xd[gi*nb*tileRows:(gi+1)*nb*tileRows], nb, o)
-					for l := range min(tileRows, n-g) {
-						for c := range rows {
-							out[(g+l)*m+jj+c] = o[c*tileRows+l]
-						}
+					nrows := min(tileRows, r1-g)
+					t.tile(w, 0, t.xp[gi*nb*tileBlock:], t.xd[gi*nb*tileRows:], nb, 1, o[:], tileW, nrows)
+					for l := range nrows {
+						out[(g+l)*m+jj] = o[l*tileW]
 					}
 				}
 			}

@@ -35,23 +35,18 @@ const (
 // below it, padding the tile to eight rows wastes more than it saves.
 const tileMinRows = 4
 
-var (
-	// q8Tile and q4Tile, when not nil, compute out[8j+l] = the dot product
-	// of weight row j (the rows stride bytes apart, starting at w) with
-	// row l of an eight-row activation tile of nb blocks (xp, xd in the
-	// tile layout). Nil means MatMul uses the x4 kernels instead.
-	q8Tile, q4Tile func(w []byte, stride int, xp []byte, xd []float32, nb int, out *[tileOut]float32)
-
-	// q8TileStore and q4TileStore, when not nil, compute four weight rows
-	// (stride bytes apart) against groups (1 or 2) consecutive eight-row
-	// activation tiles and store activation row l's four results at
-	// out[l·ostride:l·ostride+4], for l < nrows.
-	q8TileStore, q4TileStore tileStoreFunc
-)
+// q8TileStore and q4TileStore, when not nil, compute four weight rows (the
+// rows stride bytes apart, starting at w) against groups (1 or 2)
+// consecutive eight-row activation tiles of nb blocks (xp, xd in the tile
+// layout) and store activation row l's four results at
+// out[l·ostride:l·ostride+4], for l < nrows. Nil means MatMul uses the x4
+// kernels instead.
+var q8TileStore, q4TileStore tileStoreFunc
 
 type tileStoreFunc func(w []byte, stride int, xp []byte, xd []float32, nb, groups int, out []float32, ostride, nrows int)
 
-// tileStoreGo is the reference for the store kernels, built on tile.
+// tileStoreGo is the reference for the store kernels, built on a Go tile
+// kernel.
 func tileStoreGo(tile func([]byte, int, []byte, []float32, int, *[tileOut]float32)) tileStoreFunc {
 	return func(w []byte, stride int, xp []byte, xd []float32, nb, groups int, out []float32, ostride, nrows int) {
 		var o [tileOut]float32
@@ -96,7 +91,9 @@ func spreadTile(xp []byte, xd []float32, l int, q []int8, d []float32) {
 	}
 }
 
-// q8TileGo is the reference for q8Tile.
+// q8TileGo sets out[8j+l] to the dot product of Q8_0 weight row j (the
+// rows stride bytes apart, starting at w) with row l of an eight-row
+// activation tile: the reference for q8TileStore.
 func q8TileGo(w []byte, stride int, xp []byte, xd []float32, nb int, out *[tileOut]float32) {
 	var s [tileOut]float32
 	for j := range tileW {
@@ -110,7 +107,7 @@ func q8TileGo(w []byte, stride int, xp []byte, xd []float32, nb int, out *[tileO
 	*out = s
 }
 
-// q4TileGo is the reference for q4Tile.
+// q4TileGo is q8TileGo for Q4_0 weights.
 func q4TileGo(w []byte, stride int, xp []byte, xd []float32, nb int, out *[tileOut]float32) {
 	var s [tileOut]float32
 	var v [32]byte
@@ -158,20 +155,18 @@ const (
 	tilesAsm                 // the VNNI tile kernels, where the CPU has them
 )
 
-// useTiles sets q8Tile and q4Tile for mode and reports whether tiled
+// useTiles sets q8TileStore and q4TileStore for mode and reports whether tiled
 // kernels are now in use. Like useAsm it must not be called while a backend
 // is running.
 func useTiles(mode tileMode) bool {
-	q8Tile, q4Tile = nil, nil
 	q8TileStore, q4TileStore = nil, nil
 	switch {
 	case mode == tilesGo:
-		q8Tile, q4Tile = q8TileGo, q4TileGo
 		q8TileStore, q4TileStore = tileStoreGo(q8TileGo), tileStoreGo(q4TileGo)
 	case mode == tilesAsm && haveVNNI:
 		setVNNI()
 	}
-	return q8Tile != nil
+	return q8TileStore != nil
 }
 
 // tileStoreKernel returns the storing tiled kernel for weight type dt, or
@@ -182,17 +177,6 @@ func tileStoreKernel(dt kernels.DType) tileStoreFunc {
 		return q8TileStore
 	case kernels.Q4_0:
 		return q4TileStore
-	}
-	return nil
-}
-
-// tileKernel returns the tiled kernel for weight type dt, or nil.
-func tileKernel(dt kernels.DType) func([]byte, int, []byte, []float32, int, *[tileOut]float32) {
-	switch dt {
-	case kernels.Q8_0:
-		return q8Tile
-	case kernels.Q4_0:
-		return q4Tile
 	}
 	return nil
 }
