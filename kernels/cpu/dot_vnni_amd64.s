@@ -195,7 +195,28 @@
 	VPSUBB      E, Y12, Y12 \
 	VMOVDQU     Y12, dst
 
-#define Q4UNPACK(q, dst) Q4UNPACKM(q, dst, Y16, Y17)
+// Q4UNPACKS unpacks the four weight rows' current blocks into the frame.
+#define Q4UNPACKS(M, E) \
+	Q4UNPACKM(2(SI), (SP), M, E) \
+	Q4UNPACKM(2(SI)(R8*1), 32(SP), M, E) \
+	Q4UNPACKM(2(SI)(R8*2), 64(SP), M, E) \
+	Q4UNPACKM(2(SI)(R9*1), 96(SP), M, E)
+
+// Q4CONSTS loads Q4UNPACKM's constants into M and E.
+#define Q4CONSTS(M, E) \
+	MOVL         $0x0f0f0f0f, AX \
+	VPBROADCASTD AX, M \
+	MOVL         $0x08080808, AX \
+	VPBROADCASTD AX, E
+
+// TNEXT moves to the next block (rb bytes a weight block) and loops to
+// label while blocks are left.
+#define TNEXT(rb, label) \
+	ADDQ rb, SI \
+	ADDQ $256, DI \
+	ADDQ $32, DX \
+	DECQ CX \
+	JNZ  label
 
 
 // The kernels store their results straight into the output matrix, which
@@ -258,11 +279,7 @@ q8t8loop:
 	TCORR(2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1))
 	Q8GROUPS(TEVEN, TODD)
 	TSCALES
-	ADDQ $34, SI
-	ADDQ $256, DI
-	ADDQ $32, DX
-	DECQ CX
-	JNZ  q8t8loop
+	TNEXT($34, q8t8loop)
 
 	TOUT
 	TSTORE8(q8t8done)
@@ -274,25 +291,15 @@ q8t8done:
 // func q4Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
 TEXT ·q4Tile8VNNI(SB), NOSPLIT, $128-64
 	TSETUP
-	MOVL         $0x0f0f0f0f, AX
-	VPBROADCASTD AX, Y16
-	MOVL         $0x08080808, AX
-	VPBROADCASTD AX, Y17
+	Q4CONSTS(Y16, Y17)
 
 q4t8loop:
 	TPREFETCH
-	Q4UNPACK(2(SI), (SP))
-	Q4UNPACK(2(SI)(R8*1), 32(SP))
-	Q4UNPACK(2(SI)(R8*2), 64(SP))
-	Q4UNPACK(2(SI)(R9*1), 96(SP))
+	Q4UNPACKS(Y16, Y17)
 	TCORR((SP), 32(SP), 64(SP), 96(SP))
 	Q4GROUPS(TEVEN, TODD)
 	TSCALES
-	ADDQ $18, SI
-	ADDQ $256, DI
-	ADDQ $32, DX
-	DECQ CX
-	JNZ  q4t8loop
+	TNEXT($18, q4t8loop)
 
 	TOUT
 	TSTORE8(q4t8done)
@@ -410,11 +417,7 @@ q8t16loop:
 	T16CORR(2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1))
 	Q8GROUPS(T16GROUP, T16GROUP)
 	T16SCALES
-	ADDQ $34, SI
-	ADDQ $256, DI
-	ADDQ $32, DX
-	DECQ CX
-	JNZ  q8t16loop
+	TNEXT($34, q8t16loop)
 
 	T16STORE(q8t16done)
 
@@ -425,25 +428,15 @@ q8t16done:
 // func q4Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
 TEXT ·q4Tile16VNNI(SB), NOSPLIT, $128-64
 	T16SETUP
-	MOVL         $0x0f0f0f0f, AX
-	VPBROADCASTD AX, Y30
-	MOVL         $0x08080808, AX
-	VPBROADCASTD AX, Y31
+	Q4CONSTS(Y30, Y31)
 
 q4t16loop:
 	TPREFETCH
-	Q4UNPACKM(2(SI), (SP), Y30, Y31)
-	Q4UNPACKM(2(SI)(R8*1), 32(SP), Y30, Y31)
-	Q4UNPACKM(2(SI)(R8*2), 64(SP), Y30, Y31)
-	Q4UNPACKM(2(SI)(R9*1), 96(SP), Y30, Y31)
+	Q4UNPACKS(Y30, Y31)
 	T16CORR((SP), 32(SP), 64(SP), 96(SP))
 	Q4GROUPS(T16GROUP, T16GROUP)
 	T16SCALES
-	ADDQ $18, SI
-	ADDQ $256, DI
-	ADDQ $32, DX
-	DECQ CX
-	JNZ  q4t16loop
+	TNEXT($18, q4t16loop)
 
 	T16STORE(q4t16done)
 
