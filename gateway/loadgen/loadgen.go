@@ -577,10 +577,13 @@ func (u *user) next(ctx context.Context, deadline time.Time) (gateway.ServerFram
 		if u.ws == nil {
 			return gateway.ServerFrame{}, net.ErrClosed
 		}
-		_ = u.ws.SetReadDeadline(deadline)
+		ws := u.ws
+		_ = ws.SetReadDeadline(deadline)
 		// context.AfterFunc moves the deadline to now when ctx ends; it is
-		// set after ours, or ctx.Err is already visible here.
-		stop := context.AfterFunc(ctx, func() { _ = u.ws.SetReadDeadline(time.Now()) })
+		// set after ours, or ctx.Err is already visible here. The func
+		// holds its own copy of the conn: it may still be running after
+		// stop, when close has cleared u.ws.
+		stop := context.AfterFunc(ctx, func() { _ = ws.SetReadDeadline(time.Now()) })
 		if ctx.Err() != nil {
 			stop()
 			return gateway.ServerFrame{}, ctx.Err()
