@@ -16,6 +16,7 @@ package kernels
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -129,6 +130,36 @@ type KVSpec struct {
 	Blocks, BlockSize int
 	// Width is the K (and V) row width: kv heads × head dim.
 	Width int
+	// DType is the element type K and V are stored as. The zero value,
+	// F32, stores StoreKV's rows exactly. F16 (llama.cpp's default KV
+	// type) halves the cache's memory and the bytes attention streams per
+	// position, rounding each value to the nearest half (ties to even;
+	// from ±65520 on it becomes ±Inf); attention still computes in F32.
+	// A backend's NewKV refuses a type it does not store: see SupportsKV.
+	DType DType
+}
+
+// BlockBytes is the memory one block takes: K and V of BlockSize slots in
+// every layer.
+func (s KVSpec) BlockBytes() int64 {
+	return int64(s.Layers) * 2 * int64(s.BlockSize) * int64(s.Width) * int64(s.DType.BlockBytes())
+}
+
+// KVTyper is an optional Backend interface for backends whose KV cache
+// stores element types other than F32: KVTypes lists the KVSpec.DType
+// values NewKV accepts. A backend without it stores F32 only.
+type KVTyper interface {
+	KVTypes() []DType
+}
+
+// SupportsKV reports whether b's NewKV accepts KVSpec.DType dt: F32
+// always, other types when b lists them (KVTyper).
+func SupportsKV(b Backend, dt DType) bool {
+	if dt == F32 {
+		return true
+	}
+	t, ok := b.(KVTyper)
+	return ok && slices.Contains(t.KVTypes(), dt)
 }
 
 // KVCache holds the keys and values of every layer in fixed-size blocks of
@@ -196,9 +227,11 @@ type Backend interface {
 	// position pos[r].
 	RoPE(x Tensor, pos []int32, p RoPE)
 
-	// NewKV allocates a zeroed paged KV cache.
+	// NewKV allocates a zeroed paged KV cache. It returns an error for a
+	// spec it cannot make, an element type it does not store among them.
 	NewKV(s KVSpec) (KVCache, error)
-	// StoreKV writes row r of k and v into slot slots[r] of layer.
+	// StoreKV writes row r of k and v into slot slots[r] of layer,
+	// converted to the cache's element type.
 	StoreKV(c KVCache, layer int, k, v Tensor, slots []int32)
 	// Attention computes, for each query row r of q (Heads × HeadDim
 	// wide), softmax(Scale · q·Kᵀ) · V over positions [0, Rows[r].Len) of
@@ -206,8 +239,8 @@ type Backend interface {
 	// h / (Heads/KVHeads). The result goes to dst (same shape as q).
 	Attention(dst, q Tensor, c KVCache, layer int, a Attn)
 	// CopyBlocks copies whole blocks (every layer, K and V) from src to
-	// dst; the two caches must share Layers, BlockSize and Width. It is how
-	// the prefix cache moves blocks between tiers.
+	// dst; the two caches must share Layers, BlockSize, Width and DType.
+	// It is how the prefix cache moves blocks between tiers.
 	CopyBlocks(dst, src KVCache, moves []BlockCopy)
 
 	// Close releases the backend's workers and memory.

@@ -8,28 +8,54 @@ import (
 )
 
 // KV is the CPU backend's paged KV cache. For each layer, K and V are one
-// slice each of Blocks·BlockSize slots of Width floats; slot s starts at
-// s·Width, so a block's slots are contiguous.
+// slice each of Blocks·BlockSize slots of Width elements; slot s starts at
+// s·Width, so a block's slots are contiguous. Elements are float32 (k, v)
+// or IEEE half bits (k16, v16), as the spec's DType says; the other pair is
+// nil.
 type KV struct {
-	spec kernels.KVSpec
-	k, v [][]float32
+	spec     kernels.KVSpec
+	k, v     [][]float32
+	k16, v16 [][]uint16
 }
 
-var _ kernels.KVCache = (*KV)(nil)
+var (
+	_ kernels.KVCache = (*KV)(nil)
+	_ kernels.KVTyper = (*Backend)(nil)
+)
 
 // Spec returns the cache's shape.
 func (c *KV) Spec() kernels.KVSpec { return c.spec }
+
+// f16 reports whether the cache stores halves.
+func (c *KV) f16() bool { return c.spec.DType == kernels.F16 }
+
+// KVTypes lists the element types NewKV stores: F16 costs a conversion in
+// StoreKV and one per element read (VCVTPH2PS, nearly free next to the
+// memory it saves), and halves what attention streams.
+func (b *Backend) KVTypes() []kernels.DType { return []kernels.DType{kernels.F32, kernels.F16} }
 
 // NewKV allocates a zeroed cache.
 func (b *Backend) NewKV(s kernels.KVSpec) (kernels.KVCache, error) {
 	if s.Layers <= 0 || s.Blocks <= 0 || s.BlockSize <= 0 || s.Width <= 0 {
 		return nil, fmt.Errorf("cpu: bad KV spec %+v", s)
 	}
+	if s.DType != kernels.F32 && s.DType != kernels.F16 {
+		return nil, fmt.Errorf("cpu: KV cache of %v elements: the cpu backend stores F32 and F16", s.DType)
+	}
 	n := s.Blocks * s.BlockSize * s.Width
 	if n/s.Width/s.BlockSize != s.Blocks {
 		return nil, fmt.Errorf("cpu: KV spec %+v overflows", s)
 	}
-	c := &KV{spec: s, k: make([][]float32, s.Layers), v: make([][]float32, s.Layers)}
+	c := &KV{spec: s}
+	if c.f16() {
+		c.k16, c.v16 = make([][]uint16, s.Layers), make([][]uint16, s.Layers)
+		for l := range s.Layers {
+			c.k16[l] = make([]uint16, n)
+			c.v16[l] = make([]uint16, n)
+		}
+		return c, nil
+	}
+	c.k, c.v = make([][]float32, s.Layers), make([][]float32, s.Layers)
 	for l := range s.Layers {
 		c.k[l] = make([]float32, n)
 		c.v[l] = make([]float32, n)
@@ -51,8 +77,21 @@ func (c *KV) layer(op string, l int) {
 	}
 }
 
-// StoreKV writes row r of k and v into slot slots[r] of layer. A negative
-// slot skips its row (a padding row).
+// copyElems copies n elements from offset src to offset dst of layer l's K
+// and V in c, from those of s (which may be c).
+func (c *KV) copyElems(l, dst int, s *KV, src, n int) {
+	if c.f16() {
+		copy(c.k16[l][dst:dst+n], s.k16[l][src:src+n])
+		copy(c.v16[l][dst:dst+n], s.v16[l][src:src+n])
+		return
+	}
+	copy(c.k[l][dst:dst+n], s.k[l][src:src+n])
+	copy(c.v[l][dst:dst+n], s.v[l][src:src+n])
+}
+
+// StoreKV writes row r of k and v into slot slots[r] of layer, rounded to
+// the nearest half (ties to even) in an F16 cache. A negative slot skips
+// its row (a padding row).
 func (b *Backend) StoreKV(c kernels.KVCache, layer int, k, v kernels.Tensor, slots []int32) {
 	b.live()
 	kv := kvCache(c, "StoreKV")
@@ -63,7 +102,6 @@ func (b *Backend) StoreKV(c kernels.KVCache, layer int, k, v kernels.Tensor, slo
 		panic(fmt.Sprintf("cpu: StoreKV: k %d×%d, v %d×%d for %d slots of width %d", kt.rows, kt.cols, vt.rows, vt.cols, len(slots), w))
 	}
 	nslots := kv.spec.Blocks * kv.spec.BlockSize
-	K, V := kv.k[layer], kv.v[layer]
 	for r, s := range slots {
 		if s < 0 {
 			continue
@@ -71,18 +109,25 @@ func (b *Backend) StoreKV(c kernels.KVCache, layer int, k, v kernels.Tensor, slo
 		if int(s) >= nslots {
 			panic(fmt.Sprintf("cpu: StoreKV: slot %d of %d", s, nslots))
 		}
-		copy(K[int(s)*w:(int(s)+1)*w], kt.row(r))
-		copy(V[int(s)*w:(int(s)+1)*w], vt.row(r))
+		o := int(s) * w
+		if kv.f16() {
+			f32ToF16Row(kv.k16[layer][o:o+w], kt.row(r))
+			f32ToF16Row(kv.v16[layer][o:o+w], vt.row(r))
+			continue
+		}
+		copy(kv.k[layer][o:o+w], kt.row(r))
+		copy(kv.v[layer][o:o+w], vt.row(r))
 	}
 }
 
 // CopyBlocks copies whole blocks, every layer, K and V, from src to dst
-// (which may be the same cache).
+// (which may be the same cache). The caches must store the same type: a
+// block moves between tiers unchanged.
 func (b *Backend) CopyBlocks(dst, src kernels.KVCache, moves []kernels.BlockCopy) {
 	b.live()
 	d, s := kvCache(dst, "CopyBlocks"), kvCache(src, "CopyBlocks")
 	ds, ss := d.spec, s.spec
-	if ds.Layers != ss.Layers || ds.BlockSize != ss.BlockSize || ds.Width != ss.Width {
+	if ds.Layers != ss.Layers || ds.BlockSize != ss.BlockSize || ds.Width != ss.Width || ds.DType != ss.DType {
 		panic(fmt.Sprintf("cpu: CopyBlocks between %+v and %+v", ss, ds))
 	}
 	bw := ds.BlockSize * ds.Width
@@ -90,10 +135,8 @@ func (b *Backend) CopyBlocks(dst, src kernels.KVCache, moves []kernels.BlockCopy
 		if m.Src < 0 || int(m.Src) >= ss.Blocks || m.Dst < 0 || int(m.Dst) >= ds.Blocks {
 			panic(fmt.Sprintf("cpu: CopyBlocks: block %d → %d, caches have %d and %d", m.Src, m.Dst, ss.Blocks, ds.Blocks))
 		}
-		so, do := int(m.Src)*bw, int(m.Dst)*bw
 		for l := range ds.Layers {
-			copy(d.k[l][do:do+bw], s.k[l][so:so+bw])
-			copy(d.v[l][do:do+bw], s.v[l][so:so+bw])
+			d.copyElems(l, int(m.Dst)*bw, s, int(m.Src)*bw, bw)
 		}
 	}
 }
@@ -164,7 +207,14 @@ func (b *Backend) Attention(dst, q kernels.Tensor, c kernels.KVCache, layer int,
 func (t *attnTask) run(wk, lo, hi int) {
 	a := &t.a
 	hd, bs, w := a.HeadDim, t.kv.spec.BlockSize, t.kv.spec.Width
-	K, V := t.kv.k[t.layer], t.kv.v[t.layer]
+	f16 := t.kv.f16()
+	var K, V []float32
+	var K16, V16 []uint16
+	if f16 {
+		K16, V16 = t.kv.k16[t.layer], t.kv.v16[t.layer]
+	} else {
+		K, V = t.kv.k[t.layer], t.kv.v[t.layer]
+	}
 	sc := &t.b.scratch[wk]
 	for item := lo; item < hi; item++ {
 		r, h0 := item/t.chunks, (item%t.chunks)*t.chunk
@@ -176,46 +226,60 @@ func (t *attnTask) run(wk, lo, hi int) {
 			clear(orow[h0*hd : (h0+nh)*hd])
 			continue
 		}
-		if cap(sc.att) < n*nh {
-			sc.att = make([]float32, n*nh+n*nh/2)
+		// s holds the scores, position-major (nh per position, so one
+		// call fills a position's scores for the whole chunk), padded
+		// with -Inf to whole stretches of 8 positions for softmaxPos; qs
+		// is the chunk's query times the scale, which also frees out to
+		// overwrite q (dst may be q).
+		np := (n + 7) &^ 7
+		need := np*nh + nh*hd + softmaxScratch(nh)
+		if cap(sc.att) < need {
+			sc.att = make([]float32, need+need/2)
 		}
-		// s holds n rows of nh scores, position-major, so one call
-		// fills a position's scores for the whole chunk.
-		s := sc.att[:n*nh]
-		q := qrow[h0*hd : (h0+nh)*hd]
+		s := sc.att[:np*nh]
+		qs := sc.att[np*nh : np*nh+nh*hd]
+		soft := sc.att[np*nh+nh*hd : need]
+		for i, x := range qrow[h0*hd : (h0+nh)*hd] {
+			qs[i] = x * t.scale
+		}
+		// A block's positions are consecutive slots: the F16 kernels take
+		// them in one call, the F32 ones one position at a time.
 		kv0 := (h0 / t.group) * hd
 		for p := 0; p < n; p += bs {
-			base := t.slot(row.Table[p/bs]) * w
-			for j := p; j < min(n, p+bs); j++ {
-				o := base + (j-p)*w + kv0
-				dotsF32(q, K[o:base+(j-p+1)*w], hd, t.group, s[j*nh:(j+1)*nh])
+			base, e := t.slot(row.Table[p/bs])*w, min(n, p+bs)
+			if f16 {
+				dotsF16(qs, K16[base+kv0:base+(e-p)*w], hd, t.group, w, s[p*nh:e*nh])
+				continue
+			}
+			for j := p; j < e; j++ {
+				o, end := base+(j-p)*w+kv0, base+(j-p+1)*w
+				dotsF32(qs, K[o:end], hd, t.group, s[j*nh:(j+1)*nh])
 			}
 		}
-		for i := range nh {
-			mx := float32(math.Inf(-1))
-			for j := range n {
-				mx = max(mx, s[j*nh+i])
-			}
-			var sum float32
-			for j := range n {
-				e := expf(t.scale * (s[j*nh+i] - mx))
-				s[j*nh+i] = e
-				sum += e
-			}
-			// Normalise the weights now, so the V pass is a plain sum.
-			inv := 1 / sum
-			for j := range n {
-				s[j*nh+i] *= inv
-			}
+		for i := n * nh; i < len(s); i++ {
+			s[i] = negInf
 		}
-		// q is no longer needed, so out may overwrite it (dst may be q).
+		_, sum := softmaxPos(s, nh, soft)
 		out := orow[h0*hd : (h0+nh)*hd]
 		clear(out)
 		for p := 0; p < n; p += bs {
-			base := t.slot(row.Table[p/bs]) * w
-			for j := p; j < min(n, p+bs); j++ {
-				o := base + (j-p)*w + kv0
-				axpysF32(out, s[j*nh:(j+1)*nh], V[o:base+(j-p+1)*w], hd, t.group)
+			base, e := t.slot(row.Table[p/bs])*w, min(n, p+bs)
+			if f16 {
+				axpysF16(out, s[p*nh:e*nh], V16[base+kv0:base+(e-p)*w], hd, t.group, w)
+				continue
+			}
+			for j := p; j < e; j++ {
+				o, end := base+(j-p)*w+kv0, base+(j-p+1)*w
+				axpysF32(out, s[j*nh:(j+1)*nh], V[o:end], hd, t.group)
+			}
+		}
+		// The weights were left unnormalised: dividing the nh·hd outputs
+		// by their head's sum is cheaper than dividing the n·nh weights.
+		for h := range nh {
+			inv := 1 / sum[h]
+			oh := out[h*hd : (h+1)*hd]
+			for i := range oh {
+				oh[i] *= inv
 			}
 		}
 	}

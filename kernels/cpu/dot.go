@@ -50,6 +50,7 @@ func useAsm(on bool) bool {
 	axpy, f16Row = axpyGo, f16RowGo
 	dotsF32, axpysF32 = dotsF32Go, axpysF32Go
 	useVecGo()
+	useAttnGo()
 	useTiles(tilesOff)
 	if on && haveAsm {
 		setAsm()

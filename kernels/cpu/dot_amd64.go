@@ -13,6 +13,7 @@ func setAsm() {
 	dotQ4, dotQ4x4 = dotQ4Asm, dotQ4x4Asm
 	axpy, f16Row = axpyAsm, f16RowAsm
 	dotsF32, axpysF32 = dotsF32Asm, axpysF32Asm
+	setAttnAsm()
 }
 
 //go:noescape

@@ -69,7 +69,6 @@ func (b *Backend) TreeAttention(dst, q kernels.Tensor, c kernels.KVCache, layer 
 func (t *treeTask) run(wk, lo, hi int) {
 	a := &t.a
 	hd, bs, w := a.HeadDim, t.kv.spec.BlockSize, t.kv.spec.Width
-	K, V := t.kv.k[t.layer], t.kv.v[t.layer]
 	sc := &t.b.scratch[wk]
 	for item := lo; item < hi; item++ {
 		r, h := item/a.Heads, item%a.Heads
@@ -80,64 +79,46 @@ func (t *treeTask) run(wk, lo, hi int) {
 			clear(out)
 			continue
 		}
-		// Scores of the prefix first, then of the tree slots; the query is
-		// copied out because out may alias it and the tree part is
-		// accumulated after the prefix part has been written.
-		need := n + m + 2*hd
+		// Scores of the prefix first, then of the tree slots, each padded
+		// with -Inf to whole stretches of 8 for softmaxPos; the query is
+		// copied out (times the scale) because out may alias it and the
+		// tree part is accumulated after the prefix part has been written.
+		n8, m8 := (n+7)&^7, (m+7)&^7
+		need := n8 + m8 + 2*hd + softmaxScratch(1)
 		if cap(sc.att) < need {
 			sc.att = make([]float32, need+need/2)
 		}
-		s := sc.att[:n+m]
-		q := sc.att[n+m : n+m+hd]
-		acc := sc.att[n+m+hd : need]
-		copy(q, t.q.row(r)[h*hd:(h+1)*hd])
+		s, ts := sc.att[:n8], sc.att[n8:n8+m8]
+		q := sc.att[n8+m8 : n8+m8+hd]
+		acc := sc.att[n8+m8+hd : n8+m8+2*hd]
+		soft := sc.att[n8+m8+2*hd : need]
+		for i, x := range t.q.row(r)[h*hd : (h+1)*hd] {
+			q[i] = x * t.scale
+		}
 		koff := (h / t.group) * hd
 
 		// Prefix part: max m1, sum z1, unnormalised output in out.
-		m1, z1 := float32(math.Inf(-1)), float32(0)
+		m1, z1 := negInf, float32(0)
 		clear(out)
 		if n > 0 {
 			for p := 0; p < n; p += bs {
-				base := t.slot(row.Table[p/bs]) * w
-				for j := p; j < min(n, p+bs); j++ {
-					o := base + (j-p)*w + koff
-					v := t.scale * dotF32(q, K[o:o+hd])
-					s[j] = v
-					m1 = max(m1, v)
-				}
+				t.dots(s[p:min(n, p+bs)], q, t.slot(row.Table[p/bs])*w+koff)
 			}
-			for j := range n {
-				e := expf(s[j] - m1)
-				s[j] = e
-				z1 += e
-			}
+			m1, z1 = t.softmax(s, n, soft)
 			for p := 0; p < n; p += bs {
-				base := t.slot(row.Table[p/bs]) * w
-				for j := p; j < min(n, p+bs); j++ {
-					o := base + (j-p)*w + koff
-					axpy(out, s[j], V[o:o+hd])
-				}
+				t.axpys(out, s[p:min(n, p+bs)], t.slot(row.Table[p/bs])*w+koff)
 			}
 		}
 		// Tree part: max m2, sum z2, unnormalised output in acc.
-		m2, z2 := float32(math.Inf(-1)), float32(0)
+		m2, z2 := negInf, float32(0)
 		clear(acc)
 		if m > 0 {
-			ts := s[n:]
 			for j, sl := range tr.Slots {
-				o := int(sl)*w + koff
-				v := t.scale * dotF32(q, K[o:o+hd])
-				ts[j] = v
-				m2 = max(m2, v)
+				t.dots(ts[j:j+1], q, int(sl)*w+koff)
 			}
-			for j := range ts {
-				e := expf(ts[j] - m2)
-				ts[j] = e
-				z2 += e
-			}
+			m2, z2 = t.softmax(ts, m, soft)
 			for j, sl := range tr.Slots {
-				o := int(sl)*w + koff
-				axpy(acc, ts[j], V[o:o+hd])
+				t.axpys(acc, ts[j:j+1], int(sl)*w+koff)
 			}
 		}
 		// Merge: rescale both parts to the common maximum. A part that
@@ -155,6 +136,44 @@ func (t *treeTask) run(wk, lo, hi int) {
 			out[i] = (out[i]*f1 + acc[i]*f2) * inv
 		}
 	}
+}
+
+// dots sets out[j] = q·k for the head-wide keys of len(out) consecutive
+// slots, the first at element o of the layer.
+func (t *treeTask) dots(out, q []float32, o int) {
+	hd, w := len(q), t.kv.spec.Width
+	if t.kv.f16() {
+		dotsF16(q, t.kv.k16[t.layer][o:o+(len(out)-1)*w+hd], hd, 1, w, out)
+		return
+	}
+	K := t.kv.k[t.layer]
+	for j := range out {
+		out[j] = dotF32(q, K[o+j*w:o+j*w+hd])
+	}
+}
+
+// axpys adds to y the head-wide values of len(a) consecutive slots, the
+// first at element o of the layer, weighted by a, in order.
+func (t *treeTask) axpys(y, a []float32, o int) {
+	hd, w := len(y), t.kv.spec.Width
+	if t.kv.f16() {
+		axpysF16(y, a, t.kv.v16[t.layer][o:o+(len(a)-1)*w+hd], hd, 1, w)
+		return
+	}
+	V := t.kv.v[t.layer]
+	for j, x := range a {
+		axpy(y, x, V[o+j*w:o+j*w+hd])
+	}
+}
+
+// softmax exponentiates the n scores of s (padded to len(s), a multiple of
+// 8, with -Inf) against their maximum, which it returns with the sum.
+func (t *treeTask) softmax(s []float32, n int, scratch []float32) (mx, sum float32) {
+	for i := n; i < len(s); i++ {
+		s[i] = negInf
+	}
+	m, z := softmaxPos(s, 1, scratch)
+	return m[0], z[0]
 }
 
 func (t *treeTask) slot(blk int32) int {
@@ -176,10 +195,8 @@ func (b *Backend) CopySlots(c kernels.KVCache, moves []kernels.SlotCopy) {
 		if m.Src == m.Dst {
 			continue
 		}
-		s, d := int(m.Src)*w, int(m.Dst)*w
 		for l := range kv.spec.Layers {
-			copy(kv.k[l][d:d+w], kv.k[l][s:s+w])
-			copy(kv.v[l][d:d+w], kv.v[l][s:s+w])
+			kv.copyElems(l, int(m.Dst)*w, kv, int(m.Src)*w, w)
 		}
 	}
 }

@@ -71,57 +71,62 @@ func TestTreeAttention(t *testing.T) {
 		{"mqa", 4, 1, 64, 8, []int32{0, 9, 64}, 1},
 		{"peaked", 2, 2, 32, 16, []int32{33, 3}, 200},
 	}
-	for _, threads := range []int{1, 2} {
-		for _, tc := range cases {
-			t.Run(fmt.Sprintf("%s/threads=%d", tc.name, threads), func(t *testing.T) {
-				b := open(t, threads)
-				r := rand.New(rand.NewPCG(21, uint64(threads)))
-				spec := kernels.KVSpec{Layers: 2, Blocks: 24, BlockSize: tc.bs, Width: tc.kvHeads * tc.hd}
-				kv := treeFixture(t, b, r, spec, 1)
-				nslots := spec.Blocks * spec.BlockSize
-				var a kernels.Attn
-				a.Heads, a.KVHeads, a.HeadDim = tc.heads, tc.kvHeads, tc.hd
-				var tree kernels.TreeMask
-				for _, pre := range tc.prefixes {
-					nb := (int(pre)+tc.bs-1)/tc.bs + 1
-					table := make([]int32, nb)
-					for i := range table {
-						table[i] = int32(r.IntN(spec.Blocks))
-					}
-					// A tree of 6 nodes: parents before children.
-					parent := []int{-1, 0, 0, 1, -1, 4}
-					tslots := make([]int32, len(parent))
-					for i := range tslots {
-						tslots[i] = int32(r.IntN(nslots))
-					}
-					for i := range parent {
-						var vis []int32
-						for j := i; j >= 0; j = parent[j] {
-							vis = append(vis, tslots[j])
+	for _, dt := range []kernels.DType{kernels.F32, kernels.F16} {
+		for _, threads := range []int{1, 2} {
+			for _, tc := range cases {
+				t.Run(fmt.Sprintf("%v/%s/threads=%d", dt, tc.name, threads), func(t *testing.T) {
+					b := open(t, threads)
+					r := rand.New(rand.NewPCG(21, uint64(threads)))
+					spec := kernels.KVSpec{Layers: 2, Blocks: 24, BlockSize: tc.bs, Width: tc.kvHeads * tc.hd, DType: dt}
+					kv := treeFixture(t, b, r, spec, 1)
+					nslots := spec.Blocks * spec.BlockSize
+					var a kernels.Attn
+					a.Heads, a.KVHeads, a.HeadDim = tc.heads, tc.kvHeads, tc.hd
+					var tree kernels.TreeMask
+					for _, pre := range tc.prefixes {
+						nb := (int(pre)+tc.bs-1)/tc.bs + 1
+						table := make([]int32, nb)
+						for i := range table {
+							table[i] = int32(r.IntN(spec.Blocks))
 						}
+						// A tree of 6 nodes: parents before children.
+						parent := []int{-1, 0, 0, 1, -1, 4}
+						tslots := make([]int32, len(parent))
+						for i := range tslots {
+							tslots[i] = int32(r.IntN(nslots))
+						}
+						for i := range parent {
+							var vis []int32
+							for j := i; j >= 0; j = parent[j] {
+								vis = append(vis, tslots[j])
+							}
+							a.Rows = append(a.Rows, kernels.AttnRow{Table: table, Len: 1})
+							tree.Rows = append(tree.Rows, kernels.TreeRow{Prefix: pre, Slots: vis})
+						}
+						// A plain row (no tree slots) and, when the prefix is
+						// empty, a row that sees nothing.
 						a.Rows = append(a.Rows, kernels.AttnRow{Table: table, Len: 1})
-						tree.Rows = append(tree.Rows, kernels.TreeRow{Prefix: pre, Slots: vis})
+						tree.Rows = append(tree.Rows, kernels.TreeRow{Prefix: pre})
 					}
-					// A plain row (no tree slots) and, when the prefix is
-					// empty, a row that sees nothing.
-					a.Rows = append(a.Rows, kernels.AttnRow{Table: table, Len: 1})
-					tree.Rows = append(tree.Rows, kernels.TreeRow{Prefix: pre})
-				}
-				qw := tc.heads * tc.hd
-				qs := randVals(r, len(a.Rows)*qw, tc.qscale)
-				q := b.Alloc(len(a.Rows), qw)
-				b.Upload(q, qs)
-				dst := b.Alloc(len(a.Rows), qw)
-				b.TreeAttention(dst, q, kv, 1, a, tree)
-				want := kernels.TreeAttentionRef(qs, kv.k[1], kv.v[1], tc.bs, a, tree)
-				have := make([]float32, len(qs))
-				b.Download(have, dst)
-				checkClose(t, "TreeAttention", have, want)
-				// In place (dst = q), as the model calls it.
-				b.TreeAttention(q, q, kv, 1, a, tree)
-				b.Download(have, q)
-				checkClose(t, "TreeAttention in place", have, want)
-			})
+					qw := tc.heads * tc.hd
+					qs := randVals(r, len(a.Rows)*qw, tc.qscale)
+					q := b.Alloc(len(a.Rows), qw)
+					b.Upload(q, qs)
+					dst := b.Alloc(len(a.Rows), qw)
+					b.TreeAttention(dst, q, kv, 1, a, tree)
+					// The reference reads the values the cache holds: rounded
+					// to halves in an F16 cache.
+					k1, v1 := kvLayer(kv, 1)
+					want := kernels.TreeAttentionRef(qs, k1, v1, tc.bs, a, tree)
+					have := make([]float32, len(qs))
+					b.Download(have, dst)
+					checkClose(t, "TreeAttention", have, want)
+					// In place (dst = q), as the model calls it.
+					b.TreeAttention(q, q, kv, 1, a, tree)
+					b.Download(have, q)
+					checkClose(t, "TreeAttention in place", have, want)
+				})
+			}
 		}
 	}
 }
@@ -130,9 +135,15 @@ func TestTreeAttention(t *testing.T) {
 // plain causal Attention gives when the chain's tokens sit at the next
 // positions of the sequence: the tree op and the existing op agree.
 func TestTreeAttentionChainIsCausal(t *testing.T) {
+	for _, dt := range []kernels.DType{kernels.F32, kernels.F16} {
+		t.Run(dt.String(), func(t *testing.T) { testTreeChainIsCausal(t, dt) })
+	}
+}
+
+func testTreeChainIsCausal(t *testing.T, dt kernels.DType) {
 	b := open(t, 2)
 	r := rand.New(rand.NewPCG(22, 23))
-	spec := kernels.KVSpec{Layers: 1, Blocks: 10, BlockSize: 4, Width: 2 * 16}
+	spec := kernels.KVSpec{Layers: 1, Blocks: 10, BlockSize: 4, Width: 2 * 16, DType: dt}
 	kv := treeFixture(t, b, r, spec, 0)
 	table := []int32{7, 2, 9, 0, 5}
 	slot := func(p int) int32 { return table[p/4]*4 + int32(p%4) }
@@ -166,23 +177,33 @@ func TestTreeAttentionChainIsCausal(t *testing.T) {
 }
 
 func TestCopySlots(t *testing.T) {
+	for _, dt := range []kernels.DType{kernels.F32, kernels.F16} {
+		t.Run(dt.String(), func(t *testing.T) { testCopySlots(t, dt) })
+	}
+}
+
+func testCopySlots(t *testing.T, dt kernels.DType) {
 	b := open(t, 1)
 	r := rand.New(rand.NewPCG(24, 25))
-	spec := kernels.KVSpec{Layers: 2, Blocks: 4, BlockSize: 4, Width: 8}
+	spec := kernels.KVSpec{Layers: 2, Blocks: 4, BlockSize: 4, Width: 8, DType: dt}
 	kv := treeFixture(t, b, r, spec, 0)
 	kv2 := treeFixture(t, b, r, spec, 1)
-	copy(kv.k[1], kv2.k[1])
-	copy(kv.v[1], kv2.v[1])
-	wantK := [][]float32{slices.Clone(kv.k[0]), slices.Clone(kv.k[1])}
-	wantV := [][]float32{slices.Clone(kv.v[0]), slices.Clone(kv.v[1])}
+	kv.copyElems(1, 0, kv2, 0, spec.Blocks*spec.BlockSize*spec.Width)
+	layer := func(l int) (k, v []float32) {
+		k, v = kvLayer(kv, l)
+		return slices.Clone(k), slices.Clone(v)
+	}
+	k0, v0 := layer(0)
+	k1, v1 := layer(1)
+	wantK, wantV := [][]float32{k0, k1}, [][]float32{v0, v1}
 	// The second move reads the slot the first one wrote; the third is a
 	// no-op.
 	moves := []kernels.SlotCopy{{Src: 9, Dst: 3}, {Src: 3, Dst: 15}, {Src: 4, Dst: 4}, {Src: 0, Dst: 1}}
 	kernels.CopySlotsRef(wantK, wantV, spec.Width, moves)
 	b.CopySlots(kv, moves)
 	for l := range 2 {
-		if !slices.Equal(kv.k[l], wantK[l]) || !slices.Equal(kv.v[l], wantV[l]) {
-			t.Errorf("layer %d: have K %v; want %v", l, kv.k[l][:24], wantK[l][:24])
+		if k, v := kvLayer(kv, l); !slices.Equal(k, wantK[l]) || !slices.Equal(v, wantV[l]) {
+			t.Errorf("layer %d: have K %v; want %v", l, k[:24], wantK[l][:24])
 		}
 	}
 	mustPanic(t, "CopySlots", func() { b.CopySlots(kv, []kernels.SlotCopy{{Src: 16, Dst: 0}}) })

@@ -45,6 +45,12 @@ func kvBytes(s kernels.KVSpec) (int, error) {
 	if s.Layers <= 0 || s.Blocks <= 0 || s.BlockSize <= 0 || s.Width <= 0 {
 		return 0, fmt.Errorf("cuda: bad KV spec %+v", s)
 	}
+	// The attention kernels read float K and V; an F16 cache would need
+	// their F16 twins. Without KVTypes, kernels.SupportsKV tells callers
+	// so before they ask.
+	if s.DType != kernels.F32 {
+		return 0, fmt.Errorf("cuda: KV cache of %v elements: the cuda backend stores F32 only", s.DType)
+	}
 	n := s.Blocks * s.BlockSize * s.Width
 	if n/s.Width/s.BlockSize != s.Blocks || n > math.MaxInt/8/s.Layers {
 		return 0, fmt.Errorf("cuda: KV spec %+v overflows", s)

@@ -22,8 +22,51 @@ func Run(t *testing.T, b kernels.Backend) {
 	t.Run("RMSNorm", func(t *testing.T) { testRMSNorm(t, b) })
 	t.Run("Elementwise", func(t *testing.T) { testElementwise(t, b) })
 	t.Run("RoPE", func(t *testing.T) { testRoPE(t, b) })
-	t.Run("Attention", func(t *testing.T) { testAttention(t, b) })
-	t.Run("CopyBlocks", func(t *testing.T) { testCopyBlocks(t, b) })
+	t.Run("KVTypes", func(t *testing.T) { testKVTypes(t, b) })
+	for _, dt := range KVTypes {
+		if !kernels.SupportsKV(b, dt) {
+			continue
+		}
+		t.Run(fmt.Sprintf("Attention/kv=%v", dt), func(t *testing.T) { testAttention(t, b, dt) })
+		t.Run(fmt.Sprintf("CopyBlocks/kv=%v", dt), func(t *testing.T) { testCopyBlocks(t, b, dt) })
+	}
+}
+
+// KVTypes are the KV cache element types the suite knows; a backend is
+// checked on those it lists (kernels.SupportsKV).
+var KVTypes = []kernels.DType{kernels.F32, kernels.F16}
+
+// RoundKV returns vals as a KV cache of type dt holds them: F16 rounds each
+// to the nearest half, ties to even, as kernels.F32ToF16 does (and the
+// hardware conversions, for every value but NaN payloads, which the suite
+// does not store). The attention references then see exactly the cache's
+// values, so F16 needs no wider tolerance than F32.
+func RoundKV(dt kernels.DType, vals []float32) []float32 {
+	if dt != kernels.F16 {
+		return vals
+	}
+	out := make([]float32, len(vals))
+	for i, v := range vals {
+		out[i] = kernels.F16ToF32(kernels.F32ToF16(v))
+	}
+	return out
+}
+
+// testKVTypes checks that NewKV makes caches of the types the backend lists
+// and refuses, with an error, the others.
+func testKVTypes(t *testing.T, b kernels.Backend) {
+	for _, dt := range []kernels.DType{kernels.F32, kernels.F16, kernels.BF16, kernels.Q8_0} {
+		spec := kernels.KVSpec{Layers: 1, Blocks: 2, BlockSize: 4, Width: 32, DType: dt}
+		c, err := b.NewKV(spec)
+		switch {
+		case kernels.SupportsKV(b, dt) && err != nil:
+			t.Errorf("NewKV(%v): %v; the backend lists the type", dt, err)
+		case kernels.SupportsKV(b, dt) && c.Spec() != spec:
+			t.Errorf("NewKV(%v): cache spec %+v; want %+v", dt, c.Spec(), spec)
+		case !kernels.SupportsKV(b, dt) && err == nil:
+			t.Errorf("NewKV(%v) succeeded; the backend does not list the type", dt)
+		}
+	}
 }
 
 // WeightTypes are the stored types every backend reads.
@@ -413,7 +456,7 @@ func testRoPE(t *testing.T, b kernels.Backend) {
 }
 
 // kvFixture is a cache filled through StoreKV, with a host copy of what each
-// row's positions hold.
+// row's positions hold (rounded as the cache's type stores them).
 type kvFixture struct {
 	spec   kernels.KVSpec
 	cache  kernels.KVCache
@@ -451,6 +494,7 @@ func fillKV(t *testing.T, b kernels.Backend, r *rand.Rand, spec kernels.KVSpec, 
 		if n > 0 {
 			b.StoreKV(c, layer, upload(b, n, spec.Width, ks), upload(b, n, spec.Width, vs), slots)
 		}
+		ks, vs = RoundKV(spec.DType, ks), RoundKV(spec.DType, vs)
 		f.rows = append(f.rows, kernels.AttnRow{Table: table, Len: int32(n)})
 		f.k, f.v, f.blocks = append(f.k, ks), append(f.v, vs), append(f.blocks, table)
 	}
@@ -492,7 +536,7 @@ func RefAttention(q, k, v []float32, n int, a kernels.Attn) []float64 {
 	return out
 }
 
-func testAttention(t *testing.T, b kernels.Backend) {
+func testAttention(t *testing.T, b kernels.Backend, dt kernels.DType) {
 	r := rand.New(rand.NewPCG(13, 14))
 	cases := []struct {
 		name                   string
@@ -512,7 +556,7 @@ func testAttention(t *testing.T, b kernels.Backend) {
 			for _, n := range tc.lens {
 				blocks += (n+tc.bs-1)/tc.bs + 1
 			}
-			spec := kernels.KVSpec{Layers: 2, Blocks: blocks, BlockSize: tc.bs, Width: tc.kvHeads * tc.hd}
+			spec := kernels.KVSpec{Layers: 2, Blocks: blocks, BlockSize: tc.bs, Width: tc.kvHeads * tc.hd, DType: dt}
 			f := fillKV(t, b, r, spec, 1, tc.lens)
 			a := kernels.Attn{Heads: tc.heads, KVHeads: tc.kvHeads, HeadDim: tc.hd, Scale: tc.scale, Rows: f.rows}
 			qw := tc.heads * tc.hd
@@ -541,9 +585,9 @@ func testAttention(t *testing.T, b kernels.Backend) {
 	}
 }
 
-func testCopyBlocks(t *testing.T, b kernels.Backend) {
+func testCopyBlocks(t *testing.T, b kernels.Backend, dt kernels.DType) {
 	r := rand.New(rand.NewPCG(15, 16))
-	spec := kernels.KVSpec{Layers: 2, Blocks: 6, BlockSize: 4, Width: 32}
+	spec := kernels.KVSpec{Layers: 2, Blocks: 6, BlockSize: 4, Width: 32, DType: dt}
 	src := fillKV(t, b, r, spec, 0, []int{11})
 	// Layer 1 gets its own values so both layers are checked.
 	layer1 := randFloats(r, 11*spec.Width, 1)
@@ -553,6 +597,7 @@ func testCopyBlocks(t *testing.T, b kernels.Backend) {
 	}
 	x1 := upload(b, 11, spec.Width, layer1)
 	b.StoreKV(src.cache, 1, x1, x1, slots)
+	layer1 = RoundKV(dt, layer1)
 
 	dspec := spec
 	dspec.Blocks = 5

@@ -1,0 +1,91 @@
+//go:build amd64 && !noasm
+
+package cpu
+
+// The AVX2/F16C kernels of attn_amd64.s: the F16 cache's head loops over a
+// run of positions and its conversion, and the softmax passes. The wrappers check bounds
+// once, so the assembly can trust its lengths, and send shapes the assembly
+// does not take (head widths or lengths that are not whole 8-lane vectors)
+// to the Go kernels.
+
+// setAttnAsm selects them; setAsm calls it, and haveAsm (AVX2, FMA, F16C)
+// covers what they use.
+func setAttnAsm() {
+	dotsF16, axpysF16 = dotsF16Asm, axpysF16Asm
+	f32ToF16Row = f32ToF16RowAsm
+	colMax, expSub = colMaxAsm, expSubAsm
+}
+
+//go:noescape
+func dotsF16AVX(q *float32, k *uint16, out *float32, hdb, nh, group, npos, strideb, ostride int)
+
+//go:noescape
+func axpysF16AVX(y, w *float32, v *uint16, hdb, nh, group, npos, strideb, wstride int)
+
+//go:noescape
+func f32ToF16AVX(dst *uint16, src *float32, n int)
+
+//go:noescape
+func colMaxAVX(s, m *float32, width, stretches int)
+
+//go:noescape
+func expSubAVX(s, p, sum *float32, width, stretches int)
+
+func dotsF16Asm(q []float32, k []uint16, hd, group, stride int, out []float32) {
+	if hd <= 0 || hd%8 != 0 || group <= 0 || stride < 0 || len(q) < hd {
+		dotsF16Go(q, k, hd, group, stride, out)
+		return
+	}
+	nh := len(q) / hd
+	npos := len(out) / nh
+	if npos == 0 {
+		return
+	}
+	_, _ = k[(npos-1)*stride+((nh-1)/group+1)*hd-1], out[npos*nh-1]
+	dotsF16AVX(&q[0], &k[0], &out[0], 2*hd, nh, group, npos, 2*stride, 4*nh)
+}
+
+func axpysF16Asm(y, w []float32, v []uint16, hd, group, stride int) {
+	if hd <= 0 || hd%8 != 0 || group <= 0 || stride < 0 || len(y) < hd {
+		axpysF16Go(y, w, v, hd, group, stride)
+		return
+	}
+	nh := len(y) / hd
+	npos := len(w) / nh
+	if npos == 0 {
+		return
+	}
+	_, _ = v[(npos-1)*stride+((nh-1)/group+1)*hd-1], w[npos*nh-1]
+	axpysF16AVX(&y[0], &w[0], &v[0], 2*hd, nh, group, npos, 2*stride, 4*nh)
+}
+
+func f32ToF16RowAsm(dst []uint16, src []float32) {
+	n := len(dst)
+	src = src[:n]
+	m := n &^ 7
+	if m > 0 {
+		f32ToF16AVX(&dst[0], &src[0], m)
+	}
+	for i := m; i < n; i++ {
+		dst[i] = f32ToF16(src[i])
+	}
+}
+
+func colMaxAsm(s, m []float32) {
+	w := len(m)
+	if w == 0 || w%8 != 0 || len(s) == 0 || len(s)%w != 0 {
+		colMaxGo(s, m)
+		return
+	}
+	colMaxAVX(&s[0], &m[0], w, len(s)/w)
+}
+
+func expSubAsm(s, p, sum []float32) {
+	w := len(p)
+	if w == 0 || w%8 != 0 || len(s) == 0 || len(s)%w != 0 {
+		expSubGo(s, p, sum)
+		return
+	}
+	_ = sum[w-1]
+	expSubAVX(&s[0], &p[0], &sum[0], w, len(s)/w)
+}

@@ -1,0 +1,364 @@
+//go:build amd64 && !noasm
+
+#include "textflag.h"
+#include "exp_amd64.h"
+
+// AVX2/F16C kernels of attention; attn_amd64.go has their Go wrappers.
+
+// func dotsF16AVX(q *float32, k *uint16, out *float32, hdb, nh, group, npos, strideb, ostride int)
+// out[p·nh+h] = Σ_{i<hd} q[h·hd+i]·k[p·stride+(h/group)·hd+i] for h < nh,
+// p < npos ≥ 1, k in F16. hdb = 2·hd (hd a multiple of 8), strideb =
+// 2·stride and ostride = 4·nh are in bytes.
+//
+// Positions go four at a time, and for each four every head in turn: the
+// query is loaded once for four keys and the four sums are reduced
+// together, while the keys are still read as four streams along their
+// slots. A position past the end repeats the group's first (its sums are
+// computed and dropped), so every position's sum is formed the same way:
+// one accumulator in order of i, then the same horizontal tree.
+TEXT ·dotsF16AVX(SB), NOSPLIT, $0-72
+	MOVQ k+8(FP), R8        // keys of the group's first position
+	MOVQ out+16(FP), DX     // its scores
+	MOVQ npos+48(FP), R13   // positions left
+	MOVQ ostride+64(FP), DI
+	MOVQ strideb+56(FP), R9
+	SHLQ $2, R9             // a group of slots, in bytes
+
+dgroup:
+	MOVQ    R8, AX
+	MOVQ    R8, BX
+	ADDQ    strideb+56(FP), BX
+	CMPQ    R13, $2
+	CMOVQLT AX, BX
+	MOVQ    BX, R11
+	ADDQ    strideb+56(FP), R11
+	CMPQ    R13, $3
+	CMOVQLT AX, R11
+	MOVQ    R11, R12
+	ADDQ    strideb+56(FP), R12
+	CMPQ    R13, $4
+	CMOVQLT AX, R12
+	MOVQ    q+0(FP), SI
+	MOVQ    nh+32(FP), CX
+	XORQ    R10, R10 // heads done in this kv head
+
+dhead:
+	// Prefetch this head's keys in the next group's slots: reading four
+	// slots side by side defeats the hardware's stream prefetch. Into L2
+	// (T1): on Zen 4 a cold batch-8 decode ran about a third faster than
+	// with T0 or no prefetch, and a group further ahead did not help.
+	ADDQ R9, AX
+	ADDQ R9, BX
+	ADDQ R9, R11
+	ADDQ R9, R12
+	XORQ R14, R14
+
+dpf:
+	PREFETCHT1 (AX)(R14*1)
+	PREFETCHT1 (BX)(R14*1)
+	PREFETCHT1 (R11)(R14*1)
+	PREFETCHT1 (R12)(R14*1)
+	ADDQ       $64, R14
+	CMPQ       R14, hdb+24(FP)
+	JLT        dpf
+	SUBQ       R9, AX
+	SUBQ       R9, BX
+	SUBQ       R9, R11
+	SUBQ       R9, R12
+
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ   R14, R14 // offset in the keys, in bytes
+
+dloop:
+	VMOVUPS     (SI)(R14*2), Y4
+	VCVTPH2PS   (AX)(R14*1), Y5
+	VCVTPH2PS   (BX)(R14*1), Y6
+	VCVTPH2PS   (R11)(R14*1), Y7
+	VCVTPH2PS   (R12)(R14*1), Y8
+	VFMADD231PS Y5, Y4, Y0
+	VFMADD231PS Y6, Y4, Y1
+	VFMADD231PS Y7, Y4, Y2
+	VFMADD231PS Y8, Y4, Y3
+	ADDQ        $16, R14
+	CMPQ        R14, hdb+24(FP)
+	JLT         dloop
+
+	// X0 = [Σ0 Σ1 Σ2 Σ3], stored for the positions that exist.
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VMOVSS       X0, (DX)
+	CMPQ         R13, $3
+	JLT          dlt3
+	VEXTRACTPS   $2, X0, (DX)(DI*2)
+
+dlt3:
+	CMPQ       R13, $2
+	JLT        dstored
+	ADDQ       DI, DX
+	VEXTRACTPS $1, X0, (DX)
+	CMPQ       R13, $4
+	JLT        dback
+	VEXTRACTPS $3, X0, (DX)(DI*2)
+
+dback:
+	SUBQ DI, DX
+
+dstored:
+	LEAQ (SI)(R14*2), SI // R14 = hdb: the next head's query
+	ADDQ $4, DX
+	INCQ R10
+	CMPQ R10, group+40(FP)
+	JLT  dnext
+	XORQ R10, R10
+	ADDQ R14, AX // the next kv head
+	ADDQ R14, BX
+	ADDQ R14, R11
+	ADDQ R14, R12
+
+dnext:
+	DECQ CX
+	JNZ  dhead
+
+	LEAQ (DX)(DI*2), DX // DX = scores of head nh: on to the next group's
+	ADDQ DI, DX
+	ADDQ R9, R8
+	SUBQ $4, R13
+	JGT  dgroup
+	VZEROUPPER
+	RET
+
+// func axpysF16AVX(y, w *float32, v *uint16, hdb, nh, group, npos, strideb, wstride int)
+// y[h·hd+i] += Σ_p w[p·nh+h]·v[p·stride+(h/group)·hd+i] for h < nh,
+// p < npos ≥ 1, v in F16, adding in order of p; sizes as dotsF16AVX's
+// (wstride = 4·nh).
+//
+// Positions go four at a time, and for each four every head in turn, so a
+// vector of y is loaded and stored once for four fused multiply-adds; the
+// last npos mod 4 go one at a time, which is the same arithmetic.
+TEXT ·axpysF16AVX(SB), NOSPLIT, $0-72
+	MOVQ v+16(FP), R8       // values of the group's first position
+	MOVQ w+8(FP), DX        // its weights
+	MOVQ npos+48(FP), R13   // positions left
+	MOVQ wstride+64(FP), DI
+	MOVQ strideb+56(FP), R9
+	SHLQ $2, R9             // a group of slots, in bytes
+	CMPQ R13, $4
+	JLT  atail
+
+agroup:
+	MOVQ strideb+56(FP), BX
+	MOVQ R8, AX
+	LEAQ (R8)(BX*2), R11
+	LEAQ (R11)(BX*1), R12
+	ADDQ R8, BX
+	MOVQ y+0(FP), SI
+	MOVQ nh+32(FP), CX
+	XORQ R10, R10
+
+ahead:
+	// Prefetch this head's values in the next group's slots, as
+	// dotsF16AVX does its keys.
+	ADDQ R9, AX
+	ADDQ R9, BX
+	ADDQ R9, R11
+	ADDQ R9, R12
+	XORQ R14, R14
+
+apf:
+	PREFETCHT1 (AX)(R14*1)
+	PREFETCHT1 (BX)(R14*1)
+	PREFETCHT1 (R11)(R14*1)
+	PREFETCHT1 (R12)(R14*1)
+	ADDQ       $64, R14
+	CMPQ       R14, hdb+24(FP)
+	JLT        apf
+	SUBQ       R9, AX
+	SUBQ       R9, BX
+	SUBQ       R9, R11
+	SUBQ       R9, R12
+
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS (DX)(DI*1), Y1
+	VBROADCASTSS (DX)(DI*2), Y2
+	ADDQ         DI, DX
+	VBROADCASTSS (DX)(DI*2), Y3
+	SUBQ         DI, DX
+	XORQ         R14, R14
+
+aloop:
+	VMOVUPS     (SI)(R14*2), Y4
+	VCVTPH2PS   (AX)(R14*1), Y5
+	VCVTPH2PS   (BX)(R14*1), Y6
+	VCVTPH2PS   (R11)(R14*1), Y7
+	VCVTPH2PS   (R12)(R14*1), Y8
+	VFMADD231PS Y5, Y0, Y4
+	VFMADD231PS Y6, Y1, Y4
+	VFMADD231PS Y7, Y2, Y4
+	VFMADD231PS Y8, Y3, Y4
+	VMOVUPS     Y4, (SI)(R14*2)
+	ADDQ        $16, R14
+	CMPQ        R14, hdb+24(FP)
+	JLT         aloop
+
+	LEAQ (SI)(R14*2), SI // the next head's output
+	ADDQ $4, DX
+	INCQ R10
+	CMPQ R10, group+40(FP)
+	JLT  anext
+	XORQ R10, R10
+	ADDQ R14, AX
+	ADDQ R14, BX
+	ADDQ R14, R11
+	ADDQ R14, R12
+
+anext:
+	DECQ CX
+	JNZ  ahead
+
+	LEAQ (DX)(DI*2), DX // DX = weights of head nh: on to the next group's
+	ADDQ DI, DX
+	ADDQ R9, R8
+	SUBQ $4, R13
+	CMPQ R13, $4
+	JGE  agroup
+
+atail:
+	TESTQ R13, R13
+	JZ    adone
+	MOVQ  R8, AX
+	MOVQ  y+0(FP), SI
+	MOVQ  nh+32(FP), CX
+	XORQ  R10, R10
+
+ahead1:
+	VBROADCASTSS (DX), Y0
+	XORQ         R14, R14
+
+aloop1:
+	VMOVUPS     (SI)(R14*2), Y4
+	VCVTPH2PS   (AX)(R14*1), Y5
+	VFMADD231PS Y5, Y0, Y4
+	VMOVUPS     Y4, (SI)(R14*2)
+	ADDQ        $16, R14
+	CMPQ        R14, hdb+24(FP)
+	JLT         aloop1
+
+	LEAQ (SI)(R14*2), SI
+	ADDQ $4, DX
+	INCQ R10
+	CMPQ R10, group+40(FP)
+	JLT  anext1
+	XORQ R10, R10
+	ADDQ R14, AX
+
+anext1:
+	DECQ CX
+	JNZ  ahead1
+
+	ADDQ strideb+56(FP), R8 // DX is at the next position's weights
+	DECQ R13
+	JMP  atail
+
+adone:
+	VZEROUPPER
+	RET
+
+// func f32ToF16AVX(dst *uint16, src *float32, n int)
+// Converts n floats (a multiple of 8), rounding to nearest even.
+TEXT ·f32ToF16AVX(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   tohdone
+
+tohloop:
+	VMOVUPS   (SI), Y0
+	VCVTPS2PH $0, Y0, (DI)
+	ADDQ      $32, SI
+	ADDQ      $16, DI
+	DECQ      CX
+	JNZ       tohloop
+
+tohdone:
+	VZEROUPPER
+	RET
+
+// func colMaxAVX(s, m *float32, width, stretches int)
+// m[i] = max over k < stretches of s[k·width+i]; width is a multiple of 8,
+// stretches ≥ 1. Each vector of m is one register folded down the
+// stretches, so nothing is stored until it is done.
+TEXT ·colMaxAVX(SB), NOSPLIT, $0-32
+	MOVQ s+0(FP), SI
+	MOVQ m+8(FP), DI
+	MOVQ width+16(FP), R8
+	MOVQ stretches+24(FP), R9
+	MOVQ R8, R12
+	SHLQ $2, R12 // stretch in bytes
+	SHRQ $3, R8  // vectors per stretch
+
+cmvec:
+	VMOVUPS (SI), Y0
+	LEAQ    (SI)(R12*1), AX
+	MOVQ    R9, CX
+	DECQ    CX
+	JZ      cmstore
+
+cmloop:
+	VMAXPS (AX), Y0, Y0
+	ADDQ   R12, AX
+	DECQ   CX
+	JNZ    cmloop
+
+cmstore:
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DI
+	DECQ    R8
+	JNZ     cmvec
+	VZEROUPPER
+	RET
+
+// func expSubAVX(s, p, sum *float32, width, stretches int)
+// s[k·width+i] = e^(s[k·width+i] − p[i]) and sum[i] = Σ_k of those, added
+// in order of k; width is a multiple of 8, stretches ≥ 1.
+TEXT ·expSubAVX(SB), NOSPLIT, $0-40
+	MOVQ s+0(FP), SI
+	MOVQ p+8(FP), DX
+	MOVQ sum+16(FP), DI
+	MOVQ width+24(FP), R8
+	MOVQ stretches+32(FP), R9
+	MOVQ R8, R12
+	SHLQ $2, R12
+	SHRQ $3, R8
+
+esvec:
+	VMOVUPS (DX), Y5
+	VXORPS  Y6, Y6, Y6
+	MOVQ    SI, AX
+	MOVQ    R9, CX
+
+esloop:
+	VMOVUPS (AX), Y0
+	VSUBPS  Y5, Y0, Y0
+	EXPPS(Y0, Y1, Y2, Y3)
+	VMOVUPS Y0, (AX)
+	VADDPS  Y0, Y6, Y6
+	ADDQ    R12, AX
+	DECQ    CX
+	JNZ     esloop
+
+	VMOVUPS Y6, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, DI
+	DECQ    R8
+	JNZ     esvec
+	VZEROUPPER
+	RET
