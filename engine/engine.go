@@ -128,8 +128,19 @@ func New(m model.Model, o Options) (*Engine, error) {
 // step directly.
 func newEngine(m model.Model, o Options) (*Engine, error) {
 	cfg := m.Config()
-	if err := o.validate(cfg.KVWidth(), cfg.Layers, cfg.Context); err != nil {
+	kvType := o.KVType.DType(m.Backend())
+	if err := o.validate(cfg.KVWidth(), cfg.Layers, cfg.Context, kvType); err != nil {
 		return nil, err
+	}
+	// The model makes the caches (both tiers below; a draft model its
+	// own), so it is told the type.
+	if err := m.SetKVType(kvType); err != nil {
+		return nil, fmt.Errorf("engine: KV cache: %w", err)
+	}
+	if d := o.Speculation.Model; o.Speculation.Drafter == DraftModel && d != nil {
+		if err := d.SetKVType(o.KVType.DType(d.Backend())); err != nil {
+			return nil, fmt.Errorf("engine: draft model KV cache: %w", err)
+		}
 	}
 	tok := m.Tokenizer()
 	if tok == nil {

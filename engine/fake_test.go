@@ -54,6 +54,9 @@ type fakeModel struct {
 	// pass: a device of known speed, for the step-latency target.
 	clock               *FakeClock
 	stepCost, tokenCost time.Duration
+	// kvType is what SetKVType was given (F32 until then: the fake
+	// backend stores nothing else).
+	kvType kernels.DType
 }
 
 var _ model.Model = (*fakeModel)(nil)
@@ -116,9 +119,19 @@ func (m *fakeModel) ChatTemplate() string            { return "" }
 func (m *fakeModel) Backend() kernels.Backend        { return fakeBackend{} }
 func (m *fakeModel) Close() error                    { return nil }
 
+func (m *fakeModel) KVType() kernels.DType { return m.kvType }
+
+func (m *fakeModel) SetKVType(dt kernels.DType) error {
+	if !kernels.SupportsKV(m.Backend(), dt) {
+		return fmt.Errorf("fake: no %v KV cache", dt)
+	}
+	m.kvType = dt
+	return nil
+}
+
 func (m *fakeModel) NewKV(blocks, blockSize int) (kernels.KVCache, error) {
 	n := blocks * blockSize
-	kv := &fakeKV{spec: kernels.KVSpec{Layers: 1, Blocks: blocks, BlockSize: blockSize, Width: 1}, tok: make([]int32, n), pos: make([]int32, n)}
+	kv := &fakeKV{spec: kernels.KVSpec{Layers: 1, Blocks: blocks, BlockSize: blockSize, Width: 1, DType: m.kvType}, tok: make([]int32, n), pos: make([]int32, n)}
 	for i := range kv.pos {
 		kv.pos[i] = -1
 	}

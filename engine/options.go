@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/specgate/specgate/kernels"
 )
 
 // Clock tells the engine the time. The step loop reads it once per step;
@@ -61,6 +63,11 @@ type Options struct {
 	// keep are dropped and recomputed when needed.
 	HostKVBytes  int64
 	HostKVBlocks int
+	// KVType is the KV cache's element type (KVF16: F16 where the backend
+	// stores it, else F32). New sets it on the model (and on a draft
+	// model), so every cache the engine has made is of that type; block
+	// counts from KVBytes and HostKVBytes follow its size.
+	KVType KVType
 	// NoPrefixCache turns the prefix cache off. With it on (the default) a
 	// request's tokens are looked up among the KV blocks of its tenant's
 	// earlier requests (and of prefixes marked shared, see
@@ -132,7 +139,53 @@ type Options struct {
 	Metrics Metrics
 }
 
-func (o *Options) validate(kvWidth, layers, modelContext int) error {
+// KVType is the element type of an engine's KV cache.
+type KVType uint8
+
+const (
+	// KVF16 stores K and V as F16 where the backend can
+	// (kernels.SupportsKV) and as F32 where it cannot. Against F32 it
+	// halves the cache, so a byte budget holds twice the blocks, and
+	// halves the bytes decode attention reads per token; each value is
+	// rounded to the nearest half as it is stored, as llama.cpp's default
+	// KV cache does.
+	KVF16 KVType = iota
+	// KVF32 stores them as F32, as computed.
+	KVF32
+)
+
+func (t KVType) String() string {
+	switch t {
+	case KVF16:
+		return "f16"
+	case KVF32:
+		return "f32"
+	}
+	return fmt.Sprintf("KVType(%d)", uint8(t))
+}
+
+// ParseKVType parses the names String gives: "f16" or "f32".
+func ParseKVType(s string) (KVType, error) {
+	for _, t := range []KVType{KVF16, KVF32} {
+		if s == t.String() {
+			return t, nil
+		}
+	}
+	return 0, fmt.Errorf("engine: KV type %q: want f16 or f32", s)
+}
+
+// DType is the element type t stores on backend b: F16 falls back to F32
+// where b does not store F16.
+func (t KVType) DType(b kernels.Backend) kernels.DType {
+	if t == KVF16 && kernels.SupportsKV(b, kernels.F16) {
+		return kernels.F16
+	}
+	return kernels.F32
+}
+
+// validate fills in defaults and checks o for a model of the given shape
+// whose KV cache holds elements of type kvType.
+func (o *Options) validate(kvWidth, layers, modelContext int, kvType kernels.DType) error {
 	if o.BlockSize == 0 {
 		o.BlockSize = 16
 	}
@@ -170,6 +223,8 @@ func (o *Options) validate(kvWidth, layers, modelContext int) error {
 		o.Metrics = NopMetrics{}
 	}
 	switch {
+	case o.KVType != KVF16 && o.KVType != KVF32:
+		return fmt.Errorf("engine: unknown KV type %v", o.KVType)
 	case o.BlockSize < 0, o.KVBytes < 0, o.KVBlocks < 0, o.HostKVBytes < 0, o.HostKVBlocks < 0,
 		o.MaxBatchTokens < 0, o.MaxRunning < 0, o.MaxQueued < 0, o.MaxContext < 0, o.AgingAfter < 0, o.Quantum < 0,
 		o.PrefixTenantCap < 0, o.GrammarCache < 0, o.DefaultMaxTokens < 0:
@@ -177,8 +232,8 @@ func (o *Options) validate(kvWidth, layers, modelContext int) error {
 	case o.MaxContext <= 0:
 		return fmt.Errorf("engine: model reports no context length; set Options.MaxContext")
 	}
-	// One block holds BlockSize tokens' K and V (F32) in every layer.
-	blockBytes := int64(layers) * 2 * int64(o.BlockSize) * int64(kvWidth) * 4
+	// One block holds BlockSize tokens' K and V in every layer.
+	blockBytes := kernels.KVSpec{Layers: layers, BlockSize: o.BlockSize, Width: kvWidth, DType: kvType}.BlockBytes()
 	if blockBytes <= 0 {
 		return fmt.Errorf("engine: model has %d layers of KV width %d", layers, kvWidth)
 	}

@@ -126,7 +126,8 @@ type Cache struct {
 // the host KVCache and its pool (both nil: no host tier, so eviction drops
 // blocks). The pools may manage fewer blocks than their caches hold, so an
 // engine can keep some of a KVCache for other uses; the caches must share
-// Layers, BlockSize and Width because blocks are copied between them.
+// Layers, BlockSize, Width and DType because blocks are copied between
+// them.
 func New(b kernels.Backend, device, host kernels.KVCache, dpool, hpool *Pool, o Options) (*Cache, error) {
 	if b == nil || device == nil || dpool == nil {
 		return nil, fmt.Errorf("%w: nil backend, device cache or device pool", ErrBadConfig)
@@ -155,7 +156,7 @@ func New(b kernels.Backend, device, host kernels.KVCache, dpool, hpool *Pool, o 
 		if hpool.Tier() != Host {
 			return nil, fmt.Errorf("%w: host pool is a %v pool", ErrBadConfig, hpool.Tier())
 		}
-		if hs.Layers != ds.Layers || hs.BlockSize != ds.BlockSize || hs.Width != ds.Width {
+		if hs.Layers != ds.Layers || hs.BlockSize != ds.BlockSize || hs.Width != ds.Width || hs.DType != ds.DType {
 			return nil, fmt.Errorf("%w: host cache %+v does not match device cache %+v", ErrBadConfig, hs, ds)
 		}
 		if hpool.Cap() > hs.Blocks {

@@ -231,13 +231,14 @@ func TestNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	kv := func(blocks, bs, width int) kernels.KVCache {
-		c, err := b.NewKV(kernels.KVSpec{Layers: 1, Blocks: blocks, BlockSize: bs, Width: width})
+	kvOf := func(blocks, bs, width int, dt kernels.DType) kernels.KVCache {
+		c, err := b.NewKV(kernels.KVSpec{Layers: 1, Blocks: blocks, BlockSize: bs, Width: width, DType: dt})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
+	kv := func(blocks, bs, width int) kernels.KVCache { return kvOf(blocks, bs, width, kernels.F32) }
 	dev, host := kv(8, 4, 8), kv(16, 4, 8)
 	tests := []struct {
 		name      string
@@ -258,6 +259,7 @@ func TestNew(t *testing.T) {
 		{"host pool too big", b, dev, host, NewPool(Device, 8), NewPool(Host, 17), Options{}, false},
 		{"block size differs", b, dev, nil, NewPool(Device, 8), nil, Options{BlockSize: 16}, false},
 		{"host shape differs", b, dev, kv(16, 4, 16), NewPool(Device, 8), NewPool(Host, 16), Options{}, false},
+		{"host type differs", b, dev, kvOf(16, 4, 8, kernels.F16), NewPool(Device, 8), NewPool(Host, 16), Options{}, false},
 		{"negative cap", b, dev, nil, NewPool(Device, 8), nil, Options{TenantCap: -1}, false},
 	}
 	for _, tt := range tests {

@@ -16,7 +16,7 @@ import (
 )
 
 func runBench(ctx context.Context, args []string) error {
-	fs := newFlags("bench", "--model FILE [--batches 1,8] [--prompt N] [--steps N]")
+	fs := newFlags("bench", "--model FILE [--batches 1,8] [--prompt N] [--steps N] [--kv-type f16|f32]")
 	path := fs.String("model", "", "GGUF model `file`")
 	batches := fs.String("batches", "1,8", "comma-separated decode batch sizes")
 	promptLen := fs.Int("prompt", 128, "prompt tokens for the prefill measurement")
@@ -26,6 +26,7 @@ func runBench(ctx context.Context, args []string) error {
 	threads := fs.Int("threads", 0, "worker threads (0 = one per CPU)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the decode runs to `file`")
 	bandwidth := fs.Float64("bandwidth", 0, "memory bandwidth of the backend's device in GB/s for the floor (0: measure host memory)")
+	kvType := kvTypeFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -40,7 +41,7 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		sizes = append(sizes, n)
 	}
-	m, closeModel, err := loadModel(*backend, *threads, *path)
+	m, closeModel, err := loadModel(*backend, *threads, *path, *kvType)
 	if err != nil {
 		return err
 	}
@@ -57,7 +58,7 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("model %s: %s, %.1fM parameters, %d layers, dim %d, vocab %d; weights read per pass %.1f MB\n",
 		*path, c.WeightType, float64(c.Params)/1e6, c.Layers, c.Dim, c.Vocab, float64(c.WeightBytes)/1e6)
-	fmt.Printf("backend %s; memory bandwidth (%s): %.2f GB/s\n\n", m.Backend().Name(), how, bw/1e9)
+	fmt.Printf("backend %s, %v KV cache; memory bandwidth (%s): %.2f GB/s\n\n", m.Backend().Name(), m.KVType(), how, bw/1e9)
 
 	// Prefill: one prompt in one pass.
 	seqs, err := model.NewSequences(m, 1, *promptLen+1)
@@ -106,7 +107,7 @@ func runBench(ctx context.Context, args []string) error {
 			return err
 		}
 		// Each step reads every weight once plus each sequence's KV.
-		kvBytes := int64(b) * int64(c.Layers) * 2 * int64(*ctxLen+*steps/2) * int64(c.KVWidth()) * 4
+		kvBytes := int64(b) * int64(c.Layers) * 2 * int64(*ctxLen+*steps/2) * int64(c.KVWidth()) * int64(m.KVType().BlockBytes())
 		bytes := float64(c.WeightBytes + kvBytes)
 		floor := bytes / bw
 		if base == 0 {

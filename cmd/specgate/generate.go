@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"time"
 
+	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
@@ -27,6 +29,7 @@ func runGenerate(ctx context.Context, args []string) error {
 	ids := fs.Bool("ids", false, "also print the token ids")
 	backend := fs.String("backend", "cpu", "compute backend")
 	threads := fs.Int("threads", 0, "worker threads (0 = one per CPU)")
+	kvType := kvTypeFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -36,7 +39,7 @@ func runGenerate(ctx context.Context, args []string) error {
 	if *n < 0 {
 		return fmt.Errorf("-n must not be negative")
 	}
-	m, closeModel, err := loadModel(*backend, *threads, *path)
+	m, closeModel, err := loadModel(*backend, *threads, *path, *kvType)
 	if err != nil {
 		return err
 	}
@@ -101,9 +104,9 @@ func runGenerate(ctx context.Context, args []string) error {
 	return nil
 }
 
-// loadModel opens a backend and loads path on it; closeModel releases
-// both.
-func loadModel(backend string, threads int, path string) (m model.Model, closeModel func(), err error) {
+// loadModel opens a backend and loads path on it, its KV caches of type
+// kvType; closeModel releases both.
+func loadModel(backend string, threads int, path string, kvType engine.KVType) (m model.Model, closeModel func(), err error) {
 	be, err := kernels.Open(backend, kernels.Options{Threads: threads})
 	if err != nil {
 		return nil, nil, err
@@ -112,7 +115,38 @@ func loadModel(backend string, threads int, path string) (m model.Model, closeMo
 		be.Close()
 		return nil, nil, err
 	}
+	if err := m.SetKVType(kvType.DType(be)); err != nil {
+		m.Close()
+		be.Close()
+		return nil, nil, fmt.Errorf("--kv-type: %w", err)
+	}
 	return m, func() { m.Close(); be.Close() }, nil
+}
+
+// kvTypeFlag adds --kv-type to fs: the KV cache's element type.
+func kvTypeFlag(fs *flag.FlagSet) *engine.KVType {
+	t := new(engine.KVType)
+	fs.Var(kvTypeValue{t}, "kv-type", "KV cache element `type`: f16 (half the memory and attention reads of f32; f32 on a backend without F16 caches) or f32")
+	return t
+}
+
+// kvTypeValue adapts an engine.KVType to flag.Value.
+type kvTypeValue struct{ p *engine.KVType }
+
+func (v kvTypeValue) String() string {
+	if v.p == nil {
+		return "" // the zero flag.Value, so that the default is printed
+	}
+	return v.p.String()
+}
+
+func (v kvTypeValue) Set(s string) error {
+	t, err := engine.ParseKVType(s)
+	if err != nil {
+		return err
+	}
+	*v.p = t
+	return nil
 }
 
 func rate(n int, d time.Duration) float64 {

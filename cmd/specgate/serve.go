@@ -37,6 +37,7 @@ func runServe(ctx context.Context, args []string) error {
 	kvMB := fs.Int64("kv-mb", 512, "device KV cache budget in MiB")
 	hostKVMB := fs.Int64("host-kv-mb", 1024, "host KV tier budget in MiB (preempted sequences)")
 	maxBatch := fs.Int("max-batch-tokens", 0, "token budget of one engine step (0 = engine default)")
+	kvType := kvTypeFlag(fs)
 	adminToken := fs.String("admin-token", os.Getenv("SPECGATE_ADMIN_TOKEN"), "token guarding /admin/v1 ($SPECGATE_ADMIN_TOKEN); empty disables it")
 	dev := fs.Bool("dev", false, "create a 'dev' tenant if missing and print a sign-in URL with a token")
 	rf := addRoleFlags(fs)
@@ -70,7 +71,7 @@ func runServe(ctx context.Context, args []string) error {
 		defer cc.Close()
 		gen, ready = gateway.Adapt(cc.Submit, cc.Cancel), cc.Ready
 	} else {
-		eng, n, closeEngine, err := serveEngine(ctx, log, reg, *modelPath, *backend, *threads, *kvMB, *hostKVMB, *maxBatch)
+		eng, n, closeEngine, err := serveEngine(ctx, log, reg, *modelPath, *backend, *threads, *kvMB, *hostKVMB, *maxBatch, *kvType)
 		if err != nil {
 			return err
 		}
@@ -110,7 +111,7 @@ type servedEngine struct {
 
 // serveEngine loads the model and starts the engine; closeEngine stops
 // both.
-func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry, modelPath, backend string, threads int, kvMB, hostKVMB int64, maxBatch int) (e servedEngine, notice string, closeEngine func(), err error) {
+func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry, modelPath, backend string, threads int, kvMB, hostKVMB int64, maxBatch int, kvType engine.KVType) (e servedEngine, notice string, closeEngine func(), err error) {
 	be, err := kernels.Open(backend, kernels.Options{Threads: threads})
 	if err != nil {
 		return e, "", nil, err
@@ -138,11 +139,14 @@ func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry
 		KVBytes:        kvMB << 20,
 		HostKVBytes:    hostKVMB << 20,
 		MaxBatchTokens: maxBatch,
+		KVType:         kvType,
 		Metrics:        e.probe,
 	})
 	if err != nil {
 		return fail(err)
 	}
+	o := e.eng.Options()
+	log.Info("KV cache", "type", m.KVType().String(), "block_size", o.BlockSize, "device_blocks", o.KVBlocks, "host_blocks", o.HostKVBlocks)
 	return e, notice, func() { e.eng.Close(); m.Close(); be.Close() }, nil
 }
 

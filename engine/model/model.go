@@ -45,13 +45,32 @@ type Model interface {
 	ChatTemplate() string
 	// Backend is the backend the weights live on.
 	Backend() kernels.Backend
-	// NewKV allocates a paged KV cache of the given number of blocks.
+	// NewKV allocates a paged KV cache of the given number of blocks,
+	// holding elements of type KVType.
 	NewKV(blocks, blockSize int) (kernels.KVCache, error)
+	// KVType is the element type of the caches NewKV makes: at first
+	// DefaultKVType(Backend()).
+	KVType() kernels.DType
+	// SetKVType sets the element type of the caches NewKV makes from then
+	// on (caches made before keep theirs). It fails for a type the
+	// backend does not store (kernels.SupportsKV).
+	SetKVType(dt kernels.DType) error
 	// Forward runs b through the model, writing its K/V to kv at b.Slots
 	// and len(b.Logits) rows of Vocab logits to out.
 	Forward(kv kernels.KVCache, b *Batch, out []float32) error
 	// Close releases the model file (not the backend).
 	Close() error
+}
+
+// DefaultKVType is the KV cache element type a model starts with on b: F16
+// where b stores it, as llama.cpp does by default (half the memory and half
+// the bytes attention streams per token, for K and V rounded to 11
+// significant bits), and F32 otherwise.
+func DefaultKVType(b kernels.Backend) kernels.DType {
+	if kernels.SupportsKV(b, kernels.F16) {
+		return kernels.F16
+	}
+	return kernels.F32
 }
 
 // Constructor builds a model of one architecture from an open GGUF file.

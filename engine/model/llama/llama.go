@@ -56,6 +56,7 @@ type Model struct {
 	norm   kernels.Tensor // output_norm
 	output kernels.Tensor // output, or token_embd when tied
 	layers []Layer
+	kvType kernels.DType // of the caches NewKV makes
 
 	s scratch
 }
@@ -144,7 +145,7 @@ func New(f *gguf.File, be kernels.Backend) (model.Model, error) {
 	c.Vocab = tok.VocabSize()
 	tmpl, _ := f.String("tokenizer.chat_template")
 
-	m := &Model{cfg: c, be: be, file: f, tok: tok, tmpl: tmpl, eps: float32(eps), rope: rope}
+	m := &Model{cfg: c, be: be, file: f, tok: tok, tmpl: tmpl, eps: float32(eps), rope: rope, kvType: model.DefaultKVType(be)}
 	ld := loader{f: f, be: be, cfg: &m.cfg}
 	if ti, ok := f.Tensor("rope_freqs.weight"); ok {
 		// Llama 3.1 frequency scaling: one divisor per rotated pair.
@@ -260,9 +261,21 @@ func (m *Model) Backend() kernels.Backend        { return m.be }
 // the model must not be used afterwards.
 func (m *Model) Close() error { return m.file.Close() }
 
-// NewKV allocates a paged KV cache for this model.
+// NewKV allocates a paged KV cache for this model, of its KV type.
 func (m *Model) NewKV(blocks, blockSize int) (kernels.KVCache, error) {
-	return m.be.NewKV(kernels.KVSpec{Layers: m.cfg.Layers, Blocks: blocks, BlockSize: blockSize, Width: m.cfg.KVWidth()})
+	return m.be.NewKV(kernels.KVSpec{Layers: m.cfg.Layers, Blocks: blocks, BlockSize: blockSize, Width: m.cfg.KVWidth(), DType: m.kvType})
+}
+
+// KVType is the element type of the caches NewKV makes.
+func (m *Model) KVType() kernels.DType { return m.kvType }
+
+// SetKVType sets the element type of the caches NewKV makes from now on.
+func (m *Model) SetKVType(dt kernels.DType) error {
+	if !kernels.SupportsKV(m.be, dt) {
+		return fmt.Errorf("llama: the %s backend does not store a %v KV cache", m.be.Name(), dt)
+	}
+	m.kvType = dt
+	return nil
 }
 
 // ErrBatch reports a malformed batch.

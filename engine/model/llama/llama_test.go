@@ -89,14 +89,30 @@ func greedy(t testing.TB, m model.Model, prompt []int32, n int) []int32 {
 	return out
 }
 
+// TestGreedyMatchesReference runs with the default F16 KV cache, as
+// llama.cpp made the references, and with an F32 one, which its authors
+// found gives the same ids.
 func TestGreedyMatchesReference(t *testing.T) {
-	for _, tc := range []struct{ model, ref string }{
-		{testmodels.Stories260K, "greedy.jsonl"},
-		{testmodels.Stories260KQ8_0, "greedy-q8_0.jsonl"},
-		{testmodels.Stories260KQ4_0, "greedy-q4_0.jsonl"},
-	} {
-		t.Run(tc.model, func(t *testing.T) {
+	type run struct {
+		model, ref string
+		kv         kernels.DType
+	}
+	var runs []run
+	for _, kv := range []kernels.DType{kernels.F16, kernels.F32} {
+		runs = append(runs,
+			run{testmodels.Stories260K, "greedy.jsonl", kv},
+			run{testmodels.Stories260KQ8_0, "greedy-q8_0.jsonl", kv},
+			run{testmodels.Stories260KQ4_0, "greedy-q4_0.jsonl", kv})
+	}
+	for _, tc := range runs {
+		t.Run(tc.model+"/kv="+tc.kv.String(), func(t *testing.T) {
 			m := load(t, tc.model, 0)
+			if tc.kv == kernels.F16 && m.KVType() != kernels.F16 {
+				t.Fatalf("default KV type %v; want F16", m.KVType())
+			}
+			if err := m.SetKVType(tc.kv); err != nil {
+				t.Fatal(err)
+			}
 			for _, ref := range readJSONL[greedyRef](t, testmodels.Ref(t, tc.ref)) {
 				ids := m.Tokenizer().Encode(ref.Prompt)
 				if !equal(ids, ref.PromptIDs) {
@@ -121,6 +137,12 @@ func TestGreedyMatchesReference(t *testing.T) {
 
 func TestLogitsMatchReference(t *testing.T) {
 	m := load(t, testmodels.Stories260K, 0)
+	// The reference logits were computed with an F32 KV cache; rounding K
+	// and V to F16 (the default, which the greedy references cover) moves
+	// them by several times the 1e-3 this test allows.
+	if err := m.SetKVType(kernels.F32); err != nil {
+		t.Fatal(err)
+	}
 	for _, ref := range readJSONL[logitsRef](t, testmodels.Ref(t, "logits.jsonl")) {
 		s, err := model.NewSequences(m, 1, len(ref.PromptIDs)+len(ref.Top5))
 		if err != nil {
@@ -253,4 +275,28 @@ func maxDiff(a, b []float32) float64 {
 		d = math.Max(d, math.Abs(float64(a[i]-b[i])))
 	}
 	return d
+}
+
+// TestKVType checks that the model makes caches of its KV type and refuses
+// a type the backend does not store.
+func TestKVType(t *testing.T) {
+	m := load(t, testmodels.Stories260K, 1)
+	for _, dt := range []kernels.DType{kernels.F16, kernels.F32} {
+		if err := m.SetKVType(dt); err != nil {
+			t.Fatal(err)
+		}
+		kv, err := m.NewKV(2, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if have := kv.Spec().DType; have != dt {
+			t.Errorf("NewKV after SetKVType(%v): cache of %v", dt, have)
+		}
+	}
+	if err := m.SetKVType(kernels.BF16); err == nil {
+		t.Error("SetKVType(BF16): have nil error; want one")
+	}
+	if m.KVType() != kernels.F32 {
+		t.Errorf("a refused SetKVType changed the type to %v", m.KVType())
+	}
 }
