@@ -34,6 +34,10 @@ var (
 	// dotQ4, dotQ4x4: the same for a Q4_0 weight row.
 	dotQ4   func(w []byte, xq []int8, xd []float32) float32
 	dotQ4x4 func(w []byte, xq []int8, xd []float32, nb int, out *[4]float32)
+	// dotQ4s, when not nil, is dotQ4 for a row whose block sums xs
+	// (q4Sums) are at hand: the VNNI kernel takes the nibbles unsigned and
+	// corrects for their offset of 8 through xs.
+	dotQ4s func(w []byte, xq []int8, xd, xs []float32) float32
 	// axpy does y[i] += a·x[i]; len(x) ≥ len(y).
 	axpy func(y []float32, a float32, x []float32)
 	// f16Row converts len(dst) F16 values from src.
@@ -267,6 +271,18 @@ func quantRowQ8Go(xq []int8, xd []float32, x []float32) {
 			// software path on baseline amd64.
 			q[i] = int8((f*id + roundMagic) - roundMagic)
 		}
+	}
+}
+
+// q4Sums sets xs[b] = 8·xd[b]·Σ xq of block b: what taking 8 off every
+// Q4_0 nibble takes off block b's dot product with the row, before d_w.
+func q4Sums(xs []float32, xq []int8, xd []float32) {
+	for b, d := range xd {
+		var s int32
+		for _, q := range xq[b*kernels.QK : (b+1)*kernels.QK] {
+			s += int32(q)
+		}
+		xs[b] = 8 * d * float32(s)
 	}
 }
 

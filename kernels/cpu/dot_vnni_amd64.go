@@ -2,7 +2,11 @@
 
 package cpu
 
-import "golang.org/x/sys/cpu"
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/specgate/specgate/kernels"
+)
 
 // haveVNNI reports whether this CPU runs the tiled AVX-512 VNNI kernels in
 // dot_vnni_amd64.s. They use 256-bit (VL) forms only: Zen 4 splits 512-bit
@@ -10,7 +14,10 @@ import "golang.org/x/sys/cpu"
 var haveVNNI = haveAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
 	cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI
 
-func setVNNI() { q8TileStore, q4TileStore = q8TileStoreAsm, q4TileStoreAsm }
+func setVNNI() {
+	q8TileStore, q4TileStore = q8TileStoreAsm, q4TileStoreAsm
+	dotQ4s = dotQ4SAsm
+}
 
 //go:noescape
 func q8Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
@@ -50,4 +57,16 @@ func checkTileStore(w []byte, stride, blockBytes int, xp []byte, xd []float32, n
 	}
 	_, _, _ = w[(tileW-1)*stride+nb*blockBytes-1], xp[groups*nb*tileBlock-1], xd[groups*nb*tileRows-1]
 	_ = out[(nrows-1)*ostride+tileW-1]
+}
+
+//go:noescape
+func dotQ4S1VNNI(w *byte, xq *int8, xd, xs *float32, nb int) float32
+
+func dotQ4SAsm(w []byte, xq []int8, xd, xs []float32) float32 {
+	nb := len(xd)
+	if nb == 0 {
+		return 0
+	}
+	_, _, _ = w[nb*q4Bytes-1], xq[nb*kernels.QK-1], xs[nb-1]
+	return dotQ4S1VNNI(&w[0], &xq[0], &xd[0], &xs[0], nb)
 }

@@ -443,3 +443,68 @@ q4t16loop:
 q4t16done:
 	VZEROUPPER
 	RET
+
+// Q4S1 adds one Q4_0 block (at SI+off) times the activation block at
+// DI+xo to F: VPDPBUSD takes the nibbles (0-15) as its unsigned operand and
+// the int8 activations as the signed one, so no sign handling is needed;
+// the nibbles' offset of 8 is taken off through C, which gathers d_w · xs
+// (xs = 8·d_x·Σx of the activation block, precomputed per row). Y13 holds
+// bytes of 0x0F; T and U are scratch.
+#define Q4S1(off, xo, dx, xs, F, C, T, U) \
+	VMOVDQU      off+2(SI), X5 \
+	VPSRLW       $4, X5, X6 \
+	VINSERTI128  $1, X6, Y5, Y5 \
+	VPAND        Y13, Y5, Y5 \
+	VPXOR        T, T, T \
+	VPDPBUSD     xo(DI), Y5, T \
+	VCVTDQ2PS    T, T \
+	VPBROADCASTW off(SI), X4 \
+	VCVTPH2PS    X4, X4 \
+	VFMADD231SS  xs(R10), X4, C \
+	VMULSS       dx(DX), X4, X4 \
+	VBROADCASTSS X4, U \
+	VFMADD231PS  U, T, F
+
+// func dotQ4S1VNNI(w *byte, xq *int8, xd, xs *float32, nb int) float32
+TEXT ·dotQ4S1VNNI(SB), NOSPLIT, $0-44
+	MOVQ         w+0(FP), SI
+	MOVQ         xq+8(FP), DI
+	MOVQ         xd+16(FP), DX
+	MOVQ         xs+24(FP), R10
+	MOVQ         nb+32(FP), CX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       X2, X2, X2
+	VXORPS       X3, X3, X3
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+
+q4s1loop:
+	CMPQ CX, $2
+	JL   q4s1tail
+	Q4S1(0, 0, 0, 0, Y0, X2, Y7, Y8)
+	Q4S1(18, 32, 4, 4, Y1, X3, Y9, Y10)
+	ADDQ $36, SI
+	ADDQ $64, DI
+	ADDQ $8, DX
+	ADDQ $8, R10
+	SUBQ $2, CX
+	JMP  q4s1loop
+
+q4s1tail:
+	TESTQ CX, CX
+	JE    q4s1done
+	Q4S1(0, 0, 0, 0, Y0, X2, Y7, Y8)
+
+q4s1done:
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VADDSS       X3, X2, X2
+	VSUBSS       X2, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+40(FP)
+	RET

@@ -53,7 +53,13 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 			b.xd4 = make([]float32, n4)
 		}
 		t.xq, t.xd, t.xd4 = b.xq[:n*k], b.xd[:n*nb], b.xd4[:(n+3)/4*4*nb]
-		b.qx = quantTask{xq: t.xq, xd: t.xd, xd4: t.xd4, x: xt}
+		if wt.dt == kernels.Q4_0 && dotQ4s != nil {
+			if cap(b.xs) < n*nb {
+				b.xs = make([]float32, n*nb)
+			}
+			t.xs = b.xs[:n*nb]
+		}
+		b.qx = quantTask{xq: t.xq, xd: t.xd, xd4: t.xd4, xs: t.xs, x: xt}
 		b.pool.run(&b.qx, n, max(1, 16384/k))
 	}
 	grain := m
@@ -151,6 +157,7 @@ type quantTask struct {
 	b       *Backend
 	xq      []int8
 	xd, xd4 []float32
+	xs      []float32 // q4Sums, when not nil
 	x       *Tensor
 	xp      []byte // the tile layout, when not nil
 }
@@ -172,6 +179,9 @@ func (t *quantTask) run(wk, lo, hi int) {
 	for r := lo; r < hi; r++ {
 		xd := t.xd[r*nb : (r+1)*nb]
 		quantRowQ8(t.xq[r*k:(r+1)*k], xd, t.x.row(r))
+		if t.xs != nil {
+			q4Sums(t.xs[r*nb:(r+1)*nb], t.xq[r*k:(r+1)*k], xd)
+		}
 		g := t.xd4[r/4*4*nb:]
 		for b, d := range xd {
 			g[4*b+r%4] = d
@@ -184,6 +194,7 @@ type matmulTask struct {
 	dst, x, w *Tensor
 	xq        []int8
 	xd, xd4   []float32
+	xs        []float32 // q4Sums of the rows, for dotQ4s
 	// tile, when not nil, is the tiled kernel, and xp (with xd) the
 	// activations in its layout.
 	tile tileStoreFunc
@@ -216,6 +227,10 @@ func (t *matmulTask) run(wk, lo, hi int) {
 					out[r*m+o], out[(r+1)*m+o], out[(r+2)*m+o], out[(r+3)*m+o] = o4[0], o4[1], o4[2], o4[3]
 				}
 				for ; r < r1; r++ {
+					if t.xs != nil {
+						out[r*m+o] = dotQ4s(wr, t.xq[r*k:(r+1)*k], t.xd[r*nb:(r+1)*nb], t.xs[r*nb:(r+1)*nb])
+						continue
+					}
 					out[r*m+o] = dot(wr, t.xq[r*k:(r+1)*k], t.xd[r*nb:(r+1)*nb])
 				}
 			default:

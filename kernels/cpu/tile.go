@@ -155,11 +155,13 @@ const (
 	tilesAsm                 // the VNNI tile kernels, where the CPU has them
 )
 
-// useTiles sets q8TileStore and q4TileStore for mode and reports whether tiled
+// useTiles sets q8TileStore and q4TileStore (and, with the VNNI kernels,
+// dotQ4s) for mode and reports whether tiled
 // kernels are now in use. Like useAsm it must not be called while a backend
 // is running.
 func useTiles(mode tileMode) bool {
 	q8TileStore, q4TileStore = nil, nil
+	dotQ4s = nil
 	switch {
 	case mode == tilesGo:
 		q8TileStore, q4TileStore = tileStoreGo(q8TileGo), tileStoreGo(q4TileGo)

@@ -147,3 +147,34 @@ func TestTileStoreKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestDotQ4S checks the VNNI Q4_0 row kernel, which takes 8 off the
+// nibbles through the activation's block sums, against the Go kernel.
+func TestDotQ4S(t *testing.T) {
+	initTables()
+	defer useAsm(true)
+	if useAsm(true); dotQ4s == nil {
+		t.Skip("no VNNI kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(17, 18))
+	for _, nb := range []int{0, 1, 2, 3, 5, 24, 97} {
+		for _, extreme := range []bool{false, true} {
+			w := randBlocks(r, kernels.Q4_0, nb, extreme)
+			xq, xd, xs := make([]int8, nb*32), make([]float32, nb), make([]float32, nb)
+			for i := range xq {
+				xq[i] = int8(r.IntN(255) - 127)
+				if extreme {
+					xq[i] = []int8{127, -127, 0}[r.IntN(3)]
+				}
+			}
+			for i := range xd {
+				xd[i] = r.Float32() * 0.02
+			}
+			q4Sums(xs, xq, xd)
+			mag := float32(nb) * 32 * 128 * 8 * 0.02 * 2
+			if have, want := dotQ4s(w, xq, xd, xs), dotQ4Go(w, xq, xd); !closeTo(have, want, mag) {
+				t.Errorf("nb=%d extreme=%v: have %g; want %g", nb, extreme, have, want)
+			}
+		}
+	}
+}
