@@ -161,13 +161,13 @@ func BenchmarkQuantKernels(b *testing.B) {
 	for i := range xq {
 		xq[i] = int8(r.IntN(255) - 127)
 	}
-	xp, xdt := make([]byte, 2*nb*tileBlock), make([]float32, 2*nb*tileRows)
-	for g := range 2 {
-		for l := range tileRows {
-			spreadTile(xp[g*nb*tileBlock:], xdt[g*nb*tileRows:], l, xq[l*nb*32:(l+1)*nb*32], xd[l*nb:(l+1)*nb])
-		}
-	}
 	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
+		act := newTileAct(2, nb, dt)
+		for g := range 2 {
+			for l := range tileRows {
+				spreadTile(act.group(g, nb), l, xq[l*nb*32:(l+1)*nb*32], xd[l*nb:(l+1)*nb])
+			}
+		}
 		w := randBlocks(r, dt, 4*nb, false)
 		rb := nb * dt.BlockBytes()
 		b.Run(fmt.Sprintf("%v/x4", dt), func(b *testing.B) {
@@ -188,7 +188,7 @@ func BenchmarkQuantKernels(b *testing.B) {
 			for groups := 1; groups <= 2; groups++ {
 				b.Run(fmt.Sprintf("%v/store%d", dt, groups*tileRows), func(b *testing.B) {
 					for b.Loop() {
-						st(w, rb, xp, xdt, nb, groups, out, tileW, groups*tileRows)
+						st(w, rb, act, nb, groups, out, tileW, groups*tileRows)
 					}
 					b.ReportMetric(float64(b.N)*float64(groups*tileRows*tileW*nb*32)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 				})

@@ -200,7 +200,7 @@ func TestTileKernels(t *testing.T) {
 	type kern struct {
 		dt     kernels.DType
 		one    func([]byte, []int8, []float32) float32
-		tileGo func([]byte, int, []byte, []float32, int, *[tileOut]float32)
+		tileGo func([]byte, int, tileAct, int, *[tileOut]float32)
 	}
 	ks := []kern{
 		{kernels.Q8_0, dotQ8Go, q8TileGo},
@@ -219,7 +219,7 @@ func TestTileKernels(t *testing.T) {
 					for j := range tileW {
 						copy(w[j*stride:], randBlocks(r, k.dt, nb, mode == "extreme"))
 					}
-					xp, xd := make([]byte, nb*tileBlock), make([]float32, nb*tileRows)
+					act := newTileAct(1, nb, k.dt)
 					var want [tileOut]float32
 					for l := range tileRows {
 						q, d := make([]int8, nb*32), make([]float32, nb)
@@ -232,7 +232,7 @@ func TestTileKernels(t *testing.T) {
 						for i := range d {
 							d[i] = r.Float32() * 0.02
 						}
-						spreadTile(xp, xd, l, q, d)
+						spreadTile(act, l, q, d)
 						for j := range tileW {
 							want[j*tileRows+l] = k.one(w[j*stride:j*stride+rb], q, d)
 						}
@@ -246,13 +246,13 @@ func TestTileKernels(t *testing.T) {
 						}
 					}
 					have := [tileOut]float32{9}
-					k.tileGo(w, stride, xp, xd, nb, &have)
+					k.tileGo(w, stride, act, nb, &have)
 					check("go", &have)
 					if nb > 0 && useTiles(tilesAsm) {
 						// The store kernels write row l's four results
 						// at out[4l:4l+4]; check wants out[8j+l].
 						var st [tileOut]float32
-						tileStoreKernel(k.dt)(w, stride, xp, xd, nb, 1, st[:], tileW, tileRows)
+						tileStoreKernel(k.dt)(w, stride, act, nb, 1, st[:], tileW, tileRows)
 						for l := range tileRows {
 							for j := range tileW {
 								have[j*tileRows+l] = st[l*tileW+j]
@@ -260,7 +260,7 @@ func TestTileKernels(t *testing.T) {
 						}
 						check("vnni", &have)
 						// Stride 0: one row, as all four.
-						tileStoreKernel(k.dt)(w[:rb], 0, xp, xd, nb, 1, st[:], tileW, tileRows)
+						tileStoreKernel(k.dt)(w[:rb], 0, act, nb, 1, st[:], tileW, tileRows)
 						for i, v := range st {
 							if want0 := want[i/tileW]; !closeTo(v, want0, mag) {
 								t.Errorf("stride 0: out[%d]: have %g; want %g", i, v, want0)

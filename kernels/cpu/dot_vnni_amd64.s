@@ -184,30 +184,55 @@
 	MOVL         $0x80808080, AX \
 	VPBROADCASTD AX, Y15
 
-// Q4UNPACK writes the Q4_0 block at q (16 bytes of nibble pairs) as 32
-// signed bytes (nibble − 8) at dst: low nibbles are elements 0-15, high
-// ones 16-31. M holds bytes of 0x0F, E bytes of 8.
-#define Q4UNPACKM(q, dst, M, E) \
+// Q4NIBS writes the Q4_0 block at q (16 bytes of nibble pairs) as its 32
+// nibbles (0-15, the values plus 8), one a byte, at dst: low nibbles are
+// elements 0-15, high ones 16-31. M holds bytes of 0x0F.
+#define Q4NIBS(q, dst, M) \
 	VMOVDQU     q, X12 \
 	VPSRLW      $4, X12, X13 \
 	VINSERTI128 $1, X13, Y12, Y12 \
 	VPANDD      M, Y12, Y12 \
-	VPSUBB      E, Y12, Y12 \
 	VMOVDQU     Y12, dst
 
-// Q4UNPACKS unpacks the four weight rows' current blocks into the frame.
-#define Q4UNPACKS(M, E) \
-	Q4UNPACKM(2(SI), (SP), M, E) \
-	Q4UNPACKM(2(SI)(R8*1), 32(SP), M, E) \
-	Q4UNPACKM(2(SI)(R8*2), 64(SP), M, E) \
-	Q4UNPACKM(2(SI)(R9*1), 96(SP), M, E)
+// Q4NIBS4 unpacks the four weight rows' current blocks into the frame.
+#define Q4NIBS4(M) \
+	Q4NIBS(2(SI), (SP), M) \
+	Q4NIBS(2(SI)(R8*1), 32(SP), M) \
+	Q4NIBS(2(SI)(R8*2), 64(SP), M) \
+	Q4NIBS(2(SI)(R9*1), 96(SP), M)
 
-// Q4CONSTS loads Q4UNPACKM's constants into M and E.
-#define Q4CONSTS(M, E) \
+// Q4MASK loads bytes of 0x0F into M.
+#define Q4MASK(M) \
 	MOVL         $0x0f0f0f0f, AX \
-	VPBROADCASTD AX, M \
-	MOVL         $0x08080808, AX \
-	VPBROADCASTD AX, E
+	VPBROADCASTD AX, M
+
+// The Q4_0 kernels read the signed tile layout: the nibbles are the
+// unsigned operand (broadcast) and the activations the signed one, and the
+// block's corrections 8·Σx (one per activation row, the same for every
+// weight row) come from xc instead of TCORR.
+
+// TSGROUP is TGROUP with the operands' roles swapped.
+#define TSGROUP(xo, a0, a1, a2, a3, A0, A1, A2, A3) \
+	VMOVDQU      xo(DI), Y12 \
+	VPBROADCASTD a0, Y13 \
+	VPDPBUSD     Y12, Y13, A0 \
+	VPBROADCASTD a1, Y14 \
+	VPDPBUSD     Y12, Y14, A1 \
+	VPBROADCASTD a2, Y13 \
+	VPDPBUSD     Y12, Y13, A2 \
+	VPBROADCASTD a3, Y14 \
+	VPDPBUSD     Y12, Y14, A3
+
+#define TSEVEN(xo, a0, a1, a2, a3) TSGROUP(xo, a0, a1, a2, a3, Y0, Y1, Y2, Y3)
+#define TSODD(xo, a0, a1, a2, a3) TSGROUP(xo, a0, a1, a2, a3, Y22, Y23, Y24, Y25)
+
+// TSCALESC is TSCALES with one correction C for every weight row.
+#define TSCALESC(C) \
+	VMOVUPS (DX), Y12 \
+	TSCALE(Y0, Y22, C, Y8, (SI)) \
+	TSCALE(Y1, Y23, C, Y9, (SI)(R8*1)) \
+	TSCALE(Y2, Y24, C, Y10, (SI)(R8*2)) \
+	TSCALE(Y3, Y25, C, Y11, (SI)(R9*1))
 
 // TNEXT moves to the next block (rb bytes a weight block) and loops to
 // label while blocks are left.
@@ -288,17 +313,19 @@ q8t8done:
 	VZEROUPPER
 	RET
 
-// func q4Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
-TEXT ·q4Tile8VNNI(SB), NOSPLIT, $128-64
+// func q4Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int, xc *int32)
+TEXT ·q4Tile8VNNI(SB), NOSPLIT, $128-72
 	TSETUP
-	Q4CONSTS(Y16, Y17)
+	MOVQ xc+64(FP), R11
+	Q4MASK(Y16)
 
 q4t8loop:
 	TPREFETCH
-	Q4UNPACKS(Y16, Y17)
-	TCORR((SP), 32(SP), 64(SP), 96(SP))
-	Q4GROUPS(TEVEN, TODD)
-	TSCALES
+	Q4NIBS4(Y16)
+	Q4GROUPS(TSEVEN, TSODD)
+	VMOVDQU (R11), Y4
+	TSCALESC(Y4)
+	ADDQ    $32, R11
 	TNEXT($18, q4t8loop)
 
 	TOUT
@@ -370,18 +397,18 @@ q4t8done:
 	VPDPBUSD     Y25, Y13, Y7
 
 // T16SCALE folds weight row j's block sums (A for group A, B for group B,
-// less the correction C) into its results FA and FB, scaled by d_w (the
-// F16 at d) times each row's scale (Y12 for group A, Y13 for group B).
-#define T16SCALE(A, B, C, FA, FB, d) \
+// less the corrections CA and CB) into its results FA and FB, scaled by d_w
+// (the F16 at d) times each row's scale (Y12 for group A, Y13 for group B).
+#define T16SCALE(A, B, CA, CB, FA, FB, d) \
 	VPBROADCASTW d, X14 \
 	VCVTPH2PS    X14, Y14 \
 	VMULPS       Y12, Y14, Y24 \
 	VMULPS       Y13, Y14, Y25 \
-	VPSUBD       C, A, A \
+	VPSUBD       CA, A, A \
 	VCVTDQ2PS    A, A \
 	VFMADD231PS  Y24, A, FA \
 	VPXOR        A, A, A \
-	VPSUBD       C, B, B \
+	VPSUBD       CB, B, B \
 	VCVTDQ2PS    B, B \
 	VFMADD231PS  Y25, B, FB \
 	VPXOR        B, B, B
@@ -389,10 +416,40 @@ q4t8done:
 #define T16SCALES \
 	VMOVUPS (DX), Y12 \
 	VMOVUPS (DX)(R11*1), Y13 \
-	T16SCALE(Y0, Y4, Y20, Y16, Y26, (SI)) \
-	T16SCALE(Y1, Y5, Y21, Y17, Y27, (SI)(R8*1)) \
-	T16SCALE(Y2, Y6, Y22, Y18, Y28, (SI)(R8*2)) \
-	T16SCALE(Y3, Y7, Y23, Y19, Y29, (SI)(R9*1))
+	T16SCALE(Y0, Y4, Y20, Y20, Y16, Y26, (SI)) \
+	T16SCALE(Y1, Y5, Y21, Y21, Y17, Y27, (SI)(R8*1)) \
+	T16SCALE(Y2, Y6, Y22, Y22, Y18, Y28, (SI)(R8*2)) \
+	T16SCALE(Y3, Y7, Y23, Y23, Y19, Y29, (SI)(R9*1))
+
+// T16SGROUP is T16GROUP with the operands' roles swapped, for the signed
+// layout.
+#define T16SGROUP(xo, a0, a1, a2, a3) \
+	VMOVDQU      xo(DI), Y12 \
+	VMOVDQU      xo(DI)(R12*1), Y13 \
+	VPBROADCASTD a0, Y24 \
+	VPDPBUSD     Y12, Y24, Y0 \
+	VPDPBUSD     Y13, Y24, Y4 \
+	VPBROADCASTD a1, Y25 \
+	VPDPBUSD     Y12, Y25, Y1 \
+	VPDPBUSD     Y13, Y25, Y5 \
+	VPBROADCASTD a2, Y24 \
+	VPDPBUSD     Y12, Y24, Y2 \
+	VPDPBUSD     Y13, Y24, Y6 \
+	VPBROADCASTD a3, Y25 \
+	VPDPBUSD     Y12, Y25, Y3 \
+	VPDPBUSD     Y13, Y25, Y7
+
+// T16SCALESC is T16SCALES with one correction a group, from xc (R13) and
+// group B's at R13+R11, for every weight row.
+#define T16SCALESC \
+	VMOVUPS (DX), Y12 \
+	VMOVUPS (DX)(R11*1), Y13 \
+	VMOVDQU32 (R13), Y20 \
+	VMOVDQU32 (R13)(R11*1), Y21 \
+	T16SCALE(Y0, Y4, Y20, Y21, Y16, Y26, (SI)) \
+	T16SCALE(Y1, Y5, Y20, Y21, Y17, Y27, (SI)(R8*1)) \
+	T16SCALE(Y2, Y6, Y20, Y21, Y18, Y28, (SI)(R8*2)) \
+	T16SCALE(Y3, Y7, Y20, Y21, Y19, Y29, (SI)(R9*1))
 
 // T16STORE stores both groups' results (group B's rows after group A's).
 #define T16STORE(done) \
@@ -425,17 +482,18 @@ q8t16done:
 	VZEROUPPER
 	RET
 
-// func q4Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
-TEXT ·q4Tile16VNNI(SB), NOSPLIT, $128-64
+// func q4Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int, xc *int32)
+TEXT ·q4Tile16VNNI(SB), NOSPLIT, $128-72
 	T16SETUP
-	Q4CONSTS(Y30, Y31)
+	MOVQ xc+64(FP), R13
+	Q4MASK(Y30)
 
 q4t16loop:
 	TPREFETCH
-	Q4UNPACKS(Y30, Y31)
-	T16CORR((SP), 32(SP), 64(SP), 96(SP))
-	Q4GROUPS(T16GROUP, T16GROUP)
-	T16SCALES
+	Q4NIBS4(Y30)
+	Q4GROUPS(T16SGROUP, T16SGROUP)
+	T16SCALESC
+	ADDQ $32, R13
 	TNEXT($18, q4t16loop)
 
 	T16STORE(q4t16done)

@@ -36,7 +36,7 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 	*t = matmulTask{b: b, dst: d, x: xt, w: wt}
 	if tk := tileStoreKernel(wt.dt); tk != nil && n >= tileMinRows {
 		t.tile = tk
-		t.xp, t.xd = b.tileInput(xt)
+		t.act = b.tileInput(xt, wt.dt)
 		b.pool.run(t, m, b.tileGrain(n, m, k))
 		*t = matmulTask{}
 		return
@@ -70,8 +70,9 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 	*t = matmulTask{}
 }
 
-// tileInput quantizes x into the tile layout, in the backend's buffers.
-func (b *Backend) tileInput(xt *Tensor) (xp []byte, xd []float32) {
+// tileInput quantizes x into the tile layout for weights of type dt (the
+// signed one for Q4_0), in the backend's buffers.
+func (b *Backend) tileInput(xt *Tensor, dt kernels.DType) tileAct {
 	n, k := xt.rows, xt.cols
 	nb := k / kernels.QK
 	np, nd := tileBytes(n, nb)
@@ -81,12 +82,18 @@ func (b *Backend) tileInput(xt *Tensor) (xp []byte, xd []float32) {
 	if cap(b.xd) < nd {
 		b.xd = make([]float32, nd)
 	}
-	xp, xd = b.xp[:np], b.xd[:nd]
+	a := tileAct{xp: b.xp[:np], xd: b.xd[:nd]}
+	if dt == kernels.Q4_0 {
+		if cap(b.xc) < nd {
+			b.xc = make([]int32, nd)
+		}
+		a.xc = b.xc[:nd]
+	}
 	n8 := (n + tileRows - 1) / tileRows * tileRows
-	b.qx = quantTask{b: b, xp: xp, xd: xd, x: xt}
+	b.qx = quantTask{b: b, act: a, x: xt}
 	b.pool.run(&b.qx, n8, max(1, 16384/k))
 	b.qx = quantTask{}
-	return xp, xd
+	return a
 }
 
 // tileGrain is the chunk of weight rows one worker claims: whole tiles, so
@@ -121,14 +128,14 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 		}
 		return
 	}
-	xp, xd := b.tileInput(xt)
+	act := b.tileInput(xt, tensor(ws[0], "MatMulMany").dt)
 	t := &b.many
 	t.parts, t.start = t.parts[:0], t.start[:0]
 	total := 0
 	for i, w := range ws {
 		wt := tensor(w, "MatMulMany")
 		t.parts = append(t.parts, matmulTask{b: b, dst: writable(dsts[i], "MatMulMany"), x: xt, w: wt,
-			tile: tileStoreKernel(wt.dt), xp: xp, xd: xd})
+			tile: tileStoreKernel(wt.dt), act: act})
 		t.start = append(t.start, total)
 		total += wt.rows
 	}
@@ -159,20 +166,19 @@ type quantTask struct {
 	xd, xd4 []float32
 	xs      []float32 // q4Sums, when not nil
 	x       *Tensor
-	xp      []byte // the tile layout, when not nil
+	act     tileAct // the tile layout, when act.xp is not nil
 }
 
 func (t *quantTask) run(wk, lo, hi int) {
 	k := t.x.cols
 	nb := k / kernels.QK
-	if t.xp != nil {
+	if t.act.xp != nil {
 		sc := &t.b.scratch[wk]
 		if cap(sc.qt) < k {
 			sc.qt, sc.qd = make([]int8, k), make([]float32, nb)
 		}
 		for r := lo; r < hi; r++ {
-			g := r / tileRows
-			quantTile(t.xp[g*nb*tileBlock:(g+1)*nb*tileBlock], t.xd[g*nb*tileRows:(g+1)*nb*tileRows], r, t.x, sc.qt[:k], sc.qd[:nb])
+			quantTile(t.act.group(r/tileRows, nb), r, t.x, sc.qt[:k], sc.qd[:nb])
 		}
 		return
 	}
@@ -195,10 +201,10 @@ type matmulTask struct {
 	xq        []int8
 	xd, xd4   []float32
 	xs        []float32 // q4Sums of the rows, for dotQ4s
-	// tile, when not nil, is the tiled kernel, and xp (with xd) the
-	// activations in its layout.
+	// tile, when not nil, is the tiled kernel, and act the activations
+	// in its layout.
 	tile tileStoreFunc
-	xp   []byte
+	act  tileAct
 }
 
 // run computes output columns [lo, hi) (weight rows) for every row of x.
@@ -279,7 +285,7 @@ func (t *matmulTask) runTiles(wk, lo, hi int) {
 					}
 					gi := g / tileRows
 					nrows := min(groups*tileRows, r1-g)
-					t.tile(w, rb, t.xp[gi*nb*tileBlock:], t.xd[gi*nb*tileRows:], nb, groups, out[g*m+j:], m, nrows)
+					t.tile(w, rb, t.act.group(gi, nb), nb, groups, out[g*m+j:], m, nrows)
 					g += groups * tileRows
 				}
 				continue
@@ -291,7 +297,7 @@ func (t *matmulTask) runTiles(wk, lo, hi int) {
 				for g := r0; g < r1; g += tileRows {
 					gi := g / tileRows
 					nrows := min(tileRows, r1-g)
-					t.tile(w, 0, t.xp[gi*nb*tileBlock:], t.xd[gi*nb*tileRows:], nb, 1, o[:], tileW, nrows)
+					t.tile(w, 0, t.act.group(gi, nb), nb, 1, o[:], tileW, nrows)
 					for l := range nrows {
 						out[(g+l)*m+jj] = o[l*tileW]
 					}

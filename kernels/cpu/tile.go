@@ -24,6 +24,13 @@ import "github.com/specgate/specgate/kernels"
 // bytes: for each of the block's eight 4-byte groups g, 32 bytes, row l's
 // four u at 4l. The scales of the group's rows for block b are eight
 // float32s at xd[8b:8b+8].
+//
+// Q4_0 weights need no correction from the weight side: their nibbles
+// (0-15, the value plus 8) can be the unsigned operand, with the
+// activations signed. Their kernels take the signed layout (xc not nil):
+// the same places hold x itself, and xc[8b+l] = 8·Σx of row l's block b,
+// by which Σ nib·x exceeds the wanted Σ (nib−8)·x. It is the same for the
+// four weight rows, and computed once per row when the tile is built.
 const (
 	tileRows  = 8                // activation rows per tile
 	tileW     = 4                // weight rows per tile
@@ -43,15 +50,43 @@ const tileMinRows = 4
 // kernels instead.
 var q8TileStore, q4TileStore tileStoreFunc
 
-type tileStoreFunc func(w []byte, stride int, xp []byte, xd []float32, nb, groups int, out []float32, ostride, nrows int)
+type tileStoreFunc func(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows int)
+
+// tileAct is activations in the tile layout: the bytes xp, the scales xd
+// and, in the signed layout, the corrections xc.
+type tileAct struct {
+	xp []byte
+	xd []float32
+	xc []int32 // nil in the u = x+128 layout
+}
+
+// newTileAct allocates groups row groups of nb blocks, in the layout the
+// kernels for dt read.
+func newTileAct(groups, nb int, dt kernels.DType) tileAct {
+	np, nd := tileBytes(groups*tileRows, nb)
+	a := tileAct{xp: make([]byte, np), xd: make([]float32, nd)}
+	if dt == kernels.Q4_0 {
+		a.xc = make([]int32, nd)
+	}
+	return a
+}
+
+// group returns the part of a from row group g on, for nb blocks a row.
+func (a tileAct) group(g, nb int) tileAct {
+	h := tileAct{xp: a.xp[g*nb*tileBlock:], xd: a.xd[g*nb*tileRows:]}
+	if a.xc != nil {
+		h.xc = a.xc[g*nb*tileRows:]
+	}
+	return h
+}
 
 // tileStoreGo is the reference for the store kernels, built on a Go tile
 // kernel.
-func tileStoreGo(tile func([]byte, int, []byte, []float32, int, *[tileOut]float32)) tileStoreFunc {
-	return func(w []byte, stride int, xp []byte, xd []float32, nb, groups int, out []float32, ostride, nrows int) {
+func tileStoreGo(tile func([]byte, int, tileAct, int, *[tileOut]float32)) tileStoreFunc {
+	return func(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows int) {
 		var o [tileOut]float32
 		for g := range groups {
-			tile(w, stride, xp[g*nb*tileBlock:], xd[g*nb*tileRows:], nb, &o)
+			tile(w, stride, a.group(g, nb), nb, &o)
 			for l := range min(tileRows, nrows-g*tileRows) {
 				r := out[(g*tileRows+l)*ostride:]
 				for c := range tileW {
@@ -63,29 +98,40 @@ func tileStoreGo(tile func([]byte, int, []byte, []float32, int, *[tileOut]float3
 }
 
 // quantTile quantizes row r of x (r may be past the last row, for padding)
-// into the tile layout: xp and xd are the row's group's slices, tmp and td
-// scratch for one row.
-func quantTile(xp []byte, xd []float32, r int, x *Tensor, tmp []int8, td []float32) {
+// into the tile layout: a is the row's group, tmp and td scratch for one
+// row.
+func quantTile(a tileAct, r int, x *Tensor, tmp []int8, td []float32) {
 	if r < x.rows {
-		quantLane(xp, xd, r%tileRows, x.row(r), tmp, td)
+		quantLane(a, r%tileRows, x.row(r), tmp, td)
 		return
 	}
 	clear(td)
 	clear(tmp)
-	spreadTile(xp, xd, r%tileRows, tmp, td)
+	spreadTile(a, r%tileRows, tmp, td)
 }
 
 // spreadTile stores lane l of a tile: one row quantized to q (int8 values,
-// never −128) and xd (its block scales).
-func spreadTile(xp []byte, xd []float32, l int, q []int8, d []float32) {
+// never −128) and d (its block scales).
+func spreadTile(a tileAct, l int, q []int8, d []float32) {
+	flip := byte(0x80) // x+128
+	if a.xc != nil {
+		flip = 0
+	}
 	for b := range d {
-		xd[b*tileRows+l] = d[b]
-		blk := xp[b*tileBlock : (b+1)*tileBlock]
+		a.xd[b*tileRows+l] = d[b]
+		blk := a.xp[b*tileBlock : (b+1)*tileBlock]
 		qb := q[b*32 : b*32+32]
+		if a.xc != nil {
+			var s int32
+			for _, v := range qb {
+				s += int32(v)
+			}
+			a.xc[b*tileRows+l] = 8 * s
+		}
 		for g := range 8 {
 			u := blk[g*32+4*l : g*32+4*l+4]
 			for c := range 4 {
-				u[c] = byte(qb[4*g+c]) ^ 0x80 // x+128
+				u[c] = byte(qb[4*g+c]) ^ flip
 			}
 		}
 	}
@@ -94,49 +140,60 @@ func spreadTile(xp []byte, xd []float32, l int, q []int8, d []float32) {
 // q8TileGo sets out[8j+l] to the dot product of Q8_0 weight row j (the
 // rows stride bytes apart, starting at w) with row l of an eight-row
 // activation tile: the reference for q8TileStore.
-func q8TileGo(w []byte, stride int, xp []byte, xd []float32, nb int, out *[tileOut]float32) {
+func q8TileGo(w []byte, stride int, a tileAct, nb int, out *[tileOut]float32) {
 	var s [tileOut]float32
+	var v [32]int32
 	for j := range tileW {
 		wr := w[j*stride:]
 		for b := range nb {
 			blk := wr[b*q8Bytes : (b+1)*q8Bytes]
-			dw := f16(blk)
-			tileBlockDot(&s, j, blk[2:2+32], xp[b*tileBlock:(b+1)*tileBlock], dw, xd[b*tileRows:(b+1)*tileRows])
+			for i, c := range blk[2 : 2+32] {
+				v[i] = int32(int8(c))
+			}
+			tileBlockDot(&s, j, &v, a, b, f16(blk))
 		}
 	}
 	*out = s
 }
 
-// q4TileGo is q8TileGo for Q4_0 weights.
-func q4TileGo(w []byte, stride int, xp []byte, xd []float32, nb int, out *[tileOut]float32) {
+// q4TileGo is q8TileGo for Q4_0 weights, with the activations in the
+// signed layout.
+func q4TileGo(w []byte, stride int, a tileAct, nb int, out *[tileOut]float32) {
 	var s [tileOut]float32
-	var v [32]byte
+	var v [32]int32
 	for j := range tileW {
 		wr := w[j*stride:]
 		for b := range nb {
 			blk := wr[b*q4Bytes : (b+1)*q4Bytes]
 			for i, c := range blk[2 : 2+16] {
-				v[i] = byte(int8(c&15) - 8)
-				v[i+16] = byte(int8(c>>4) - 8)
+				v[i], v[i+16] = int32(c&15), int32(c>>4) // the nibbles, as the kernel takes them
 			}
-			tileBlockDot(&s, j, v[:], xp[b*tileBlock:(b+1)*tileBlock], f16(blk), xd[b*tileRows:(b+1)*tileRows])
+			tileBlockDot(&s, j, &v, a, b, f16(blk))
 		}
 	}
 	*out = s
 }
 
-// tileBlockDot adds weight row j's block (32 signed bytes q, scale dw) times
-// the tile's eight rows of that block to s[8j:8j+8].
-func tileBlockDot(s *[tileOut]float32, j int, q, blk []byte, dw float32, xd []float32) {
+// tileBlockDot adds weight row j's block b (32 values q, scale dw) times the
+// tile's eight rows of that block to s[8j:8j+8]: the kernels' integer sums,
+// less xc in the signed layout and 128·Σq in the other, scaled.
+func tileBlockDot(s *[tileOut]float32, j int, q *[32]int32, a tileAct, b int, dw float32) {
+	blk := a.xp[b*tileBlock : (b+1)*tileBlock]
 	for l := range tileRows {
 		var acc int32
 		for g := range 8 {
 			for c := range 4 {
-				wv := int32(int8(q[4*g+c]))
-				acc += wv * (int32(blk[g*32+4*l+c]) - 128)
+				x := int32(blk[g*32+4*l+c]) - 128
+				if a.xc != nil {
+					x = int32(int8(blk[g*32+4*l+c]))
+				}
+				acc += q[4*g+c] * x
 			}
 		}
-		s[8*j+l] += float32(acc) * (dw * xd[l])
+		if a.xc != nil {
+			acc -= a.xc[b*tileRows+l]
+		}
+		s[8*j+l] += float32(acc) * (dw * a.xd[b*tileRows+l])
 	}
 }
 

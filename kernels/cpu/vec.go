@@ -8,9 +8,8 @@ var (
 	// with scale max|x|/127 per block, into xq and xd.
 	quantRowQ8 func(xq []int8, xd []float32, x []float32)
 	// quantLane quantizes x as quantRowQ8 does into lane l of a tile
-	// (tile.go): xp and xd are the lane's group's slices, tmp and td
-	// scratch for one row.
-	quantLane func(xp []byte, xd []float32, l int, x []float32, tmp []int8, td []float32)
+	// (tile.go): a is the lane's group, tmp and td scratch for one row.
+	quantLane func(a tileAct, l int, x []float32, tmp []int8, td []float32)
 	// siluMul sets d[i] = silu(g[i])·u[i]; len(g), len(u) ≥ len(d).
 	siluMul func(d, g, u []float32)
 	// scaleMul sets d[i] = x[i]·s·w[i]; len(x), len(w) ≥ len(d).
@@ -22,9 +21,9 @@ func useVecGo() {
 	siluMul, scaleMul = siluMulGo, scaleMulGo
 }
 
-func quantLaneGo(xp []byte, xd []float32, l int, x []float32, tmp []int8, td []float32) {
+func quantLaneGo(a tileAct, l int, x []float32, tmp []int8, td []float32) {
 	quantRowQ8Go(tmp, td, x)
-	spreadTile(xp, xd, l, tmp, td)
+	spreadTile(a, l, tmp, td)
 }
 
 func siluMulGo(d, g, u []float32) {

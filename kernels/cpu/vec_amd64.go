@@ -13,7 +13,7 @@ func setVecAsm() {
 func quantQ8AVX(xq *int8, xd *float32, x *float32, nb int)
 
 //go:noescape
-func quantTileAVX(xp *byte, xd *float32, x *float32, nb int)
+func quantTileAVX(xp *byte, xd *float32, xc *int32, x *float32, nb int)
 
 //go:noescape
 func siluMulAVX(d, gate, u *float32, n int)
@@ -32,13 +32,18 @@ func quantRowQ8Asm(xq []int8, xd []float32, x []float32) {
 	quantQ8AVX(&xq[0], &xd[0], &x[0], nb)
 }
 
-func quantLaneAsm(xp []byte, xd []float32, l int, x []float32, _ []int8, _ []float32) {
+func quantLaneAsm(a tileAct, l int, x []float32, _ []int8, _ []float32) {
 	nb := len(x) / kernels.QK
 	if nb == 0 {
 		return
 	}
-	_, _ = xp[(nb-1)*tileBlock+7*32+4*l+3], xd[(nb-1)*tileRows+l]
-	quantTileAVX(&xp[4*l], &xd[l], &x[0], nb)
+	_, _ = a.xp[(nb-1)*tileBlock+7*32+4*l+3], a.xd[(nb-1)*tileRows+l]
+	var xc *int32
+	if a.xc != nil {
+		_ = a.xc[(nb-1)*tileRows+l]
+		xc = &a.xc[l]
+	}
+	quantTileAVX(&a.xp[4*l], &a.xd[l], xc, &x[0], nb)
 }
 
 func siluMulAsm(d, g, u []float32) {

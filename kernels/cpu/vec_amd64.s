@@ -148,35 +148,69 @@ q8_loop:
 	VZEROUPPER
 	RET
 
-// func quantTileAVX(xp *byte, xd *float32, x *float32, nb int)
-// Stores one row into lane l of a tile (tile.go's layout): xp and xd
-// point at the lane's first group and scale, so block b's 4-byte group g
-// goes to xp[256b+32g] and its scale to xd[8b].
-TEXT ·quantTileAVX(SB), NOSPLIT, $0-32
+// TLANE stores Y0's 32 bytes as block's eight 4-byte groups in a lane of
+// the tile layout at DI (group g at 32g); X1 is scratch.
+#define TLANE \
+	VEXTRACTI128 $1, Y0, X1 \
+	VMOVD        X0, (DI) \
+	VPEXTRD      $1, X0, 32(DI) \
+	VPEXTRD      $2, X0, 64(DI) \
+	VPEXTRD      $3, X0, 96(DI) \
+	VMOVD        X1, 128(DI) \
+	VPEXTRD      $1, X1, 160(DI) \
+	VPEXTRD      $2, X1, 192(DI) \
+	VPEXTRD      $3, X1, 224(DI)
+
+// func quantTileAVX(xp *byte, xd *float32, xc *int32, x *float32, nb int)
+// Stores one row into lane l of a tile (tile.go's layout): xp, xd and xc
+// point at the lane's first group, scale and correction, so block b's
+// 4-byte group g goes to xp[256b+32g] and its scale to xd[8b]. With xc nil
+// the bytes are u = x+128; otherwise they are x, and xc[8b] = 8·Σx.
+TEXT ·quantTileAVX(SB), NOSPLIT, $0-40
 	MOVQ         xp+0(FP), DI
 	MOVQ         xd+8(FP), DX
-	MOVQ         x+16(FP), SI
-	MOVQ         nb+24(FP), CX
+	MOVQ         xc+16(FP), R11
+	MOVQ         x+24(FP), SI
+	MOVQ         nb+32(FP), CX
 	QSETUP
 	VPBROADCASTD vecc<>+16(SB), Y12
+	VPXOR        Y14, Y14, Y14
+	TESTQ        R11, R11
+	JNZ          tile_signed
 
 tile_loop:
 	QBLOCK
+	VMOVSS X5, (DX)
+	VPXOR  Y12, Y0, Y0
+	TLANE
+	ADDQ   $128, SI
+	ADDQ   $256, DI
+	ADDQ   $32, DX
+	DECQ   CX
+	JNZ    tile_loop
+	VZEROUPPER
+	RET
+
+tile_signed:
+	QBLOCK
 	VMOVSS       X5, (DX)
-	VPXOR        Y12, Y0, Y0
-	VEXTRACTI128 $1, Y0, X1
-	VMOVD        X0, (DI)
-	VPEXTRD      $1, X0, 32(DI)
-	VPEXTRD      $2, X0, 64(DI)
-	VPEXTRD      $3, X0, 96(DI)
-	VMOVD        X1, 128(DI)
-	VPEXTRD      $1, X1, 160(DI)
-	VPEXTRD      $2, X1, 192(DI)
-	VPEXTRD      $3, X1, 224(DI)
+	TLANE
+	// Σx = Σ(x+128) − 32·128, the unsigned sum from VPSADBW.
+	VPXOR        Y12, Y0, Y1
+	VPSADBW      Y14, Y1, Y1
+	VEXTRACTI128 $1, Y1, X2
+	VPADDQ       X2, X1, X1
+	VPSHUFD      $0x4e, X1, X2
+	VPADDQ       X2, X1, X1
+	VMOVD        X1, AX
+	SUBL         $4096, AX
+	SHLL         $3, AX
+	MOVL         AX, (R11)
 	ADDQ         $128, SI
 	ADDQ         $256, DI
 	ADDQ         $32, DX
+	ADDQ         $32, R11
 	DECQ         CX
-	JNZ          tile_loop
+	JNZ          tile_signed
 	VZEROUPPER
 	RET

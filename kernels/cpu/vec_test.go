@@ -45,14 +45,14 @@ func TestQuantAsm(t *testing.T) {
 		if !slices.Equal(hq, wq) || !slices.Equal(hd, wd) {
 			t.Fatalf("quantRowQ8 nb=%d: asm and Go differ", nb)
 		}
-		np, nd := tileBytes(tileRows, nb)
-		for l := range tileRows {
-			hp, hxd := make([]byte, np), make([]float32, nd)
-			wp, wxd := make([]byte, np), make([]float32, nd)
-			quantLane(hp, hxd, l, x, make([]int8, len(x)), make([]float32, nb))
-			quantLaneGo(wp, wxd, l, x, make([]int8, len(x)), make([]float32, nb))
-			if !slices.Equal(hp, wp) || !slices.Equal(hxd, wxd) {
-				t.Fatalf("quantLane nb=%d lane %d: asm and Go differ", nb, l)
+		for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
+			for l := range tileRows {
+				h, w := newTileAct(1, nb, dt), newTileAct(1, nb, dt)
+				quantLane(h, l, x, make([]int8, len(x)), make([]float32, nb))
+				quantLaneGo(w, l, x, make([]int8, len(x)), make([]float32, nb))
+				if !slices.Equal(h.xp, w.xp) || !slices.Equal(h.xd, w.xd) || !slices.Equal(h.xc, w.xc) {
+					t.Fatalf("quantLane %v nb=%d lane %d: asm and Go differ", dt, nb, l)
+				}
 			}
 		}
 	}
@@ -109,7 +109,7 @@ func TestTileStoreKernels(t *testing.T) {
 			for j := range tileW {
 				copy(w[j*stride:], randBlocks(r, dt, nb, nb == 2))
 			}
-			xp, xd := make([]byte, 2*nb*tileBlock), make([]float32, 2*nb*tileRows)
+			act := newTileAct(2, nb, dt)
 			for g := range 2 {
 				for l := range tileRows {
 					q, d := make([]int8, nb*32), make([]float32, nb)
@@ -119,22 +119,22 @@ func TestTileStoreKernels(t *testing.T) {
 					for i := range d {
 						d[i] = r.Float32() * 0.02
 					}
-					spreadTile(xp[g*nb*tileBlock:], xd[g*nb*tileRows:], l, q, d)
+					spreadTile(act.group(g, nb), l, q, d)
 				}
 			}
 			const ostride = 7
 			mag := float32(nb) * 32 * 128 * 127 * 0.02 * 2
 			one := make([]float32, 16*ostride)
-			asm(w, stride, xp, xd, nb, 1, one, ostride, tileRows)
-			asm(w, stride, xp[nb*tileBlock:], xd[nb*tileRows:], nb, 1, one[tileRows*ostride:], ostride, tileRows)
+			asm(w, stride, act, nb, 1, one, ostride, tileRows)
+			asm(w, stride, act.group(1, nb), nb, 1, one[tileRows*ostride:], ostride, tileRows)
 			for groups := 1; groups <= 2; groups++ {
 				for nrows := 1; nrows <= groups*tileRows; nrows++ {
 					have, want := make([]float32, 16*ostride), make([]float32, 16*ostride)
 					for i := range have {
 						have[i], want[i] = -1, -1
 					}
-					asm(w, stride, xp, xd, nb, groups, have, ostride, nrows)
-					ref(w, stride, xp, xd, nb, groups, want, ostride, nrows)
+					asm(w, stride, act, nb, groups, have, ostride, nrows)
+					ref(w, stride, act, nb, groups, want, ostride, nrows)
 					for i := range have {
 						stored := i/ostride < nrows && i%ostride < tileW
 						if stored && (have[i] != one[i] || !closeTo(have[i], want[i], mag)) || !stored && have[i] != -1 {
