@@ -149,9 +149,31 @@ type attnTask struct {
 	a      kernels.Attn
 	group  int // query heads per kv head
 	chunk  int // query heads per task: a whole number of groups
-	chunks int // tasks per row
+	chunks int // tasks per item
 	scale  float32
+	items  []attnItem
+	// A long row's parts leave their unnormalised outputs (chunk·HeadDim
+	// floats a task) in po, and each head's maximum score and sum of
+	// exponents in pm and ps (chunk floats a task), for Attention to
+	// merge.
+	po, pm, ps []float32
 }
+
+// attnItem is a run of one row's positions that one task (per chunk of
+// heads) attends over.
+type attnItem struct {
+	r, p0, p1 int
+	part      int // the item's index among parts, or -1 for a whole row
+}
+
+// attnPart is the most positions (in whole blocks) one task takes of a
+// long row. A single long row then spreads over every worker, and each task
+// streams whole slots, every head of them, rather than a chunk of heads at
+// a slot-width stride: decode attention over a long context is bound by
+// how fast the cache streams. The parts' softmaxes are merged by their
+// maxima. The split depends on the row's length only, never on the batch,
+// so a row's result is the same alone or in any batch.
+const attnPart = 256
 
 // Attention computes softmax(Scale·q·Kᵀ)·V for every query row and head over
 // the row's block table. dst may be q.
@@ -183,25 +205,90 @@ func (b *Backend) Attention(dst, q kernels.Tensor, c kernels.KVCache, layer int,
 	if scale == 0 {
 		scale = float32(1 / math.Sqrt(float64(a.HeadDim)))
 	}
-	// Enough tasks to keep every worker busy (a single decode row too),
-	// each as wide as possible: split the kv heads into the fewest chunks
-	// that give about two tasks per worker.
+	bs := kv.spec.BlockSize
+	span := max(1, attnPart/bs) * bs
+	items, parts := b.attnItems[:0], 0
+	for r, row := range a.Rows {
+		n := int(row.Len)
+		if n <= span {
+			items = append(items, attnItem{r: r, p1: n, part: -1})
+			continue
+		}
+		for p0 := 0; p0 < n; p0 += span {
+			items = append(items, attnItem{r: r, p0: p0, p1: min(n, p0+span), part: parts})
+			parts++
+		}
+	}
+	b.attnItems = items
+	// Enough tasks to keep every worker busy (a single short decode row
+	// too), each as wide as possible: split the kv heads into the fewest
+	// chunks that give about two tasks per worker.
 	group := a.Heads / a.KVHeads
 	chunks := 1
-	for chunks < a.KVHeads && len(a.Rows)*chunks < 2*b.threads {
+	for chunks < a.KVHeads && len(items)*chunks < 2*b.threads {
 		chunks++
 		for a.KVHeads%chunks != 0 {
 			chunks++
 		}
 	}
-	b.attn = attnTask{b: b, dst: d, q: qt, kv: kv, layer: layer, a: a, group: group,
-		chunk: a.Heads / chunks, chunks: chunks, scale: scale}
+	t := attnTask{b: b, dst: d, q: qt, kv: kv, layer: layer, a: a, group: group,
+		chunk: a.Heads / chunks, chunks: chunks, scale: scale, items: items}
+	if parts > 0 {
+		no, nm := parts*a.Heads*a.HeadDim, parts*a.Heads
+		if cap(b.attnPart) < no+2*nm {
+			b.attnPart = make([]float32, no+2*nm)
+		}
+		t.po, t.pm, t.ps = b.attnPart[:no], b.attnPart[no:no+nm], b.attnPart[no+nm:no+2*nm]
+	}
+	b.attn = t
 	grain := 1
 	if work*a.Heads*a.HeadDim < 1<<14 {
-		grain = len(a.Rows) * chunks
+		grain = len(items) * chunks
 	}
-	b.pool.run(&b.attn, len(a.Rows)*chunks, grain)
+	b.pool.run(&b.attn, len(items)*chunks, grain)
+	if parts > 0 {
+		b.attn.merge()
+	}
 	b.attn = attnTask{}
+}
+
+// merge combines each long row's parts: with M the largest of a head's
+// part maxima m_p, out = Σ_p e^(m_p−M)·o_p / Σ_p e^(m_p−M)·s_p.
+func (t *attnTask) merge() {
+	hd, nh := t.a.HeadDim, t.chunk
+	for i := 0; i < len(t.items); {
+		it := t.items[i]
+		if it.part < 0 {
+			i++
+			continue
+		}
+		k0 := i
+		for i < len(t.items) && t.items[i].r == it.r {
+			i++
+		}
+		orow := t.dst.row(it.r)
+		for c := range t.chunks {
+			for hh := range nh {
+				m := negInf
+				for k := k0; k < i; k++ {
+					m = max(m, t.pm[(t.items[k].part*t.chunks+c)*nh+hh])
+				}
+				out := orow[(c*nh+hh)*hd : (c*nh+hh+1)*hd]
+				clear(out)
+				var den float32
+				for k := k0; k < i; k++ {
+					j := (t.items[k].part*t.chunks + c) * nh
+					wgt := expf(t.pm[j+hh] - m)
+					den += wgt * t.ps[j+hh]
+					axpy(out, wgt, t.po[(j+hh)*hd:(j+hh+1)*hd])
+				}
+				inv := 1 / den
+				for x := range out {
+					out[x] *= inv
+				}
+			}
+		}
+	}
 }
 
 func (t *attnTask) run(wk, lo, hi int) {
@@ -217,10 +304,11 @@ func (t *attnTask) run(wk, lo, hi int) {
 	}
 	sc := &t.b.scratch[wk]
 	for item := lo; item < hi; item++ {
-		r, h0 := item/t.chunks, (item%t.chunks)*t.chunk
+		it, c := t.items[item/t.chunks], item%t.chunks
+		r, h0 := it.r, c*t.chunk
 		nh := t.chunk
 		row := a.Rows[r]
-		n := int(row.Len)
+		p0, n := it.p0, it.p1-it.p0 // the item's positions, from p0
 		qrow, orow := t.q.row(r), t.dst.row(r)
 		if n == 0 {
 			clear(orow[h0*hd : (h0+nh)*hd])
@@ -244,9 +332,10 @@ func (t *attnTask) run(wk, lo, hi int) {
 		}
 		// A block's positions are consecutive slots: the F16 kernels take
 		// them in one call, the F32 ones one position at a time.
+		// Positions (from p0, a block boundary) are indexed from 0 here.
 		kv0 := (h0 / t.group) * hd
 		for p := 0; p < n; p += bs {
-			base, e := t.slot(row.Table[p/bs])*w, min(n, p+bs)
+			base, e := t.slot(row.Table[(p0+p)/bs])*w, min(n, p+bs)
 			if f16 {
 				dotsF16(qs, K16[base+kv0:base+(e-p)*w], hd, t.group, w, s[p*nh:e*nh])
 				continue
@@ -259,11 +348,18 @@ func (t *attnTask) run(wk, lo, hi int) {
 		for i := n * nh; i < len(s); i++ {
 			s[i] = negInf
 		}
-		_, sum := softmaxPos(s, nh, soft)
+		mx, sum := softmaxPos(s, nh, soft)
 		out := orow[h0*hd : (h0+nh)*hd]
+		if it.part >= 0 {
+			// A part of a long row: merge normalises.
+			j := (it.part*t.chunks + c) * nh
+			out = t.po[j*hd : (j+nh)*hd]
+			copy(t.pm[j:j+nh], mx)
+			copy(t.ps[j:j+nh], sum)
+		}
 		clear(out)
 		for p := 0; p < n; p += bs {
-			base, e := t.slot(row.Table[p/bs])*w, min(n, p+bs)
+			base, e := t.slot(row.Table[(p0+p)/bs])*w, min(n, p+bs)
 			if f16 {
 				axpysF16(out, s[p*nh:e*nh], V16[base+kv0:base+(e-p)*w], hd, t.group, w)
 				continue
@@ -272,6 +368,9 @@ func (t *attnTask) run(wk, lo, hi int) {
 				o, end := base+(j-p)*w+kv0, base+(j-p+1)*w
 				axpysF32(out, s[j*nh:(j+1)*nh], V[o:end], hd, t.group)
 			}
+		}
+		if it.part >= 0 {
+			continue
 		}
 		// The weights were left unnormalised: dividing the nh·hd outputs
 		// by their head's sum is cheaper than dividing the n·nh weights.

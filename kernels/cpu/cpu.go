@@ -74,7 +74,11 @@ type Backend struct {
 	many manyTask
 	qx   quantTask
 	attn attnTask
-	rows rowTask
+	// attnItems and attnPart back Attention's items and long rows'
+	// partial results.
+	attnItems []attnItem
+	attnPart  []float32
+	rows      rowTask
 
 	// xq and xd hold the activation rows of the current MatMul quantized to
 	// Q8_0: int8 values, and one float32 scale per 32-value block.

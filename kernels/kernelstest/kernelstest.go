@@ -549,6 +549,10 @@ func testAttention(t *testing.T, b kernels.Backend, dt kernels.DType) {
 		{"mqa_scale", 4, 1, 64, 8, []int{9, 64}, 0.3, 1},
 		{"long", 2, 1, 64, 16, []int{2500}, 0, 1},
 		{"peaked", 2, 2, 32, 16, []int{40, 3}, 0, 200},
+		// Rows long enough that a backend may split them into parts and
+		// merge their softmaxes, next to short ones, with peaked scores so
+		// the parts' maxima differ widely.
+		{"long_mixed_peaked", 4, 2, 32, 4, []int{700, 3, 257, 256, 1029}, 0, 50},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
