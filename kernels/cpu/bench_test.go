@@ -188,7 +188,7 @@ func BenchmarkQuantKernels(b *testing.B) {
 			for groups := 1; groups <= 2; groups++ {
 				b.Run(fmt.Sprintf("%v/store%d", dt, groups*tileRows), func(b *testing.B) {
 					for b.Loop() {
-						st(w, rb, act, nb, groups, out, tileW, groups*tileRows)
+						st(w, rb, act, nb, groups, out, tileW, groups*tileRows, 1)
 					}
 					b.ReportMetric(float64(b.N)*float64(groups*tileRows*tileW*nb*32)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 				})

@@ -252,7 +252,7 @@ func TestTileKernels(t *testing.T) {
 						// The store kernels write row l's four results
 						// at out[4l:4l+4]; check wants out[8j+l].
 						var st [tileOut]float32
-						tileStoreKernel(k.dt)(w, stride, act, nb, 1, st[:], tileW, tileRows)
+						tileStoreKernel(k.dt)(w, stride, act, nb, 1, st[:], tileW, tileRows, 1)
 						for l := range tileRows {
 							for j := range tileW {
 								have[j*tileRows+l] = st[l*tileW+j]
@@ -260,7 +260,7 @@ func TestTileKernels(t *testing.T) {
 						}
 						check("vnni", &have)
 						// Stride 0: one row, as all four.
-						tileStoreKernel(k.dt)(w[:rb], 0, act, nb, 1, st[:], tileW, tileRows)
+						tileStoreKernel(k.dt)(w[:rb], 0, act, nb, 1, st[:], tileW, tileRows, 1)
 						for i, v := range st {
 							if want0 := want[i/tileW]; !closeTo(v, want0, mag) {
 								t.Errorf("stride 0: out[%d]: have %g; want %g", i, v, want0)

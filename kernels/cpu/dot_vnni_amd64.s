@@ -92,7 +92,7 @@
 	PREFETCHT0 (R10)(R9*1)
 
 #define TSETUP \
-	MOVQ         w+0(FP), SI \
+	MOVQ         128(SP), SI \
 	MOVQ         stride+8(FP), R8 \
 	LEAQ         (R8)(R8*2), R9 \
 	MOVQ         xp+16(FP), DI \
@@ -146,16 +146,42 @@
 	EVEN(192, 24(SP), 56(SP), 88(SP), 120(SP)) \
 	ODD(224, 28(SP), 60(SP), 92(SP), 124(SP))
 
+// A kernel call runs ntiles tiles: four weight rows after four, their
+// results four columns after four. The frame holds the current tile's
+// weight rows at 128(SP), its outputs at 136(SP) and the tiles left at
+// 144(SP) (the frame's first 128 bytes are the Q4_0 kernels' unpacked
+// blocks). One call per chunk of weight rows, rather than per tile, saves
+// MatMul a Go call, its bounds checks and slicing for every four rows.
+
+// TTILES sets up the tile loop.
+#define TTILES \
+	MOVQ w+0(FP), AX \
+	MOVQ AX, 128(SP) \
+	MOVQ out+40(FP), AX \
+	MOVQ AX, 136(SP) \
+	MOVQ ntiles+64(FP), AX \
+	MOVQ AX, 144(SP)
+
+// TNEXTTILE moves to the next tile and loops to label while tiles are
+// left.
+#define TNEXTTILE(label) \
+	MOVQ stride+8(FP), AX \
+	SHLQ $2, AX \
+	ADDQ AX, 128(SP) \
+	ADDQ $16, 136(SP) \
+	DECQ 144(SP) \
+	JNZ  label
+
 // TOUT loads the storing kernels' output arguments for TSTORE8.
 #define TOUT \
-	MOVQ out+40(FP), AX \
+	MOVQ 136(SP), AX \
 	MOVQ ostride+48(FP), BX \
 	SHLQ $2, BX \
 	MOVQ nrows+56(FP), CX
 
 // T16SETUP loads the 4×16 kernels' arguments and clears their sums.
 #define T16SETUP \
-	MOVQ         w+0(FP), SI \
+	MOVQ         128(SP), SI \
 	MOVQ         stride+8(FP), R8 \
 	LEAQ         (R8)(R8*2), R9 \
 	MOVQ         xp+16(FP), DI \
@@ -295,8 +321,11 @@
 	DECQ         CX \
 	JZ           done
 
-// func q8Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
-TEXT ·q8Tile8VNNI(SB), NOSPLIT, $0-64
+// func q8Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int)
+TEXT ·q8Tile8VNNI(SB), NOSPLIT, $152-72
+	TTILES
+
+q8t8tile:
 	TSETUP
 
 q8t8loop:
@@ -307,16 +336,20 @@ q8t8loop:
 	TNEXT($34, q8t8loop)
 
 	TOUT
-	TSTORE8(q8t8done)
+	TSTORE8(q8t8next)
 
-q8t8done:
+q8t8next:
+	TNEXTTILE(q8t8tile)
 	VZEROUPPER
 	RET
 
-// func q4Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int, xc *int32)
-TEXT ·q4Tile8VNNI(SB), NOSPLIT, $128-72
+// func q4Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int, xc *int32)
+TEXT ·q4Tile8VNNI(SB), NOSPLIT, $152-80
+	TTILES
+
+q4t8tile:
 	TSETUP
-	MOVQ xc+64(FP), R11
+	MOVQ xc+72(FP), R11
 	Q4MASK(Y16)
 
 q4t8loop:
@@ -329,9 +362,10 @@ q4t8loop:
 	TNEXT($18, q4t8loop)
 
 	TOUT
-	TSTORE8(q4t8done)
+	TSTORE8(q4t8next)
 
-q4t8done:
+q4t8next:
+	TNEXTTILE(q4t8tile)
 	VZEROUPPER
 	RET
 
@@ -465,8 +499,11 @@ q4t8done:
 	VMOVAPS Y29, Y11 \
 	TSTORE8(done)
 
-// func q8Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int)
-TEXT ·q8Tile16VNNI(SB), NOSPLIT, $0-64
+// func q8Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int)
+TEXT ·q8Tile16VNNI(SB), NOSPLIT, $152-72
+	TTILES
+
+q8t16tile:
 	T16SETUP
 
 q8t16loop:
@@ -476,16 +513,20 @@ q8t16loop:
 	T16SCALES
 	TNEXT($34, q8t16loop)
 
-	T16STORE(q8t16done)
+	T16STORE(q8t16next)
 
-q8t16done:
+q8t16next:
+	TNEXTTILE(q8t16tile)
 	VZEROUPPER
 	RET
 
-// func q4Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows int, xc *int32)
-TEXT ·q4Tile16VNNI(SB), NOSPLIT, $128-72
+// func q4Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int, xc *int32)
+TEXT ·q4Tile16VNNI(SB), NOSPLIT, $152-80
+	TTILES
+
+q4t16tile:
 	T16SETUP
-	MOVQ xc+64(FP), R13
+	MOVQ xc+72(FP), R13
 	Q4MASK(Y30)
 
 q4t16loop:
@@ -496,9 +537,10 @@ q4t16loop:
 	ADDQ $32, R13
 	TNEXT($18, q4t16loop)
 
-	T16STORE(q4t16done)
+	T16STORE(q4t16next)
 
-q4t16done:
+q4t16next:
+	TNEXTTILE(q4t16tile)
 	VZEROUPPER
 	RET
 

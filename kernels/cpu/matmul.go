@@ -268,39 +268,35 @@ func (t *matmulTask) runTiles(wk, lo, hi int) {
 	out := t.dst.f32
 	o := &t.b.scratch[wk].o32
 	rb := t.w.rowBytes
+	tiles := (hi - lo) / tileW
 	// xTile rows at a time, so their tiles stay in cache while the
 	// chunk's weight rows stream past.
 	for r0 := 0; r0 < n; r0 += xTile {
 		r1 := min(n, r0+xTile)
-		for j := lo; j < hi; j += tileW {
-			if j+tileW <= hi {
-				// A whole tile of weight rows: the kernel stores its
-				// results, two row groups at a time while there are
-				// more than eight rows left.
-				w := t.w.raw[j*rb : j*rb+tileW*rb]
-				for g := r0; g < r1; {
-					groups := 1
-					if r1-g > tileRows {
-						groups = 2
-					}
-					gi := g / tileRows
-					nrows := min(groups*tileRows, r1-g)
-					t.tile(w, rb, t.act.group(gi, nb), nb, groups, out[g*m+j:], m, nrows)
-					g += groups * tileRows
+		if tiles > 0 {
+			// The chunk's whole tiles of weight rows, in one kernel call
+			// for each two row groups while more than eight rows are
+			// left (else one): the kernel stores its results.
+			w := t.w.raw[lo*rb : (lo+tiles*tileW)*rb]
+			for g := r0; g < r1; {
+				groups := 1
+				if r1-g > tileRows {
+					groups = 2
 				}
-				continue
+				nrows := min(groups*tileRows, r1-g)
+				t.tile(w, rb, t.act.group(g/tileRows, nb), nb, groups, out[g*m+lo:], m, nrows, tiles)
+				g += groups * tileRows
 			}
-			// A partial tile of weight rows: each row alone, as all four
-			// (stride 0), so nothing past hi is read, into scratch.
-			for jj := j; jj < hi; jj++ {
-				w := t.w.raw[jj*rb : jj*rb+rb]
-				for g := r0; g < r1; g += tileRows {
-					gi := g / tileRows
-					nrows := min(tileRows, r1-g)
-					t.tile(w, 0, t.act.group(gi, nb), nb, 1, o[:], tileW, nrows)
-					for l := range nrows {
-						out[(g+l)*m+jj] = o[l*tileW]
-					}
+		}
+		// A partial tile of weight rows: each row alone, as all four
+		// (stride 0), so nothing past hi is read, into scratch.
+		for jj := lo + tiles*tileW; jj < hi; jj++ {
+			w := t.w.raw[jj*rb : jj*rb+rb]
+			for g := r0; g < r1; g += tileRows {
+				nrows := min(tileRows, r1-g)
+				t.tile(w, 0, t.act.group(g/tileRows, nb), nb, 1, o[:], tileW, nrows, 1)
+				for l := range nrows {
+					out[(g+l)*m+jj] = o[l*tileW]
 				}
 			}
 		}

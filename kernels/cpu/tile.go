@@ -42,15 +42,15 @@ const (
 // below it, padding the tile to eight rows wastes more than it saves.
 const tileMinRows = 4
 
-// q8TileStore and q4TileStore, when not nil, compute four weight rows (the
-// rows stride bytes apart, starting at w) against groups (1 or 2)
-// consecutive eight-row activation tiles of nb blocks (xp, xd in the tile
-// layout) and store activation row l's four results at
-// out[l·ostride:l·ostride+4], for l < nrows. Nil means MatMul uses the x4
-// kernels instead.
+// q8TileStore and q4TileStore, when not nil, compute ntiles tiles of four
+// weight rows (the rows stride bytes apart, starting at w) against groups
+// (1 or 2) consecutive eight-row activation tiles of nb blocks (a) and
+// store activation row l's results for weight row c at out[l·ostride+c],
+// for l < nrows and c < 4·ntiles. Nil means MatMul uses the x4 kernels
+// instead.
 var q8TileStore, q4TileStore tileStoreFunc
 
-type tileStoreFunc func(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows int)
+type tileStoreFunc func(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int)
 
 // tileAct is activations in the tile layout: the bytes xp, the scales xd
 // and, in the signed layout, the corrections xc.
@@ -83,14 +83,16 @@ func (a tileAct) group(g, nb int) tileAct {
 // tileStoreGo is the reference for the store kernels, built on a Go tile
 // kernel.
 func tileStoreGo(tile func([]byte, int, tileAct, int, *[tileOut]float32)) tileStoreFunc {
-	return func(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows int) {
+	return func(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
 		var o [tileOut]float32
-		for g := range groups {
-			tile(w, stride, a.group(g, nb), nb, &o)
-			for l := range min(tileRows, nrows-g*tileRows) {
-				r := out[(g*tileRows+l)*ostride:]
-				for c := range tileW {
-					r[c] = o[c*tileRows+l]
+		for j := range ntiles {
+			for g := range groups {
+				tile(w[j*tileW*stride:], stride, a.group(g, nb), nb, &o)
+				for l := range min(tileRows, nrows-g*tileRows) {
+					r := out[(g*tileRows+l)*ostride+j*tileW:]
+					for c := range tileW {
+						r[c] = o[c*tileRows+l]
+					}
 				}
 			}
 		}

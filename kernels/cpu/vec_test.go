@@ -85,11 +85,11 @@ func TestRowKernelsAsm(t *testing.T) {
 	}
 }
 
-// TestTileStoreKernels checks the VNNI kernels for one and two row groups
-// and every count of rows to store against the Go tile kernels, that two
-// groups give each group's one-group results bit for bit (the same
-// operations in the same order), and that nothing outside the stored rows
-// and columns changes.
+// TestTileStoreKernels checks the VNNI kernels for one and two row groups,
+// one and several tiles, and every count of rows to store against the Go
+// tile kernels, that two groups give each group's one-group results bit
+// for bit (the same operations in the same order), and that nothing
+// outside the stored rows and columns changes.
 func TestTileStoreKernels(t *testing.T) {
 	initTables()
 	defer useAsm(true)
@@ -97,6 +97,7 @@ func TestTileStoreKernels(t *testing.T) {
 		t.Skip("no VNNI tile kernels on this CPU")
 	}
 	r := rand.New(rand.NewPCG(15, 16))
+	const maxTiles = 3
 	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
 		asm, ref := tileStoreKernel(dt), tileStoreGo(q8TileGo)
 		if dt == kernels.Q4_0 {
@@ -105,8 +106,8 @@ func TestTileStoreKernels(t *testing.T) {
 		for _, nb := range []int{1, 2, 5, 24} {
 			rb := nb * dt.BlockBytes()
 			stride := rb + 5
-			w := make([]byte, 3*stride+rb)
-			for j := range tileW {
+			w := make([]byte, (maxTiles*tileW-1)*stride+rb)
+			for j := range maxTiles * tileW {
 				copy(w[j*stride:], randBlocks(r, dt, nb, nb == 2))
 			}
 			act := newTileAct(2, nb, dt)
@@ -122,24 +123,26 @@ func TestTileStoreKernels(t *testing.T) {
 					spreadTile(act.group(g, nb), l, q, d)
 				}
 			}
-			const ostride = 7
+			const ostride = maxTiles*tileW + 3
 			mag := float32(nb) * 32 * 128 * 127 * 0.02 * 2
-			one := make([]float32, 16*ostride)
-			asm(w, stride, act, nb, 1, one, ostride, tileRows)
-			asm(w, stride, act.group(1, nb), nb, 1, one[tileRows*ostride:], ostride, tileRows)
-			for groups := 1; groups <= 2; groups++ {
-				for nrows := 1; nrows <= groups*tileRows; nrows++ {
-					have, want := make([]float32, 16*ostride), make([]float32, 16*ostride)
-					for i := range have {
-						have[i], want[i] = -1, -1
-					}
-					asm(w, stride, act, nb, groups, have, ostride, nrows)
-					ref(w, stride, act, nb, groups, want, ostride, nrows)
-					for i := range have {
-						stored := i/ostride < nrows && i%ostride < tileW
-						if stored && (have[i] != one[i] || !closeTo(have[i], want[i], mag)) || !stored && have[i] != -1 {
-							t.Fatalf("%v nb=%d groups=%d nrows=%d: out[%d] = %g; one group gives %g, Go %g",
-								dt, nb, groups, nrows, i, have[i], one[i], want[i])
+			for ntiles := 1; ntiles <= maxTiles; ntiles++ {
+				one := make([]float32, 16*ostride)
+				asm(w, stride, act, nb, 1, one, ostride, tileRows, ntiles)
+				asm(w, stride, act.group(1, nb), nb, 1, one[tileRows*ostride:], ostride, tileRows, ntiles)
+				for groups := 1; groups <= 2; groups++ {
+					for nrows := 1; nrows <= groups*tileRows; nrows++ {
+						have, want := make([]float32, 16*ostride), make([]float32, 16*ostride)
+						for i := range have {
+							have[i], want[i] = -1, -1
+						}
+						asm(w, stride, act, nb, groups, have, ostride, nrows, ntiles)
+						ref(w, stride, act, nb, groups, want, ostride, nrows, ntiles)
+						for i := range have {
+							stored := i/ostride < nrows && i%ostride < ntiles*tileW
+							if stored && (have[i] != one[i] || !closeTo(have[i], want[i], mag)) || !stored && have[i] != -1 {
+								t.Fatalf("%v nb=%d groups=%d nrows=%d ntiles=%d: out[%d] = %g; one group gives %g, Go %g",
+									dt, nb, groups, nrows, ntiles, i, have[i], one[i], want[i])
+							}
 						}
 					}
 				}
