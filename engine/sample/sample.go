@@ -91,7 +91,13 @@ func Argmax(logits []float32) int32 {
 // verifier can use Probs and Draw in its place. logits is not modified.
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if s.Greedy() {
-		l := s.penalised(logits, history)
+		// Argmax never picks a NaN (nor -Inf over a number), which is what
+		// penalised's NaN → -Inf makes of them: without penalties the
+		// copy and the NaN pass over the row are skipped.
+		l := logits
+		if s.penalties(history) {
+			l = s.penalised(logits, history)
+		}
 		s.rng.Float64() // keep the stream aligned with Draw(Probs)
 		return Argmax(l)
 	}
