@@ -28,6 +28,9 @@ var (
 	// dotQ8 returns the dot product of a Q8_0 weight row (len(xd) blocks)
 	// with one quantized activation row.
 	dotQ8 func(w []byte, xq []int8, xd []float32) float32
+	// dotQ8Rows sets out[r] = dotQ8 of weight row r (rows rb bytes apart,
+	// starting at w) with one activation row, for r < len(out).
+	dotQ8Rows func(w []byte, rb int, xq []int8, xd []float32, out []float32)
 	// dotQ8x4 does dotQ8 for four activation rows of nb blocks each, with
 	// the rows' scales interleaved.
 	dotQ8x4 func(w []byte, xq []int8, xd []float32, nb int, out *[4]float32)
@@ -49,7 +52,7 @@ var (
 // call it to cover both; it must not be called while a backend is running.
 func useAsm(on bool) bool {
 	dotF32, dotF32x4 = dotF32Go, dotF32x4Go
-	dotQ8, dotQ8x4 = dotQ8Go, dotQ8x4Go
+	dotQ8, dotQ8x4, dotQ8Rows = dotQ8Go, dotQ8x4Go, dotQ8RowsGo
 	dotQ4, dotQ4x4 = dotQ4Go, dotQ4x4Go
 	axpy, f16Row = axpyGo, f16RowGo
 	dotsF32, axpysF32 = dotsF32Go, axpysF32Go
@@ -132,6 +135,12 @@ func dotQ8Go(w []byte, xq []int8, xd []float32) float32 {
 		sum += float32(s) * (f16(blk) * dx)
 	}
 	return sum
+}
+
+func dotQ8RowsGo(w []byte, rb int, xq []int8, xd []float32, out []float32) {
+	for r := range out {
+		out[r] = dotQ8Go(w[r*rb:], xq, xd)
+	}
 }
 
 func dotQ8x4Go(w []byte, xq []int8, xd []float32, nb int, out *[4]float32) {

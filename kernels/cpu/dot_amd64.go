@@ -9,7 +9,7 @@ var haveAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
 func setAsm() {
 	dotF32, dotF32x4 = dotF32Asm, dotF32x4Asm
-	dotQ8, dotQ8x4 = dotQ8Asm, dotQ8x4Asm
+	dotQ8, dotQ8x4, dotQ8Rows = dotQ8Asm, dotQ8x4Asm, dotQ8RowsAsm
 	dotQ4, dotQ4x4 = dotQ4Asm, dotQ4x4Asm
 	axpy, f16Row = axpyAsm, f16RowAsm
 	dotsF32, axpysF32 = dotsF32Asm, axpysF32Asm
@@ -51,7 +51,7 @@ func dotF32AVX(a, b *float32, n int) float32
 func dotF32x4AVX(w, x *float32, stride, n int, out *[4]float32)
 
 //go:noescape
-func dotQ8AVX(w *byte, xq *int8, xd *float32, nb int) float32
+func dotQ8RowsAVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, nrows int)
 
 //go:noescape
 func dotQ8x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
@@ -108,7 +108,22 @@ func dotQ8Asm(w []byte, xq []int8, xd []float32) float32 {
 		return 0
 	}
 	_, _ = w[nb*q8Bytes-1], xq[nb*32-1]
-	return dotQ8AVX(&w[0], &xq[0], &xd[0], nb)
+	var out float32
+	dotQ8RowsAVX(&w[0], 0, &xq[0], &xd[0], nb, &out, 1)
+	return out
+}
+
+func dotQ8RowsAsm(w []byte, rb int, xq []int8, xd []float32, out []float32) {
+	nb := len(xd)
+	if len(out) == 0 {
+		return
+	}
+	if nb == 0 {
+		clear(out)
+		return
+	}
+	_, _ = w[(len(out)-1)*rb+nb*q8Bytes-1], xq[nb*32-1]
+	dotQ8RowsAVX(&w[0], rb, &xq[0], &xd[0], nb, &out[0], len(out))
 }
 
 func dotQ8x4Asm(w []byte, xq []int8, xd []float32, nb int, out *[4]float32) {

@@ -203,16 +203,25 @@ f32x4done:
 	VZEROUPPER
 	RET
 
-// func dotQ8AVX(w *byte, xq *int8, xd *float32, nb int) float32
-TEXT ·dotQ8AVX(SB), NOSPLIT, $0-36
-	MOVQ w+0(FP), SI
-	MOVQ xq+8(FP), DI
-	MOVQ xd+16(FP), DX
-	MOVQ nb+24(FP), CX
-	VXORPS    Y0, Y0, Y0
-	VXORPS    Y1, Y1, Y1
-	VPCMPEQW  Y15, Y15, Y15
-	VPSRLW    $15, Y15, Y15 // int16 ones
+// func dotQ8RowsAVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, nrows int)
+// out[r] = the dot product of Q8_0 weight row r (rows rb bytes apart) with
+// one quantized activation row, for r < nrows ≥ 1: one call for a chunk of
+// weight rows rather than one per row, which at batch 1 cost a Go call and
+// its bounds checks for every 816 bytes streamed.
+TEXT ·dotQ8RowsAVX(SB), NOSPLIT, $0-56
+	MOVQ     w+0(FP), R8
+	MOVQ     out+40(FP), R10
+	MOVQ     nrows+48(FP), R9
+	VPCMPEQW Y15, Y15, Y15
+	VPSRLW   $15, Y15, Y15 // int16 ones
+
+q8row:
+	MOVQ   R8, SI
+	MOVQ   xq+16(FP), DI
+	MOVQ   xd+24(FP), DX
+	MOVQ   nb+32(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 
 q8loop2:
 	CMPQ CX, $2
@@ -271,8 +280,12 @@ q8done:
 	VADDPS  X1, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
+	VMOVSS X0, (R10)
+	ADDQ   $4, R10
+	ADDQ   rb+8(FP), R8
+	DECQ   R9
+	JNZ    q8row
 	VZEROUPPER
-	MOVSS X0, ret+32(FP)
 	RET
 
 // func dotQ8x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)

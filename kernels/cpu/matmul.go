@@ -218,6 +218,16 @@ func (t *matmulTask) run(wk, lo, hi int) {
 	o4 := &t.b.scratch[wk].o4
 	for r0 := 0; r0 < n; r0 += xTile {
 		r1 := min(n, r0+xTile)
+		if t.w.dt == kernels.Q8_0 {
+			// Rows the x4 kernels do not take, each against the whole
+			// chunk of weight rows in one call.
+			nb, rb := k/kernels.QK, t.w.rowBytes
+			rq := r0 + (r1-r0)&^3
+			for r := rq; r < r1; r++ {
+				dotQ8Rows(t.w.raw[lo*rb:], rb, t.xq[r*k:(r+1)*k], t.xd[r*nb:(r+1)*nb], out[r*m+lo:r*m+hi])
+			}
+			r1 = rq
+		}
 		for o := lo; o < hi; o++ {
 			switch t.w.dt {
 			case kernels.Q8_0, kernels.Q4_0:

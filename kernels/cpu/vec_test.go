@@ -181,3 +181,38 @@ func TestDotQ4S(t *testing.T) {
 		}
 	}
 }
+
+// TestDotQ8Rows checks the many-row Q8_0 kernel against the one-row Go
+// kernel, rows padded apart, and that it writes only its len(out) results.
+func TestDotQ8Rows(t *testing.T) {
+	asmKernels(t)
+	r := rand.New(rand.NewPCG(19, 20))
+	for _, nb := range []int{0, 1, 2, 3, 24} {
+		for _, rows := range []int{1, 2, 5} {
+			rb := nb*q8Bytes + 3
+			w := make([]byte, rows*rb)
+			for j := range rows {
+				copy(w[j*rb:], randBlocks(r, kernels.Q8_0, nb, j == 1))
+			}
+			xq, xd := make([]int8, nb*32), make([]float32, nb)
+			for i := range xq {
+				xq[i] = int8(r.IntN(255) - 127)
+			}
+			for i := range xd {
+				xd[i] = r.Float32() * 0.02
+			}
+			out := make([]float32, rows+1)
+			out[rows] = -1
+			dotQ8Rows(w, rb, xq, xd, out[:rows])
+			mag := float32(nb) * 32 * 128 * 127 * 0.02 * 2
+			for j := range rows {
+				if want := dotQ8Go(w[j*rb:], xq, xd); !closeTo(out[j], want, mag) {
+					t.Errorf("nb=%d rows=%d row %d: have %g; want %g", nb, rows, j, out[j], want)
+				}
+			}
+			if out[rows] != -1 {
+				t.Errorf("nb=%d rows=%d: wrote past its rows", nb, rows)
+			}
+		}
+	}
+}
