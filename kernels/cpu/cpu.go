@@ -78,7 +78,9 @@ type Backend struct {
 	// partial results.
 	attnItems []attnItem
 	attnPart  []float32
-	rows      rowTask
+	// treeRuns backs TreeAttention's runs of rows with one prefix.
+	treeRuns []treeRows
+	rows     rowTask
 
 	// xq and xd hold the activation rows of the current MatMul quantized to
 	// Q8_0: int8 values, and one float32 scale per 32-value block.

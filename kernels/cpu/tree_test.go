@@ -20,7 +20,7 @@ func randVals(r *rand.Rand, n int, scale float32) []float32 {
 
 // treeFixture is a cache filled with random K/V in one layer, with a
 // scattered block table per sequence.
-func treeFixture(t *testing.T, b *Backend, r *rand.Rand, spec kernels.KVSpec, layer int) *KV {
+func treeFixture(t testing.TB, b *Backend, r *rand.Rand, spec kernels.KVSpec, layer int) *KV {
 	t.Helper()
 	c, err := b.NewKV(spec)
 	if err != nil {
@@ -70,6 +70,7 @@ func TestTreeAttention(t *testing.T) {
 		{"gqa", 8, 2, 32, 16, []int32{40, 17}, 1},
 		{"mqa", 4, 1, 64, 8, []int32{0, 9, 64}, 1},
 		{"peaked", 2, 2, 32, 16, []int32{33, 3}, 200},
+		{"long", 4, 2, 16, 16, []int32{300, 5}, 1},
 	}
 	for _, dt := range []kernels.DType{kernels.F32, kernels.F16} {
 		for _, threads := range []int{1, 2} {
@@ -121,6 +122,20 @@ func TestTreeAttention(t *testing.T) {
 					have := make([]float32, len(qs))
 					b.Download(have, dst)
 					checkClose(t, "TreeAttention", have, want)
+					// Rows with one prefix are computed together; each must come
+					// out bit for bit as it does alone.
+					for i := range a.Rows {
+						one, tone := a, tree
+						one.Rows, tone.Rows = a.Rows[i:i+1], tree.Rows[i:i+1]
+						q1, d1 := b.Alloc(1, qw), b.Alloc(1, qw)
+						b.Upload(q1, qs[i*qw:(i+1)*qw])
+						b.TreeAttention(d1, q1, kv, 1, one, tone)
+						alone := make([]float32, qw)
+						b.Download(alone, d1)
+						if !slices.Equal(alone, have[i*qw:(i+1)*qw]) {
+							t.Errorf("row %d: alone and with its prefix's other rows differ", i)
+						}
+					}
 					// In place (dst = q), as the model calls it.
 					b.TreeAttention(q, q, kv, 1, a, tree)
 					b.Download(have, q)
@@ -207,4 +222,38 @@ func testCopySlots(t *testing.T, dt kernels.DType) {
 		}
 	}
 	mustPanic(t, "CopySlots", func() { b.CopySlots(kv, []kernels.SlotCopy{{Src: 16, Dst: 0}}) })
+}
+
+// BenchmarkTreeAttention is one layer of a speculative verification step:
+// a draft chain of 5 tokens over a shared prefix, in an F16 cache of the
+// 134M model's shape (12 heads of 64). The prefix is read once for all
+// five rows.
+func BenchmarkTreeAttention(b *testing.B) {
+	for _, prefix := range []int{256, 2048} {
+		b.Run(fmt.Sprintf("prefix=%d", prefix), func(b *testing.B) {
+			be := open(b, 0)
+			r := rand.New(rand.NewPCG(41, 42))
+			const heads, hd, bs, rows = 12, 64, 16, 5
+			blocks := prefix/bs + 2
+			spec := kernels.KVSpec{Layers: 1, Blocks: blocks, BlockSize: bs, Width: heads * hd, DType: kernels.F16}
+			kv := treeFixture(b, be, r, spec, 0)
+			table := make([]int32, blocks)
+			for i := range table {
+				table[i] = int32(i)
+			}
+			a := kernels.Attn{Heads: heads, KVHeads: heads, HeadDim: hd}
+			var tree kernels.TreeMask
+			var chain []int32
+			for i := range rows {
+				chain = append(chain, int32(prefix+i))
+				a.Rows = append(a.Rows, kernels.AttnRow{Table: table, Len: int32(prefix)})
+				tree.Rows = append(tree.Rows, kernels.TreeRow{Prefix: int32(prefix), Slots: slices.Clone(chain)})
+			}
+			q, dst := be.Alloc(rows, heads*hd), be.Alloc(rows, heads*hd)
+			be.Upload(q, randVals(r, rows*heads*hd, 1))
+			for b.Loop() {
+				be.TreeAttention(dst, q, kv, 0, a, tree)
+			}
+		})
+	}
 }
