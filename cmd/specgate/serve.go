@@ -71,7 +71,12 @@ func runServe(ctx context.Context, args []string) error {
 		defer cc.Close()
 		gen, ready = gateway.Adapt(cc.Submit, cc.Cancel), cc.Ready
 	} else {
-		eng, n, closeEngine, err := serveEngine(ctx, log, reg, *modelPath, *backend, *threads, *kvMB, *hostKVMB, *maxBatch, *kvType)
+		eng, n, closeEngine, err := serveEngine(ctx, log, reg, *modelPath, *backend, kernels.Options{Threads: *threads}, engine.Options{
+			KVBytes:        *kvMB << 20,
+			HostKVBytes:    *hostKVMB << 20,
+			MaxBatchTokens: *maxBatch,
+			KVType:         *kvType,
+		})
 		if err != nil {
 			return err
 		}
@@ -109,10 +114,10 @@ type servedEngine struct {
 	model model.Model
 }
 
-// serveEngine loads the model and starts the engine; closeEngine stops
-// both.
-func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry, modelPath, backend string, threads int, kvMB, hostKVMB int64, maxBatch int, kvType engine.KVType) (e servedEngine, notice string, closeEngine func(), err error) {
-	be, err := kernels.Open(backend, kernels.Options{Threads: threads})
+// serveEngine loads the model on the backend and starts the engine with
+// eo (its metrics wired to reg); closeEngine stops both.
+func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry, modelPath, backend string, bo kernels.Options, eo engine.Options) (e servedEngine, notice string, closeEngine func(), err error) {
+	be, err := kernels.Open(backend, bo)
 	if err != nil {
 		return e, "", nil, err
 	}
@@ -135,13 +140,8 @@ func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry
 		return fail(err)
 	}
 	e.probe, e.model = cluster.NewKVProbe(em), m
-	e.eng, err = engine.New(m, engine.Options{
-		KVBytes:        kvMB << 20,
-		HostKVBytes:    hostKVMB << 20,
-		MaxBatchTokens: maxBatch,
-		KVType:         kvType,
-		Metrics:        e.probe,
-	})
+	eo.Metrics = e.probe
+	e.eng, err = engine.New(m, eo)
 	if err != nil {
 		return fail(err)
 	}
