@@ -203,6 +203,24 @@ f32x4done:
 	VZEROUPPER
 	RET
 
+// Q8BLOCK adds the Q8_0 weight block at SI+w times the activation block at
+// DI+x (scale at DX+d) to acc: the sign of each weight moves onto its
+// activation so VPMADDUBSW can take the weights' absolute values unsigned.
+// S (SX its low half), W and T are scratch; Y15 holds int16 ones.
+#define Q8BLOCK(w, x, d, SX, S, W, T, acc) \
+	VPBROADCASTW w(SI), SX \
+	VCVTPH2PS    SX, SX \
+	VMULSS       d(DX), SX, SX \
+	VBROADCASTSS SX, S \
+	VMOVDQU      w+2(SI), W \
+	VMOVDQU      x(DI), T \
+	VPSIGNB      W, T, T \
+	VPSIGNB      W, W, W \
+	VPMADDUBSW   T, W, T \
+	VPMADDWD     Y15, T, T \
+	VCVTDQ2PS    T, T \
+	VFMADD231PS  S, T, acc
+
 // func dotQ8RowsAVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, nrows int)
 // out[r] = the dot product of Q8_0 weight row r (rows rb bytes apart) with
 // one quantized activation row, for r < nrows ≥ 1: one call for a chunk of
@@ -226,31 +244,8 @@ q8row:
 q8loop2:
 	CMPQ CX, $2
 	JL   q8tail
-	VPBROADCASTW (SI), X4
-	VCVTPH2PS    X4, X4
-	VMULSS       (DX), X4, X4 // d_w·d_x in lane 0
-	VBROADCASTSS X4, Y4
-	VMOVDQU      2(SI), Y5
-	VMOVDQU      (DI), Y7
-	VPSIGNB      Y5, Y7, Y7
-	VPSIGNB      Y5, Y5, Y5
-	VPMADDUBSW   Y7, Y5, Y7
-	VPMADDWD     Y15, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VFMADD231PS  Y4, Y7, Y0
-
-	VPBROADCASTW 34(SI), X6
-	VCVTPH2PS    X6, X6
-	VMULSS       4(DX), X6, X6
-	VBROADCASTSS X6, Y6
-	VMOVDQU      36(SI), Y8
-	VMOVDQU      32(DI), Y9
-	VPSIGNB      Y8, Y9, Y9
-	VPSIGNB      Y8, Y8, Y8
-	VPMADDUBSW   Y9, Y8, Y9
-	VPMADDWD     Y15, Y9, Y9
-	VCVTDQ2PS    Y9, Y9
-	VFMADD231PS  Y6, Y9, Y1
+	Q8BLOCK(0, 0, 0, X4, Y4, Y5, Y7, Y0)
+	Q8BLOCK(34, 32, 4, X6, Y6, Y8, Y9, Y1)
 
 	ADDQ $68, SI
 	ADDQ $64, DI
@@ -261,18 +256,7 @@ q8loop2:
 q8tail:
 	TESTQ CX, CX
 	JE    q8done
-	VPBROADCASTW (SI), X4
-	VCVTPH2PS    X4, X4
-	VMULSS       (DX), X4, X4
-	VBROADCASTSS X4, Y4
-	VMOVDQU      2(SI), Y5
-	VMOVDQU      (DI), Y7
-	VPSIGNB      Y5, Y7, Y7
-	VPSIGNB      Y5, Y5, Y5
-	VPMADDUBSW   Y7, Y5, Y7
-	VPMADDWD     Y15, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VFMADD231PS  Y4, Y7, Y0
+	Q8BLOCK(0, 0, 0, X4, Y4, Y5, Y7, Y0)
 
 q8done:
 	VADDPS Y1, Y0, Y0
