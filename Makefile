@@ -8,8 +8,11 @@ FUZZTIME ?= 4s
 
 all: build
 
+# The version `specgate version` prints: the commit, marked when dirty.
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
+
 build:
-	$(GO) build -o $(BIN) ./cmd/specgate
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/specgate
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -43,9 +46,13 @@ fuzz:
 
 # The service with its own Redis; MODEL=path.gguf picks the model, else the
 # default one is fetched (or a demo model generated). It prints a sign-in URL.
+# PORT=8081 or ADDR=0.0.0.0:8081 picks where it listens; a taken port is
+# reported before the model loads.
+PORT ?= 8080
+ADDR ?= 127.0.0.1:$(PORT)
 run: build
 	./deploy/redis.sh
-	./$(BIN) serve --dev
+	./$(BIN) serve --dev --addr $(ADDR)
 
 # Benchmarks, each reporting ratios measured in one run: the kernels; the
 # model end to end against the memory-bandwidth floor (stories260K and

@@ -9,6 +9,14 @@ conf="$root/deploy/redis.conf"
 port=$(awk '$1 == "port" { print $2 }' "$conf")
 
 if [ -n "${REDIS_URL:-}" ]; then
+	# The user's own server: never start or replace it, but say at once
+	# when it does not answer instead of failing later.
+	if command -v redis-cli >/dev/null 2>&1 &&
+		! redis-cli -u "$REDIS_URL" ping 2>/dev/null | grep -q PONG; then
+		echo "redis.sh: REDIS_URL ($REDIS_URL) does not answer." >&2
+		echo "  Start that server, or unset REDIS_URL to use the project's own Redis on port $port." >&2
+		exit 1
+	fi
 	echo "redis.sh: REDIS_URL is set ($REDIS_URL); not starting a local Redis"
 	exit 0
 fi

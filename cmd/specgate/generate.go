@@ -5,7 +5,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/specgate/specgate/engine"
@@ -36,8 +38,14 @@ func runGenerate(ctx context.Context, args []string) error {
 	if *path == "" {
 		return fmt.Errorf("--model is required")
 	}
+	if *prompt == "" {
+		return fmt.Errorf("--prompt is required")
+	}
 	if *n < 0 {
 		return fmt.Errorf("-n must not be negative")
+	}
+	if err := checkSampling(p); err != nil {
+		return err
 	}
 	m, closeModel, err := loadModel(*backend, *threads, *path, *kvType)
 	if err != nil {
@@ -156,6 +164,23 @@ func rate(n int, d time.Duration) float64 {
 	return float64(n) / d.Seconds()
 }
 
+// checkSampling refuses parameters the sampler would silently misread.
+func checkSampling(p sample.Params) error {
+	switch {
+	case p.Temperature < 0:
+		return fmt.Errorf("--temperature %v: must be >= 0 (0 = greedy)", p.Temperature)
+	case p.TopK < 0:
+		return fmt.Errorf("--top-k %d: must be >= 0", p.TopK)
+	case p.TopP < 0 || p.TopP > 1:
+		return fmt.Errorf("--top-p %v: must be in [0, 1]", p.TopP)
+	case p.MinP < 0 || p.MinP > 1:
+		return fmt.Errorf("--min-p %v: must be in [0, 1]", p.MinP)
+	case p.RepeatPenalty < 0:
+		return fmt.Errorf("--repeat-penalty %v: must be >= 0", p.RepeatPenalty)
+	}
+	return nil
+}
+
 // float32Flag adapts a float32 to flag.Value.
 type float32Flag struct{ p *float32 }
 
@@ -167,8 +192,8 @@ func (f float32Flag) String() string {
 }
 
 func (f float32Flag) Set(s string) error {
-	var v float64
-	if _, err := fmt.Sscan(s, &v); err != nil {
+	v, err := strconv.ParseFloat(s, 32)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
 		return fmt.Errorf("not a number: %q", s)
 	}
 	*f.p = float32(v)

@@ -8,6 +8,7 @@
 //	specgate mkmodel    write a random-weight llama GGUF of any shape
 //	specgate loadgen    drive a running gateway with many tenants' chats
 //	specgate status     list the live gateways and engines with their load
+//	specgate version    print the build's version
 //
 // Run `specgate <command> -h` for a command's flags.
 package main
@@ -17,9 +18,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 
 	_ "github.com/specgate/specgate/engine/model/llama"
@@ -40,46 +43,70 @@ var commands = map[string]command{
 	"bench":    {"measure prefill and decode tokens/s against the memory-bandwidth floor", runBench},
 	"mkmodel":  {"write a random-weight llama GGUF of any shape", runMkmodel},
 	"status":   {"list the live gateways and engines with their load", runStatus},
+	"version":  {"print the build's version, commit and Go version", runVersion},
 	"loadgen": {"drive a running gateway with many tenants' multi-turn chats; print TTFT/ITL/tokens/s per tenant", func(ctx context.Context, a []string) error {
 		return loadgen.Main(ctx, a, os.Stdout)
 	}},
 }
 
-func usage() {
-	fmt.Fprintf(os.Stderr, "usage: specgate <command> [flags]\n\ncommands:\n")
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: specgate <command> [flags]\n\ncommands:\n")
 	var names []string
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 }
 
 func main() {
 	if len(os.Args) < 2 {
-		usage()
+		usage(os.Stderr)
 		os.Exit(2)
 	}
-	cmd, ok := commands[os.Args[1]]
+	name := os.Args[1]
+	cmd, ok := commands[name]
 	if !ok {
-		if os.Args[1] != "-h" && os.Args[1] != "--help" && os.Args[1] != "help" {
-			fmt.Fprintf(os.Stderr, "specgate: unknown command %q\n\n", os.Args[1])
+		// Asking for help is not an error; an unknown command is.
+		if name == "-h" || name == "--help" || name == "help" {
+			usage(os.Stdout)
+			os.Exit(0)
 		}
-		usage()
+		fmt.Fprintf(os.Stderr, "specgate: unknown command %q\n\n", name)
+		usage(os.Stderr)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := cmd.run(ctx, os.Args[2:])
 	stop()
 	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(2)
+		os.Exit(0) // the flag set has printed the usage
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "specgate %s: %v\n", os.Args[1], err)
+		fmt.Fprintf(os.Stderr, "specgate %s: %s\n", name, errorText(err))
 		os.Exit(1)
 	}
+}
+
+// packagePrefixes are the "pkg: " prefixes this module's packages put on
+// their errors. The command line already says "specgate <command>: ", so
+// the first one is dropped rather than printed twice.
+var packagePrefixes = []string{
+	"tenants: ", "gateway: ", "migrations: ", "cluster: ", "engine: ", "model: ",
+	"gguf: ", "llama: ", "download: ", "kernels: ", "loadgen: ", "tokenizer: ",
+}
+
+// errorText is err's message without a leading package prefix.
+func errorText(err error) string {
+	msg := err.Error()
+	for _, p := range packagePrefixes {
+		if rest, ok := strings.CutPrefix(msg, p); ok {
+			return rest
+		}
+	}
+	return msg
 }
 
 // newFlags returns a flag set that reports errors instead of exiting.

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -48,6 +47,19 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	// Take the port before loading the model: a taken address fails in a
+	// second, not after minutes of loading. (The engine role listens in
+	// runEngineRole.)
+	var ln net.Listener
+	if *rf.role != roleEngine {
+		l, err := net.Listen("tcp", *addr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w (pick another address with --addr, or ADDR=host:port / PORT=n with make run)", *addr, err)
+		}
+		defer l.Close()
+		ln = l
+	}
 
 	rdb, err := dial(ctx)
 	if err != nil {
@@ -104,7 +116,7 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return serveGateway(ctx, log, gw, reg, *addr, *dev, *rf.instance)
+	return serveGateway(ctx, log, gw, reg, ln, *dev, *rf.instance)
 }
 
 // servedEngine is the engine of roles all and engine.
@@ -150,18 +162,14 @@ func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry
 	return e, notice, func() { e.eng.Close(); m.Close(); be.Close() }, nil
 }
 
-// serveGateway serves the web UI and the gateway on addr until ctx ends.
-func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, reg *prometheus.Registry, addr string, dev bool, instance string) error {
+// serveGateway serves the web UI and the gateway on ln until ctx ends.
+func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, reg *prometheus.Registry, ln net.Listener, dev bool, instance string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", web.Handler())
 	for _, p := range []string{"/v1/", "/healthz", "/readyz", "/admin/"} {
 		mux.Handle(p, gw.Handler())
 	}
 	mux.Handle("/metrics", cluster.MetricsHandler(reg, instance))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	base := "http://" + ln.Addr().String() + "/"
 	if dev {
 		tok, err := devToken(ctx, gw.Tenants())
@@ -264,25 +272,5 @@ func devToken(ctx context.Context, ts *tenants.Store) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("dev tenant: %w", err)
 	}
-	var key *tenants.Key
-	for i := range t.Keys {
-		if t.Keys[i].Alg == "HS256" && len(t.Keys[i].Secret) > 0 {
-			key = &t.Keys[i]
-		}
-	}
-	if key == nil {
-		return "", fmt.Errorf("dev tenant has no HS256 key to sign a token with (add one: specgate tenant add-key dev --alg HS256)")
-	}
-	aud := t.Audience
-	if aud == "" {
-		aud = "specgate"
-	}
-	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
-		Subject:   "dev",
-		Audience:  jwt.ClaimStrings{aud},
-		IssuedAt:  jwt.NewNumericDate(time.Now()),
-		ExpiresAt: jwt.NewNumericDate(time.Now().Add(24 * time.Hour)),
-	})
-	tok.Header["kid"] = key.ID
-	return tok.SignedString(key.Secret)
+	return signToken(t, "dev", 24*time.Hour, time.Now())
 }
