@@ -118,8 +118,13 @@ type Request struct {
 	// MaxTokens caps the completion; zero means what the context has
 	// left, at most Options.DefaultMaxTokens. A chat given as Messages
 	// that leaves too little room loses its oldest turns (see
-	// Options.DefaultMaxTokens).
+	// Options.DefaultMaxTokens) unless KeepTurns is set.
 	MaxTokens int
+	// KeepTurns refuses a chat given as Messages that does not fit the
+	// context with context_too_long instead of dropping its oldest turns:
+	// an API whose client resends the whole conversation must not answer
+	// a conversation it did not read.
+	KeepTurns bool
 	// Stop ends generation when the text contains one of these (the stop
 	// string itself is not emitted); StopTokens likewise for ids. EOS and
 	// end-of-turn tokens always stop.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -420,8 +421,12 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 		if len(r.Messages) == 0 {
 			return nil, bad("request has neither prompt tokens nor messages")
 		}
+		fit := limit - room
+		if r.KeepTurns {
+			fit = math.MaxInt // rendered whole; the length checks below refuse it
+		}
 		var err error
-		if prompt, err = e.renderFitting(r.Messages, limit-room); err != nil {
+		if prompt, err = e.renderFitting(r.Messages, fit); err != nil {
 			return nil, err
 		}
 	}
