@@ -30,7 +30,10 @@ package gateway
 //   - Extensions (vLLM's names): "top_k", "min_p", "repetition_penalty",
 //     and "priority" (interactive, standard, batch), which may lower the
 //     tenant's class, never raise it.
-//   - "response_format" json_object and json_schema become guided decoding.
+//   - "response_format" json_object (a top-level object) and json_schema
+//     become guided decoding.
+//   - A conversation longer than the context is refused with
+//     context_length_exceeded; the API never drops turns it was sent.
 //   - finish_reason is "stop" or "length". A generation cut short by the
 //     server (shutdown, deadline) reports "stop" with the text it had, since
 //     OpenAI's enum has no "cancelled"; a client that disconnects cancels
@@ -41,10 +44,14 @@ package gateway
 // Errors are OpenAI's shape, {"error":{"message","type","param","code"}}:
 // 401 invalid_api_key (missing, expired, bad token), 403 tenant disabled,
 // 400 invalid_request_error (context_length_exceeded for a prompt too long),
-// 404 model_not_found, 429 rate_limit_exceeded / queue_full with
-// Retry-After, 503 service_unavailable with Retry-After, 500 server_error.
+// 404 model_not_found, 404 unknown_url, 405 method_not_allowed (with
+// Allow), 429 rate_limit_exceeded / queue_full with Retry-After, 503
+// service_unavailable with Retry-After, 500 server_error. A 400 names the
+// field at fault in "param" (null only for a body that is not JSON).
+// Every /v1/ response carries x-request-id.
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -55,6 +62,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -105,7 +113,7 @@ func oaiInvalid(param, msg string) *oaiError {
 }
 
 // oaiFrom maps a gateway or engine error onto OpenAI's shape. param names
-// the field a context-length error is about ("messages" or "prompt").
+// the field a context-length error or a bad request is about.
 func oaiFrom(err error, param string) *oaiError {
 	var oe *oaiError
 	if errors.As(err, &oe) {
@@ -137,6 +145,7 @@ func oaiFrom(err error, param string) *oaiError {
 		o.Code = strPtr("service_unavailable")
 		o.retryAfter = 1
 	case CodeBadRequest:
+		o.Param = strPtr(param)
 	default:
 		o.Type = oaiServerError
 	}
@@ -169,7 +178,7 @@ func (s *oaiStop) UnmarshalJSON(b []byte) error {
 	}
 	var many []string
 	if err := json.Unmarshal(b, &many); err != nil {
-		return errors.New("stop must be a string or an array of strings")
+		return &fieldError{"stop", "stop must be a string or an array of strings"}
 	}
 	*s = nil
 	for _, v := range many {
@@ -198,12 +207,12 @@ func (c *oaiContent) UnmarshalJSON(b []byte) error {
 		Text string `json:"text"`
 	}
 	if err := json.Unmarshal(b, &parts); err != nil {
-		return errors.New("content must be a string or an array of content parts")
+		return &fieldError{"messages", "content must be a string or an array of content parts"}
 	}
 	var sb strings.Builder
 	for _, p := range parts {
 		if p.Type != "text" {
-			return fmt.Errorf("content part type %q is not supported (only text)", p.Type)
+			return &fieldError{"messages", fmt.Sprintf("content part type %q is not supported (only text)", p.Type)}
 		}
 		sb.WriteString(p.Text)
 	}
@@ -240,7 +249,7 @@ func (p *oaiPrompt) UnmarshalJSON(b []byte) error {
 	var texts []string
 	if err := json.Unmarshal(b, &texts); err == nil {
 		if len(texts) != 1 {
-			return fmt.Errorf("prompt: %d prompts given; this server takes one per request", len(texts))
+			return &fieldError{"prompt", fmt.Sprintf("prompt: %d prompts given; this server takes one per request", len(texts))}
 		}
 		p.text = texts[0]
 		return nil
@@ -248,12 +257,12 @@ func (p *oaiPrompt) UnmarshalJSON(b []byte) error {
 	var lists [][]int32
 	if err := json.Unmarshal(b, &lists); err == nil {
 		if len(lists) != 1 {
-			return fmt.Errorf("prompt: %d prompts given; this server takes one per request", len(lists))
+			return &fieldError{"prompt", fmt.Sprintf("prompt: %d prompts given; this server takes one per request", len(lists))}
 		}
 		p.tokens = lists[0]
 		return nil
 	}
-	return errors.New("prompt must be a string, an array of token ids, or an array of one of either")
+	return &fieldError{"prompt", "prompt must be a string, an array of token ids, or an array of one of either"}
 }
 
 // oaiCommon are the fields both completion endpoints share.
@@ -308,14 +317,59 @@ type completionRequest struct {
 func decodeOAI(r *http.Request, v any) *oaiError {
 	dec := json.NewDecoder(io.LimitReader(r.Body, oaiMaxBody))
 	if err := dec.Decode(v); err != nil {
-		msg := "the body is not valid JSON: " + err.Error()
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) {
-			msg = fmt.Sprintf("%s: have a JSON %s; want %s", ute.Field, ute.Value, ute.Type)
+			param := ute.Field
+			if param == "" {
+				return oaiInvalid("", fmt.Sprintf("the body is a JSON %s; want an object", ute.Value))
+			}
+			return oaiInvalid(param, fmt.Sprintf("%s: have a JSON %s; want %s", param, ute.Value, jsonTypeName(ute.Type)))
 		}
-		return oaiInvalid("", msg)
+		var fe *fieldError
+		if errors.As(err, &fe) {
+			return oaiInvalid(fe.param, fe.msg)
+		}
+		return oaiInvalid("", "the body is not valid JSON: "+err.Error())
 	}
 	return nil
+}
+
+// fieldError is a custom decoder's refusal of one field's value; param
+// names the field.
+type fieldError struct{ param, msg string }
+
+func (e *fieldError) Error() string { return e.msg }
+
+// jsonTypeName names the JSON type a Go type decodes from, so messages
+// speak the client's language, not this package's type names.
+func jsonTypeName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t {
+	case reflect.TypeFor[oaiStop]():
+		return "a string or an array of strings"
+	case reflect.TypeFor[oaiContent]():
+		return "a string or an array of content parts"
+	case reflect.TypeFor[oaiPrompt]():
+		return "a string or an array of strings or token ids"
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array of " + strings.TrimPrefix(strings.TrimPrefix(jsonTypeName(t.Elem()), "a "), "an ") + "s"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another JSON type"
 }
 
 // isSet reports whether a raw JSON field asks for something: present and
@@ -566,17 +620,22 @@ func (s *Server) serveChatCompletions(w http.ResponseWriter, r *http.Request, id
 		}
 		c.req.Messages = append(c.req.Messages, engine.Message{Role: role, Content: string(m.Content)})
 	}
+	// The client sends the whole conversation and expects it read whole.
+	c.req.KeepTurns = true
 	if rf := body.ResponseFormat; rf != nil {
 		switch rf.Type {
 		case "", "text":
 		case "json_object":
-			c.req.Guided = &engine.Guided{JSON: true}
+			// OpenAI's JSON mode answers an object, not any JSON value.
+			c.req.Guided = &engine.Guided{Schema: json.RawMessage(`{"type":"object"}`)}
+			c.guidedParam = "response_format"
 		case "json_schema":
 			if rf.JSONSchema == nil || !isSet(rf.JSONSchema.Schema) {
 				writeOAIError(w, oaiInvalid("response_format.json_schema.schema", "json_schema needs a schema"))
 				return
 			}
 			c.req.Guided = &engine.Guided{Schema: rf.JSONSchema.Schema}
+			c.guidedParam = "response_format.json_schema.schema"
 		default:
 			writeOAIError(w, oaiInvalid("response_format.type", fmt.Sprintf("response_format type %q is not supported (want text, json_object or json_schema)", rf.Type)))
 			return
@@ -641,6 +700,7 @@ type oaiCall struct {
 	respID       string
 	object       string // "chat.completion" or "text_completion"
 	param        string // the field a context-length error names
+	guidedParam  string // the field the guided constraint came from
 	created      int64
 	stream       bool
 	includeUsage bool
@@ -648,6 +708,17 @@ type oaiCall struct {
 }
 
 func (c *oaiCall) chat() bool { return c.object == "chat.completion" }
+
+// refusedParam names the field an engine's refusal is about: the guided
+// constraint's source when the engine says the constraint is at fault,
+// else the prompt.
+func (c *oaiCall) refusedParam(err error) string {
+	var ee *engine.Error
+	if c.guidedParam != "" && errors.As(err, &ee) && ee.Code == engine.CodeBadRequest && strings.HasPrefix(ee.Message, "guided decoding") {
+		return c.guidedParam
+	}
+	return c.param
+}
 
 func (s *Server) newOAICall(id Identity, idPrefix, object, param string, common *oaiCommon) *oaiCall {
 	var b [12]byte
@@ -738,7 +809,7 @@ func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, c *oaiCall)
 
 	stream, err := s.o.Generator.Submit(genCtx, c.req)
 	if err != nil {
-		e := oaiFrom(err, c.param)
+		e := oaiFrom(err, c.refusedParam(err))
 		s.metrics.chats.WithLabelValues(ten.ID, clientError(err).Code).Inc()
 		writeOAIError(w, e)
 		return
@@ -811,7 +882,7 @@ func (s *Server) oaiWhole(w http.ResponseWriter, c *oaiCall, stream EventStream)
 		if err == nil {
 			err = errors.New("generation failed")
 		}
-		writeOAIError(w, oaiFrom(err, c.param))
+		writeOAIError(w, oaiFrom(err, c.refusedParam(err)))
 		return final
 	}
 	fr := finishReason(final.FinishReason)
@@ -903,7 +974,7 @@ func (s *Server) oaiStream(w http.ResponseWriter, c *oaiCall, stream EventStream
 		if err == nil {
 			err = errors.New("generation failed")
 		}
-		e := oaiFrom(err, c.param)
+		e := oaiFrom(err, c.refusedParam(err))
 		if !started {
 			writeOAIError(w, e)
 			return final
@@ -932,4 +1003,83 @@ func (s *Server) oaiStream(w http.ResponseWriter, c *oaiCall, stream EventStream
 	}
 	done()
 	return final
+}
+
+// ---- every API response ----------------------------------------------------
+
+// maxRequestID bounds a client's X-Request-Id that is echoed back.
+const maxRequestID = 128
+
+// apiResponses gives every /v1/ response an x-request-id (the client's,
+// when it sent a sane one, else a fresh one) and answers the routes and
+// methods mux does not know in OpenAI's error shape, so an SDK reads an
+// error instead of failing on a text/plain body.
+func apiResponses(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/v1/") {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("X-Request-Id", requestID(r.Header.Get("X-Request-Id")))
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r) // which sets the path's wildcards on r
+			return
+		}
+		// No route: the mux answers 404, 405 (with Allow) or a redirect.
+		rec := &headerRecorder{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		switch rec.status {
+		case http.StatusNotFound:
+			writeOAIError(w, &oaiError{status: http.StatusNotFound, Type: oaiInvalidRequest, Code: strPtr("unknown_url"),
+				Message: fmt.Sprintf("Unknown request URL: %s %s.", r.Method, r.URL.Path)})
+		case http.StatusMethodNotAllowed:
+			w.Header().Set("Allow", rec.header.Get("Allow"))
+			writeOAIError(w, &oaiError{status: http.StatusMethodNotAllowed, Type: oaiInvalidRequest, Code: strPtr("method_not_allowed"),
+				Message: fmt.Sprintf("Method %s is not allowed on %s (allowed: %s).", r.Method, r.URL.Path, rec.header.Get("Allow"))})
+		default:
+			for k, v := range rec.header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.status)
+			_, _ = w.Write(rec.body.Bytes())
+		}
+	})
+}
+
+// headerRecorder keeps what the mux's fallback handlers write, so it can
+// be replaced; they write small bodies only.
+type headerRecorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (h *headerRecorder) Header() http.Header { return h.header }
+
+func (h *headerRecorder) WriteHeader(code int) {
+	if h.status == 0 {
+		h.status = code
+	}
+}
+
+func (h *headerRecorder) Write(b []byte) (int, error) {
+	h.WriteHeader(http.StatusOK)
+	return h.body.Write(b)
+}
+
+// requestID returns the client's id when it is short and plain, else a
+// new one in OpenAI's style.
+func requestID(client string) string {
+	ok := client != "" && len(client) <= maxRequestID
+	for i := 0; ok && i < len(client); i++ {
+		c := client[i]
+		ok = c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_' || c == '.'
+	}
+	if ok {
+		return client
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
 }

@@ -108,6 +108,19 @@ func TestOpenAIRealModel(t *testing.T) {
 		checkOAIError(t, resp, raw, http.StatusBadRequest, oaiInvalidRequest, "context_length_exceeded", "messages")
 	})
 
+	t.Run("conversation over the context", func(t *testing.T) {
+		// The socket may drop old turns; the API refuses instead, since its
+		// client believes the model read everything it sent.
+		var msgs []map[string]any
+		for i := range 40 {
+			role := []string{"user", "assistant"}[i%2]
+			msgs = append(msgs, map[string]any{"role": role, "content": strings.Repeat("Once upon a time there was a cat. ", 6)})
+		}
+		msgs = append(msgs, map[string]any{"role": "user", "content": "and then?"})
+		resp, raw := e.post("/v1/chat/completions", tok, map[string]any{"messages": msgs, "max_tokens": 8})
+		checkOAIError(t, resp, raw, http.StatusBadRequest, oaiInvalidRequest, "context_length_exceeded", "messages")
+	})
+
 	t.Run("json_object", func(t *testing.T) {
 		// Until the engine decodes guided requests it refuses them, and the
 		// refusal is an OpenAI error; once it does, the answer is JSON.

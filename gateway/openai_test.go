@@ -325,10 +325,17 @@ func TestOpenAIRequestMapping(t *testing.T) {
 				}
 				return ""
 			}},
-		{"json_object is any JSON", map[string]any{"messages": user, "response_format": map[string]any{"type": "json_object"}},
+		{"json_object is a top-level object", map[string]any{"messages": user, "response_format": map[string]any{"type": "json_object"}},
 			func(r engine.Request) string {
-				if r.Guided == nil || !r.Guided.JSON {
+				if r.Guided == nil || string(r.Guided.Schema) != `{"type":"object"}` {
 					return fmt.Sprint(r.Guided)
+				}
+				return ""
+			}},
+		{"a chat is read whole, never trimmed", map[string]any{"messages": user},
+			func(r engine.Request) string {
+				if !r.KeepTurns {
+					return "KeepTurns unset"
 				}
 				return ""
 			}},
@@ -599,11 +606,13 @@ func TestOpenAIErrors(t *testing.T) {
 		{"bad signature", "/v1/completions", badSig, map[string]any{"prompt": "x"}, nil, 401, oaiInvalidRequest, "invalid_api_key", ""},
 		{"not a JWT", "/v1/chat/completions", "sk-abc", map[string]any{"messages": user}, nil, 401, oaiInvalidRequest, "invalid_api_key", ""},
 		{"not JSON", "/v1/chat/completions", ok, "{", nil, 400, oaiInvalidRequest, "", ""},
-		{"wrong type", "/v1/chat/completions", ok, map[string]any{"messages": "hi"}, nil, 400, oaiInvalidRequest, "", ""},
+		{"wrong type", "/v1/chat/completions", ok, map[string]any{"messages": "hi"}, nil, 400, oaiInvalidRequest, "", "messages"},
+		{"wrong nested type", "/v1/chat/completions", ok, map[string]any{"messages": []any{map[string]any{"role": 1}}}, nil, 400, oaiInvalidRequest, "", "messages.role"},
+		{"wrong stop", "/v1/chat/completions", ok, map[string]any{"messages": user, "stop": 3}, nil, 400, oaiInvalidRequest, "", "stop"},
 		{"unknown model", "/v1/chat/completions", ok, map[string]any{"model": "gpt-4o", "messages": user}, nil, 404, oaiInvalidRequest, "model_not_found", "model"},
 		{"no messages", "/v1/chat/completions", ok, map[string]any{"messages": []any{}}, nil, 400, oaiInvalidRequest, "", "messages"},
 		{"tool role", "/v1/chat/completions", ok, map[string]any{"messages": []map[string]any{{"role": "tool", "content": "x"}}}, nil, 400, oaiInvalidRequest, "", "messages[0].role"},
-		{"image content", "/v1/chat/completions", ok, map[string]any{"messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "image_url"}}}}}, nil, 400, oaiInvalidRequest, "", ""},
+		{"image content", "/v1/chat/completions", ok, map[string]any{"messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "image_url"}}}}}, nil, 400, oaiInvalidRequest, "", "messages"},
 		{"n=2", "/v1/chat/completions", ok, map[string]any{"messages": user, "n": 2}, nil, 400, oaiInvalidRequest, "", "n"},
 		{"temperature too high", "/v1/chat/completions", ok, map[string]any{"messages": user, "temperature": 2.5}, nil, 400, oaiInvalidRequest, "", "temperature"},
 		{"max_tokens zero", "/v1/chat/completions", ok, map[string]any{"messages": user, "max_tokens": 0}, nil, 400, oaiInvalidRequest, "", "max_tokens"},
@@ -613,14 +622,18 @@ func TestOpenAIErrors(t *testing.T) {
 		{"bad response_format", "/v1/chat/completions", ok, map[string]any{"messages": user, "response_format": map[string]any{"type": "xml"}}, nil, 400, oaiInvalidRequest, "", "response_format.type"},
 		{"json_schema without schema", "/v1/chat/completions", ok, map[string]any{"messages": user, "response_format": map[string]any{"type": "json_schema"}}, nil, 400, oaiInvalidRequest, "", "response_format.json_schema.schema"},
 		{"no prompt", "/v1/completions", ok, map[string]any{}, nil, 400, oaiInvalidRequest, "", "prompt"},
-		{"two prompts", "/v1/completions", ok, map[string]any{"prompt": []string{"a", "b"}}, nil, 400, oaiInvalidRequest, "", ""},
+		{"two prompts", "/v1/completions", ok, map[string]any{"prompt": []string{"a", "b"}}, nil, 400, oaiInvalidRequest, "", "prompt"},
 		{"echo", "/v1/completions", ok, map[string]any{"prompt": "a", "echo": true}, nil, 400, oaiInvalidRequest, "", "echo"},
 		{"context too long", "/v1/chat/completions", ok, map[string]any{"messages": user},
 			&engine.Error{Code: engine.CodeContextTooLong, Message: "prompt of 9000 tokens exceeds 2048"}, 400, oaiInvalidRequest, "context_length_exceeded", "messages"},
 		{"context too long (prompt)", "/v1/completions", ok, map[string]any{"prompt": "x"},
 			&engine.Error{Code: engine.CodeContextTooLong, Message: "too long"}, 400, oaiInvalidRequest, "context_length_exceeded", "prompt"},
 		{"engine refuses guided", "/v1/chat/completions", ok, map[string]any{"messages": user, "response_format": map[string]any{"type": "json_object"}},
-			&engine.Error{Code: engine.CodeBadRequest, Message: "guided decoding is not supported by this engine yet"}, 400, oaiInvalidRequest, "", ""},
+			&engine.Error{Code: engine.CodeBadRequest, Message: "guided decoding: unsupported"}, 400, oaiInvalidRequest, "", "response_format"},
+		{"engine refuses schema", "/v1/chat/completions", ok, map[string]any{"messages": user, "response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"schema": map[string]any{"type": "object"}}}},
+			&engine.Error{Code: engine.CodeBadRequest, Message: "guided decoding: unsupported"}, 400, oaiInvalidRequest, "", "response_format.json_schema.schema"},
+		{"engine refuses the prompt", "/v1/completions", ok, map[string]any{"prompt": "x"},
+			&engine.Error{Code: engine.CodeBadRequest, Message: "token 99999 is outside the vocabulary"}, 400, oaiInvalidRequest, "", "prompt"},
 		{"queue full", "/v1/chat/completions", ok, map[string]any{"messages": user},
 			&engine.Error{Code: engine.CodeQueueFull, Message: "queue full", Temporary: true}, 429, "requests", "queue_full", ""},
 		{"engine over quota", "/v1/chat/completions", ok, map[string]any{"messages": user, "stream": true},
@@ -637,10 +650,67 @@ func TestOpenAIErrors(t *testing.T) {
 			if retry := resp.Header.Get("Retry-After"); (tt.status == 429 || tt.status == 503) != (retry != "") {
 				t.Errorf("have Retry-After %q with status %d; want one exactly on 429 and 503", retry, tt.status)
 			}
-			if strings.Contains(string(body), "secret detail") {
+			if strings.Contains(string(body), "secret detail") || strings.Contains(string(body), "gateway.") {
 				t.Errorf("have %s; want internals kept out", body)
 			}
+			if tt.status == 400 && tt.param == "" && tt.name != "not JSON" {
+				t.Errorf("the table wants no param for a 400; every refusal of a field names it")
+			}
+			if id := resp.Header.Get("X-Request-Id"); id == "" {
+				t.Errorf("have no X-Request-Id; want one on every response")
+			}
 		})
+	}
+}
+
+// TestOpenAIUnknownRoutes checks that routes and methods the server does
+// not serve answer in OpenAI's error shape, and that x-request-id is set
+// (and echoed when the client sends a plain one).
+func TestOpenAIUnknownRoutes(t *testing.T) {
+	e := newOAIEnv(t, nil)
+	tok := e.token("alice")
+	tests := []struct {
+		method, path string
+		status       int
+		code, allow  string
+	}{
+		{"GET", "/v1/nothing", 404, "unknown_url", ""},
+		{"POST", "/v1/embeddings", 404, "unknown_url", ""},
+		{"GET", "/v1/chat/completions", 405, "method_not_allowed", "POST"},
+		{"DELETE", "/v1/models", 405, "method_not_allowed", "GET, HEAD"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			req, err := http.NewRequest(tt.method, e.http.URL+tt.path, strings.NewReader("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+tok)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			checkOAIError(t, resp, body, tt.status, oaiInvalidRequest, tt.code, "")
+			if have := resp.Header.Get("Allow"); have != tt.allow {
+				t.Errorf("have Allow %q; want %q", have, tt.allow)
+			}
+			if id := resp.Header.Get("X-Request-Id"); !strings.HasPrefix(id, "req_") || len(id) != 36 {
+				t.Errorf("have X-Request-Id %q; want req_ and 32 hex digits", id)
+			}
+		})
+	}
+	req, _ := http.NewRequest("GET", e.http.URL+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("X-Request-Id", "trace-42.a_b")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if id := resp.Header.Get("X-Request-Id"); id != "trace-42.a_b" {
+		t.Errorf("have X-Request-Id %q; want the client's echoed", id)
 	}
 }
 
@@ -683,7 +753,7 @@ func TestOpenAIFailureWhileGenerating(t *testing.T) {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			e := newOAIEnv(t, func(o *Options) { o.Generator = finalErrGen{Generator: o.Generator, err: refusal} })
 			resp, body := e.post("/v1/chat/completions", e.token("alice"), map[string]any{"messages": user, "stream": stream})
-			checkOAIError(t, resp, body, 400, oaiInvalidRequest, "", "")
+			checkOAIError(t, resp, body, 400, oaiInvalidRequest, "", "messages")
 		})
 	}
 

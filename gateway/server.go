@@ -275,7 +275,7 @@ func (s *Server) routes() http.Handler {
 	if s.o.AdminToken != "" {
 		mux.Handle("/admin/", tenants.AdminHandler(s.tenants, s.o.AdminToken))
 	}
-	return mux
+	return apiResponses(mux)
 }
 
 func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
