@@ -9,6 +9,8 @@
 //	specgate loadgen    drive a running gateway with many tenants' chats
 //	specgate status     list the live gateways and engines with their load
 //	specgate version    print the build's version
+//	specgate tokenize   print a text's token ids
+//	specgate logits     print a prompt's last-position logits as JSON
 //
 // Run `specgate <command> -h` for a command's flags.
 package main
@@ -44,6 +46,8 @@ var commands = map[string]command{
 	"mkmodel":  {"write a random-weight llama GGUF of any shape", runMkmodel},
 	"status":   {"list the live gateways and engines with their load", runStatus},
 	"version":  {"print the build's version, commit and Go version", runVersion},
+	"tokenize": {"print a text's token ids as a model's tokenizer makes them", runTokenize},
+	"logits":   {"print the last position's logits of a prompt decoded in one batch, as JSON", runLogits},
 	"loadgen": {"drive a running gateway with many tenants' multi-turn chats; print TTFT/ITL/tokens/s per tenant", func(ctx context.Context, a []string) error {
 		return loadgen.Main(ctx, a, os.Stdout)
 	}},

@@ -372,6 +372,13 @@ func (t *Tokenizer) Encode(text string) []int32 {
 	return t.encode(out, text, false)
 }
 
+// EncodePlain tokenizes user text like Encode but adds no special token at
+// all, not even BOS: llama.cpp's tokenize with add_special and
+// parse_special both false, how its tokenizer test suites are written.
+func (t *Tokenizer) EncodePlain(text string) []int32 {
+	return t.encode(make([]int32, 0, len(text)/3+2), text, false)
+}
+
 // EncodeSpecial tokenizes trusted text such as a rendered chat template:
 // control, unknown and user-defined token text becomes those tokens. It never
 // prepends BOS; a template that wants one writes it. With AddSpacePrefix,
