@@ -109,7 +109,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Client{o: o, k: keys{o.Prefix}, cancel: cancel, live: map[string]*Stream{}, byID: map[string]*Stream{},
+	c := &Client{o: o, k: newKeys(o.Prefix), cancel: cancel, live: map[string]*Stream{}, byID: map[string]*Stream{},
 		listErr: errors.New("cluster: engine list not read yet")}
 	c.refresh(ctx)
 	c.wg.Add(3)

@@ -10,20 +10,25 @@
 //
 // # Keys
 //
-// Every key starts with the deployment's prefix P (gateway.Options.Prefix).
+// Every key starts with the deployment's prefix P (gateway.Options.Prefix);
+// internal/keyspace names them all, with their hash tags:
 //
-//	P cl:nodes              ZSET  "<role>/<id>" → heartbeat expiry (unix ms)
-//	P cl:node:<role>/<id>   STRING JSON NodeInfo, with a TTL (the heartbeat)
-//	P cl:q:<engine>         STREAM routed requests of one engine
-//	P cl:q:*shared          STREAM requests any engine may take
-//	P cl:queues             SET   every request stream ever written to
-//	P cl:req:{<key>}        HASH  fence, owner, done, cancel of one request
-//	P cl:req:{<key>}:out    STREAM the request's accepted/delta/final entries
-//	P cl:gw:<gateway>       pub/sub channel: "entry appended for <key>"
-//	P cl:ctl                pub/sub channel: "cancel <key>"
+//	P cl:{nodes}              ZSET  "<role>/<id>" → heartbeat expiry (unix ms)
+//	P cl:{nodes}:<role>/<id>  STRING JSON NodeInfo, with a TTL (the heartbeat)
+//	P cl:q:{e:<engine>}       STREAM routed requests of one engine
+//	P cl:q:{shared}           STREAM requests any engine may take
+//	P cl:queues               SET   every request stream ever written to
+//	P cl:req:{r:<key>}        HASH  fence, owner, done, cancel of one request
+//	P cl:req:{r:<key>}:out    STREAM the request's accepted/delta/final entries
+//	P cl:gw:<gateway>         pub/sub channel: "entry appended for <key>"
+//	P cl:ctl                  pub/sub channel: "cancel <key>"
 //
 // <key> is the engine request id plus a random suffix, unique per Submit, so
 // a request id reused after its request ended never meets old state.
+//
+// On a Redis Cluster the tags spread the streams over slots by engine and
+// by request; each script and transaction touches one slot: a request's
+// record with its output, the node directory with its heartbeats.
 //
 // # Routing
 //

@@ -21,6 +21,7 @@ import (
 
 	"github.com/specgate/specgate/cluster"
 	"github.com/specgate/specgate/gateway"
+	"github.com/specgate/specgate/internal/keyspace"
 	"github.com/specgate/specgate/internal/testmodels"
 	"github.com/specgate/specgate/internal/testredis"
 	"github.com/specgate/specgate/tenants"
@@ -205,7 +206,7 @@ func (c *wsConn) collect(req string, after, stopAt int) (text string, last int, 
 func enginesOf(t *testing.T, rdb *redis.Client, prefix, sid, req string) []string {
 	t.Helper()
 	ctx := context.Background()
-	ks, err := rdb.Keys(ctx, prefix+"cl:req:{acme/"+sid+"/"+req+"#*}:out").Result()
+	ks, err := rdb.Keys(ctx, prefix+"cl:req:{r:acme/"+sid+"/"+req+"#*}:out").Result()
 	if err != nil || len(ks) != 1 {
 		t.Fatalf("have output keys %v, %v; want one", ks, err)
 	}
@@ -248,7 +249,7 @@ func waitNoPending(t *testing.T, rdb *redis.Client, prefix string) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var n int64
-		qs, err := rdb.SMembers(ctx, prefix+"cl:queues").Result()
+		qs, err := rdb.SMembers(ctx, keyspace.New(prefix).Queues()).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -59,7 +59,7 @@ func beat(ctx context.Context, rdb redis.UniversalClient, k keys, n NodeInfo, tt
 	}
 	member := n.Role + "/" + n.ID
 	_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, k.node(n.Role, n.ID), b, ttl)
+		p.Set(ctx, k.node(member), b, ttl)
 		p.ZAdd(ctx, k.nodes(), redis.Z{Score: float64(n.Seen.Add(ttl).UnixMilli()), Member: member})
 		// Members of nodes that vanished without saying goodbye.
 		p.ZRemRangeByScore(ctx, k.nodes(), "-inf", "("+strconv.FormatInt(n.Seen.Add(-time.Minute).UnixMilli(), 10))
@@ -76,7 +76,7 @@ func farewell(rdb redis.UniversalClient, k keys, role, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, _ = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, k.node(role, id))
+		p.Del(ctx, k.node(role+"/"+id))
 		p.ZRem(ctx, k.nodes(), role+"/"+id)
 		return nil
 	})
@@ -114,7 +114,7 @@ func heartbeat(ctx context.Context, rdb redis.UniversalClient, k keys, interval,
 // Nodes lists the live gateways and engines of the deployment under
 // prefix, sorted by role then id.
 func Nodes(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]NodeInfo, error) {
-	k := keys{prefix}
+	k := newKeys(prefix)
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	members, err := rdb.ZRangeByScore(ctx, k.nodes(), &redis.ZRangeBy{Min: now, Max: "+inf"}).Result()
 	if err != nil {
@@ -125,7 +125,7 @@ func Nodes(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]Nod
 	}
 	ks := make([]string, len(members))
 	for i, m := range members {
-		ks[i] = k.prefix + "cl:node:" + m
+		ks[i] = k.node(m)
 	}
 	vals, err := rdb.MGet(ctx, ks...).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {

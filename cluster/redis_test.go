@@ -107,7 +107,7 @@ func readAll(t *testing.T, s *Stream) (string, *engine.Final) {
 func pendingTotal(t *testing.T, rdb redis.UniversalClient, prefix string) int64 {
 	t.Helper()
 	ctx := context.Background()
-	k := keys{prefix}
+	k := newKeys(prefix)
 	qs, err := rdb.SMembers(ctx, k.queues()).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func pendingTotal(t *testing.T, rdb redis.UniversalClient, prefix string) int64 
 
 func TestFencing(t *testing.T) {
 	rdb := testredis.Client(t)
-	k := keys{testredis.Prefix(t)}
+	k := newKeys(testredis.Prefix(t))
 	ctx := context.Background()
 	rk := "r#1"
 	acquire := func(who string) []int64 {

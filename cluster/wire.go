@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/internal/keyspace"
 )
 
 // group is the consumer group every engine reads request streams in.
@@ -22,19 +23,27 @@ const (
 	RoleEngine  = "engine"
 )
 
-// keys names every Redis key of one deployment (see the package doc).
-type keys struct{ prefix string }
+// keys names every Redis key of one deployment (internal/keyspace has the
+// layout and its hash slots).
+type keys struct{ ks keyspace.Space }
 
-func (k keys) nodes() string                  { return k.prefix + "cl:nodes" }
-func (k keys) node(role, id string) string    { return k.prefix + "cl:node:" + role + "/" + id }
-func (k keys) queue(engineID string) string   { return k.prefix + "cl:q:" + engineID }
-func (k keys) shared() string                 { return k.prefix + "cl:q:*shared" }
-func (k keys) queues() string                 { return k.prefix + "cl:queues" }
-func (k keys) req(rk string) string           { return k.prefix + "cl:req:{" + rk + "}" }
-func (k keys) out(rk string) string           { return k.prefix + "cl:req:{" + rk + "}:out" }
-func (k keys) gatewayChan(id string) string   { return k.prefix + "cl:gw:" + id }
-func (k keys) control() string                { return k.prefix + "cl:ctl" }
-func (k keys) queueOwner(queue string) string { return strings.TrimPrefix(queue, k.prefix+"cl:q:") }
+func newKeys(prefix string) keys { return keys{keyspace.New(prefix)} }
+
+func (k keys) nodes() string                { return k.ks.Nodes() }
+func (k keys) node(member string) string    { return k.ks.Node(member) }
+func (k keys) queue(engineID string) string { return k.ks.Queue(engineID) }
+func (k keys) shared() string               { return k.ks.SharedQueue() }
+func (k keys) queues() string               { return k.ks.Queues() }
+func (k keys) req(rk string) string         { return k.ks.ClusterRequest(rk) }
+func (k keys) out(rk string) string         { return k.ks.ClusterOutput(rk) }
+func (k keys) gatewayChan(id string) string { return k.ks.GatewayChannel(id) }
+func (k keys) control() string              { return k.ks.Control() }
+
+// queueOwner is the engine whose stream queue is ("" for the shared one).
+func (k keys) queueOwner(queue string) string {
+	id, _ := k.ks.QueueOwner(queue)
+	return id
+}
 
 // Output stream entry kinds (field "k").
 const (

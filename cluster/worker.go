@@ -163,7 +163,7 @@ func RunEngine(ctx context.Context, o EngineOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	w := &worker{o: o, k: keys{o.Prefix}, log: o.Logger.With("engine", o.ID), inflight: map[string]*job{}, freed: make(chan struct{}, 1)}
+	w := &worker{o: o, k: newKeys(o.Prefix), log: o.Logger.With("engine", o.ID), inflight: map[string]*job{}, freed: make(chan struct{}, 1)}
 
 	// Jobs run under runCtx, which outlives ctx by the drain; background
 	// loops under bgCtx, which ends after the jobs; the heartbeat under

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/specgate/specgate/internal/keyspace"
 	"github.com/specgate/specgate/migrations"
 	"github.com/specgate/specgate/tenants"
 )
@@ -222,8 +223,8 @@ func New(opts Options) (*Server, error) {
 		o:        opts,
 		tenants:  tenants.NewStore(opts.Redis, opts.Prefix, now),
 		limiter:  tenants.NewLimiter(opts.Redis, opts.Prefix),
-		sessions: &SessionStore{rdb: opts.Redis, prefix: opts.Prefix, now: now, logTTL: opts.LogTTL},
-		log:      &streamLog{rdb: opts.Redis, prefix: opts.Prefix, maxLen: opts.LogMaxLen, ttl: opts.LogTTL},
+		sessions: &SessionStore{rdb: opts.Redis, ks: keyspace.New(opts.Prefix), now: now, logTTL: opts.LogTTL},
+		log:      &streamLog{rdb: opts.Redis, ks: keyspace.New(opts.Prefix), maxLen: opts.LogMaxLen, ttl: opts.LogTTL},
 		metrics:  m,
 		turns:    map[string]*turn{},
 		conns:    map[*Connection]*client{},

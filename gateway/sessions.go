@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/specgate/specgate/internal/keyspace"
 )
 
 // Sentinel errors of the session store.
@@ -40,27 +42,32 @@ type Message struct {
 
 // SessionStore keeps sessions in Redis. Safe for concurrent use.
 //
-// Keys (under the prefix):
-//
-//	sess:<id>                  hash: tenant, user, title, created, updated
-//	sess:<id>:msgs             list of JSON Messages, oldest first
-//	idx:<tenant>:<user>        sorted set: session id → updated (ms)
-//	sess:<id>:req:<request>    hash: state (running|done); expires with its log
-//	sess:<id>:req:<request>:log  stream: the request's deltas (streamlog.go)
+// Its keys are internal/keyspace's: a session's record, history, request
+// records and delta logs share one hash slot, so each script below touches
+// one slot; the user's session index lives on another and is written by a
+// separate command after the script (readers skip stale entries).
 type SessionStore struct {
 	rdb    redis.UniversalClient
-	prefix string
+	ks     keyspace.Space
 	now    func() time.Time
 	logTTL time.Duration
 }
 
-func (s *SessionStore) sessKey(id string) string { return s.prefix + "sess:" + id }
-func (s *SessionStore) msgsKey(id string) string { return s.prefix + "sess:" + id + ":msgs" }
+func (s *SessionStore) sessKey(id string) string { return s.ks.Session(id) }
+func (s *SessionStore) msgsKey(id string) string { return s.ks.Messages(id) }
 func (s *SessionStore) idxKey(tenant, user string) string {
-	return s.prefix + "idx:" + tenant + ":" + user
+	return s.ks.UserIndex(tenant, user)
 }
-func (s *SessionStore) reqKey(sid, rid string) string {
-	return s.prefix + "sess:" + sid + ":req:" + rid
+func (s *SessionStore) reqKey(sid, rid string) string { return s.ks.Request(sid, rid) }
+
+// touch moves session id up (tenant, user)'s index. XX: a session deleted
+// meanwhile is not brought back into the index.
+func (s *SessionStore) touch(ctx context.Context, tenant, user, id string, now int64) error {
+	err := s.rdb.ZAddXX(ctx, s.idxKey(tenant, user), redis.Z{Score: float64(now), Member: id}).Err()
+	if err != nil {
+		return fmt.Errorf("gateway: update session index: %w", err)
+	}
+	return nil
 }
 
 func newSessionID() string {
@@ -80,13 +87,13 @@ if owner[1] ~= ARGV[1] or owner[2] ~= ARGV[2] then return 0 end
 func (s *SessionStore) Create(ctx context.Context, tenant, user, title string) (*SessionView, error) {
 	id := newSessionID()
 	now := s.now().UnixMilli()
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, s.sessKey(id), "tenant", tenant, "user", user, "title", title, "created", now, "updated", now)
-		p.ZAdd(ctx, s.idxKey(tenant, user), redis.Z{Score: float64(now), Member: id})
-		return nil
-	})
-	if err != nil {
+	// The record first: an index entry without a record would list a
+	// session that is not there, a record without an entry only hides it.
+	if err := s.rdb.HSet(ctx, s.sessKey(id), "tenant", tenant, "user", user, "title", title, "created", now, "updated", now).Err(); err != nil {
 		return nil, fmt.Errorf("gateway: create session: %w", err)
+	}
+	if err := s.rdb.ZAdd(ctx, s.idxKey(tenant, user), redis.Z{Score: float64(now), Member: id}).Err(); err != nil {
+		return nil, fmt.Errorf("gateway: create session: index: %w", err)
 	}
 	return &SessionView{ID: id, Title: title, Created: now, Updated: now, Messages: []Message{}}, nil
 }
@@ -162,56 +169,57 @@ func (s *SessionStore) List(ctx context.Context, tenant, user string, limit int)
 
 var renameScript = redis.NewScript(ownerCheck + `
 redis.call('HSET', KEYS[1], 'title', ARGV[3], 'updated', ARGV[4])
-redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
 return 1
 `)
 
 // Rename sets a session's title.
 func (s *SessionStore) Rename(ctx context.Context, tenant, user, id, title string) error {
 	now := s.now().UnixMilli()
-	n, err := renameScript.Run(ctx, s.rdb, []string{s.sessKey(id), s.idxKey(tenant, user)}, tenant, user, title, now, id).Int()
+	n, err := renameScript.Run(ctx, s.rdb, []string{s.sessKey(id)}, tenant, user, title, now).Int()
 	if err != nil {
 		return fmt.Errorf("gateway: rename session: %w", err)
 	}
 	if n == 0 {
 		return ErrNotFound
 	}
-	return nil
+	return s.touch(ctx, tenant, user, id, now)
 }
 
 var deleteScript = redis.NewScript(ownerCheck + `
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('ZREM', KEYS[3], ARGV[3])
 return 1
 `)
 
 // Delete removes a session and its history. Its request logs expire on
 // their own; a resume of them reads as not found once the session is gone.
 func (s *SessionStore) Delete(ctx context.Context, tenant, user, id string) error {
-	n, err := deleteScript.Run(ctx, s.rdb, []string{s.sessKey(id), s.msgsKey(id), s.idxKey(tenant, user)}, tenant, user, id).Int()
+	n, err := deleteScript.Run(ctx, s.rdb, []string{s.sessKey(id), s.msgsKey(id)}, tenant, user).Int()
 	if err != nil {
 		return fmt.Errorf("gateway: delete session: %w", err)
 	}
 	if n == 0 {
 		return ErrNotFound
 	}
+	// After the record: a failure here leaves an entry List skips.
+	if err := s.rdb.ZRem(ctx, s.idxKey(tenant, user), id).Err(); err != nil {
+		return fmt.Errorf("gateway: delete session: index: %w", err)
+	}
 	return nil
 }
 
 // startScript begins a turn atomically: owner check, request id unused,
-// request record, user message appended, activity index updated. Returns
-// the history (JSON messages) including the new one, or 0 (not found) or
-// -1 (duplicate request).
+// request record, user message appended. Returns the history (JSON
+// messages) including the new one, or 0 (not found) or -1 (duplicate
+// request).
 //
-// KEYS: sess, msgs, idx, req. ARGV: tenant, user, message JSON, now ms, id,
+// KEYS: sess, msgs, req. ARGV: tenant, user, message JSON, now ms,
 // request-record TTL ms.
 var startScript = redis.NewScript(ownerCheck + `
-if redis.call('EXISTS', KEYS[4]) == 1 then return -1 end
-redis.call('HSET', KEYS[4], 'state', 'running', 'created', ARGV[4])
-redis.call('PEXPIRE', KEYS[4], ARGV[6])
+if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
+redis.call('HSET', KEYS[3], 'state', 'running', 'created', ARGV[4])
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
 redis.call('RPUSH', KEYS[2], ARGV[3])
 redis.call('HSET', KEYS[1], 'updated', ARGV[4])
-redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
 return redis.call('LRANGE', KEYS[2], 0, -1)
 `)
 
@@ -222,10 +230,15 @@ func (s *SessionStore) StartTurn(ctx context.Context, tenant, user, sid, request
 	now := s.now().UnixMilli()
 	msg, _ := json.Marshal(Message{Role: "user", Content: content, Request: request, Created: now})
 	res, err := startScript.Run(ctx, s.rdb,
-		[]string{s.sessKey(sid), s.msgsKey(sid), s.idxKey(tenant, user), s.reqKey(sid, request)},
-		tenant, user, msg, now, sid, s.logTTL.Milliseconds()).Result()
+		[]string{s.sessKey(sid), s.msgsKey(sid), s.reqKey(sid, request)},
+		tenant, user, msg, now, s.logTTL.Milliseconds()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("gateway: store user message: %w", err)
+	}
+	if _, ok := res.([]any); ok {
+		if err := s.touch(ctx, tenant, user, sid, now); err != nil {
+			return nil, err
+		}
 	}
 	switch v := res.(type) {
 	case int64:
@@ -250,15 +263,14 @@ func (s *SessionStore) StartTurn(ctx context.Context, tenant, user, sid, request
 
 // finishScript appends the assistant message when the session still
 // exists (it may have been deleted during generation: then the message is
-// dropped) and marks the request done. KEYS: sess, msgs, idx, req. ARGV:
-// message JSON, now ms, session id, record TTL ms.
+// dropped) and marks the request done. KEYS: sess, msgs, req. ARGV:
+// message JSON, now ms, record TTL ms.
 var finishScript = redis.NewScript(`
-redis.call('HSET', KEYS[4], 'state', 'done')
-redis.call('PEXPIRE', KEYS[4], ARGV[4])
+redis.call('HSET', KEYS[3], 'state', 'done')
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], 'updated', ARGV[2])
-redis.call('ZADD', KEYS[3], ARGV[2], ARGV[3])
 return 1
 `)
 
@@ -270,13 +282,16 @@ func (s *SessionStore) FinishTurn(ctx context.Context, tenant, user, sid string,
 		m.Created = s.now().UnixMilli()
 	}
 	b, _ := json.Marshal(m)
-	err := finishScript.Run(ctx, s.rdb,
-		[]string{s.sessKey(sid), s.msgsKey(sid), s.idxKey(tenant, user), s.reqKey(sid, m.Request)},
-		b, m.Created, sid, s.logTTL.Milliseconds()).Err()
+	n, err := finishScript.Run(ctx, s.rdb,
+		[]string{s.sessKey(sid), s.msgsKey(sid), s.reqKey(sid, m.Request)},
+		b, m.Created, s.logTTL.Milliseconds()).Int()
 	if err != nil {
 		return fmt.Errorf("gateway: store assistant message: %w", err)
 	}
-	return nil
+	if n == 0 {
+		return nil
+	}
+	return s.touch(ctx, tenant, user, sid, m.Created)
 }
 
 // requestState returns "running", "done" or "" (unknown or expired).

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/specgate/specgate/internal/keyspace"
 )
 
 // streamLog is the per-request log of deltas in a Redis stream, read by
@@ -19,13 +21,13 @@ import (
 // and expires, so an abandoned request costs nothing forever.
 type streamLog struct {
 	rdb    redis.UniversalClient
-	prefix string
+	ks     keyspace.Space
 	maxLen int64
 	ttl    time.Duration
 }
 
 func (l *streamLog) key(sid, rid string) string {
-	return l.prefix + "sess:" + sid + ":req:" + rid + ":log"
+	return l.ks.RequestLog(sid, rid)
 }
 
 // logEntry is one decoded entry.

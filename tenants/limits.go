@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/specgate/specgate/internal/keyspace"
 )
 
 // Lease kinds counted by Limiter.Acquire.
@@ -24,18 +26,16 @@ const (
 // stops counting when its lease expires, so a crashed gateway does not leak
 // a tenant's slots forever. Holders must Refresh within the lease TTL.
 type Limiter struct {
-	rdb    redis.UniversalClient
-	prefix string
+	rdb redis.UniversalClient
+	ks  keyspace.Space
 }
 
 // NewLimiter returns a limiter whose keys are under prefix.
 func NewLimiter(rdb redis.UniversalClient, prefix string) *Limiter {
-	return &Limiter{rdb: rdb, prefix: prefix}
+	return &Limiter{rdb: rdb, ks: keyspace.New(prefix)}
 }
 
-func (l *Limiter) leaseKey(tenant, kind string) string {
-	return l.prefix + "rl:" + tenant + ":" + kind
-}
+func (l *Limiter) leaseKey(tenant, kind string) string { return l.ks.Lease(tenant, kind) }
 
 // acquireScript: KEYS[1] the lease set (member → expiry ms). ARGV: holder,
 // ttl ms, max. Returns 1 when the holder has a lease, 0 when the cap is met.
@@ -120,7 +120,8 @@ func (l *Limiter) Held(ctx context.Context, tenant, kind string) (int, error) {
 // tokensScript estimates the tokens used in the sliding minute from this
 // minute's and the previous minute's counters (the previous weighted by the
 // part of it still inside the window), and adds ARGV[2] when the result
-// stays within the cap. KEYS: the counter prefix. ARGV: cap, tokens to
+// stays within the cap. KEYS: the counter prefix (the minute keys it
+// builds share its hash tag, hence its slot). ARGV: cap, tokens to
 // add, force (1: add even over the cap; usage is charged after the fact).
 // Returns {allowed 0|1, used after}.
 var tokensScript = redis.NewScript(`
@@ -169,7 +170,7 @@ func (l *Limiter) tokens(ctx context.Context, tenant string, n, perMinute int, f
 	if force {
 		f = "1"
 	}
-	res, err := tokensScript.Run(ctx, l.rdb, []string{l.prefix + "rl:" + tenant + ":tpm:"}, perMinute, n, f).Int64Slice()
+	res, err := tokensScript.Run(ctx, l.rdb, []string{l.ks.TokensPrefix(tenant)}, perMinute, n, f).Int64Slice()
 	if err != nil {
 		return false, fmt.Errorf("tenants: tokens of %s: %w", tenant, err)
 	}

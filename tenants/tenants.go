@@ -2,12 +2,9 @@
 // and weight, caps, signing keys by kid, and the rate-limit counters that
 // hold across gateway processes. It knows nothing of WebSocket.
 //
-// Keys (under a configurable prefix):
-//
-//	tenant:<id>   string: the tenant's JSON record
-//	tenants       set: every tenant id
-//	kid:<kid>     string: the id of the tenant that owns signing key kid
-//	rl:<id>:...   rate-limit counters and leases (limits.go)
+// Its keys are internal/keyspace's: the tenant directory (records, the id
+// set and the kid index) shares one hash slot, so one script keeps a kid
+// unique across tenants; each tenant's rate-limit keys share another.
 package tenants
 
 import (
@@ -22,6 +19,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/specgate/specgate/internal/keyspace"
 )
 
 // Errors, checked with errors.Is.
@@ -153,9 +152,9 @@ func (t *Tenant) Validate() error {
 
 // Store reads and writes tenant records. Safe for concurrent use.
 type Store struct {
-	rdb    redis.UniversalClient
-	prefix string
-	now    func() time.Time
+	rdb redis.UniversalClient
+	ks  keyspace.Space
+	now func() time.Time
 }
 
 // NewStore returns a store over rdb with every key under prefix ("" for
@@ -164,18 +163,20 @@ func NewStore(rdb redis.UniversalClient, prefix string, now func() time.Time) *S
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{rdb: rdb, prefix: prefix, now: now}
+	return &Store{rdb: rdb, ks: keyspace.New(prefix), now: now}
 }
 
 // Prefix is the key prefix the store was made with.
-func (s *Store) Prefix() string { return s.prefix }
+func (s *Store) Prefix() string { return s.ks.Prefix() }
 
-func (s *Store) tenantKey(id string) string { return s.prefix + "tenant:" + id }
-func (s *Store) kidKey(kid string) string   { return s.prefix + "kid:" + kid }
-func (s *Store) indexKey() string           { return s.prefix + "tenants" }
+func (s *Store) tenantKey(id string) string { return s.ks.Tenant(id) }
+func (s *Store) kidKey(kid string) string   { return s.ks.Kid(kid) }
+func (s *Store) indexKey() string           { return s.ks.TenantIDs() }
 
 // putScript writes a record if the stored rev is the expected one, keeping
-// the kid index in step: it refuses a kid that another tenant owns.
+// the kid index in step: it refuses a kid that another tenant owns. The
+// kid keys it builds from ARGV[4] share the slot of KEYS (the directory's
+// tag is in the kid prefix), so the script stays on one slot.
 //
 // KEYS: tenant key, index key. ARGV: id, expected rev (-1: must not exist),
 // json, kid prefix, n added kids, added kids..., removed kids...
@@ -226,7 +227,7 @@ func (s *Store) put(ctx context.Context, t *Tenant, wantRev int64, removed []str
 	if err != nil {
 		return fmt.Errorf("tenants: encode %s: %w", t.ID, err)
 	}
-	args := []any{t.ID, wantRev, string(b), s.prefix + "kid:", len(t.Keys)}
+	args := []any{t.ID, wantRev, string(b), s.ks.KidPrefix(), len(t.Keys)}
 	for _, k := range t.Keys {
 		args = append(args, k.ID)
 	}

@@ -267,7 +267,7 @@ func TestAdminHandler(t *testing.T) {
 			t.Errorf("%s: have %d %s; want %d", tt.name, rec.Code, rec.Body, tt.want)
 		}
 	}
-	if _, err := NewStore(s.rdb, s.prefix, nil).Get(context.Background(), "acme"); err != nil {
+	if _, err := NewStore(s.rdb, s.Prefix(), nil).Get(context.Background(), "acme"); err != nil {
 		t.Fatal(err)
 	}
 	empty := AdminHandler(s, "")

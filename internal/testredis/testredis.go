@@ -46,7 +46,7 @@ func Prefix(tb testing.TB) string {
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	name := strings.NewReplacer(" ", "_", "*", "_", "?", "_", "[", "_", "]", "_").Replace(tb.Name())
+	name := strings.NewReplacer(" ", "_", "*", "_", "?", "_", "[", "_", "]", "_", "{", "_", "}", "_").Replace(tb.Name())
 	p := "test:" + name + ":" + hex.EncodeToString(b[:]) + ":"
 	actual, loaded := prefixes.LoadOrStore(tb, p)
 	if !loaded {
