@@ -29,6 +29,7 @@ test: lint
 # digs deeper. Each entry is package:target.
 FUZZ := \
 	./engine/model/gguf:FuzzParse \
+	./kernels/cpu:FuzzWeightsGGML \
 	./engine/tokenizer:FuzzEncode \
 	./engine/tokenizer:FuzzPreTokenize \
 	./engine/sample:FuzzSample \

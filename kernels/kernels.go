@@ -7,7 +7,8 @@
 // its init, the way database/sql drivers do.
 //
 // A Tensor is a 2-D row-major array (rows × cols) owned by the backend that
-// made it. Weights keep their stored type (F32, F16, BF16, Q8_0, Q4_0);
+// made it. Weights keep their stored type (F32, F16, BF16, Q8_0, Q4_0 and
+// the GGML quantizations listed under DType);
 // activations are always F32. Faster fused ops (tree attention, masked
 // sampling, ...) are separate small interfaces that callers check for, each
 // with a reference fallback whose math its doc comment states.
@@ -26,65 +27,79 @@ import (
 type DType uint32
 
 const (
-	F32  DType = 0
-	F16  DType = 1
-	Q4_0 DType = 2
-	Q8_0 DType = 8
-	BF16 DType = 30
+	F32    DType = 0
+	F16    DType = 1
+	Q4_0   DType = 2
+	Q4_1   DType = 3
+	Q5_0   DType = 6
+	Q5_1   DType = 7
+	Q8_0   DType = 8
+	Q2_K   DType = 10
+	Q3_K   DType = 11
+	Q4_K   DType = 12
+	Q5_K   DType = 13
+	Q6_K   DType = 14
+	IQ4_NL DType = 20
+	IQ4_XS DType = 23
+	BF16   DType = 30
 )
 
-// QK is the number of elements in one Q8_0 or Q4_0 block.
+// QK is the number of elements in one Q8_0 or Q4_0 block (and in the
+// other 32-element blocks: Q4_1, Q5_0, Q5_1, IQ4_NL).
 const QK = 32
 
+// QKK is the number of elements in one super-block of the K-quants
+// (Q2_K to Q6_K) and IQ4_XS.
+const QKK = 256
+
+// typeInfo is a stored type's name and block geometry.
+type typeInfo struct {
+	name         string
+	elems, bytes int
+}
+
+var types = map[DType]typeInfo{
+	F32:    {"F32", 1, 4},
+	F16:    {"F16", 1, 2},
+	BF16:   {"BF16", 1, 2},
+	Q8_0:   {"Q8_0", QK, 2 + QK},            // f16 d, int8 q[32]
+	Q4_0:   {"Q4_0", QK, 2 + QK/2},          // f16 d, nibbles
+	Q4_1:   {"Q4_1", QK, 4 + QK/2},          // f16 d, f16 m, nibbles
+	Q5_0:   {"Q5_0", QK, 6 + QK/2},          // f16 d, fifth bits, nibbles
+	Q5_1:   {"Q5_1", QK, 8 + QK/2},          // f16 d, f16 m, fifth bits, nibbles
+	IQ4_NL: {"IQ4_NL", QK, 2 + QK/2},        // f16 d, nibbles indexing a table
+	Q2_K:   {"Q2_K", QKK, 16 + 64 + 4},      // scales, 2-bit quants, f16 d, dmin
+	Q3_K:   {"Q3_K", QKK, 32 + 64 + 12 + 2}, // high bits, low bits, scales, f16 d
+	Q4_K:   {"Q4_K", QKK, 4 + 12 + 128},     // f16 d, dmin, scales, nibbles
+	Q5_K:   {"Q5_K", QKK, 4 + 12 + 32 + 128},
+	Q6_K:   {"Q6_K", QKK, 128 + 64 + 16 + 2}, // low nibbles, high bits, scales, f16 d
+	IQ4_XS: {"IQ4_XS", QKK, 2 + 2 + 4 + 128},
+}
+
 func (t DType) String() string {
-	switch t {
-	case F32:
-		return "F32"
-	case F16:
-		return "F16"
-	case BF16:
-		return "BF16"
-	case Q8_0:
-		return "Q8_0"
-	case Q4_0:
-		return "Q4_0"
+	if ti, ok := types[t]; ok {
+		return ti.name
 	}
 	return fmt.Sprintf("type(%d)", uint32(t))
 }
 
 // Known reports whether the type is one this package can describe.
 func (t DType) Known() bool {
-	switch t {
-	case F32, F16, BF16, Q8_0, Q4_0:
-		return true
-	}
-	return false
+	_, ok := types[t]
+	return ok
 }
 
 // BlockElems is the number of elements stored together in one block
 // (1 for plain float types).
 func (t DType) BlockElems() int {
-	switch t {
-	case Q8_0, Q4_0:
-		return QK
+	if ti, ok := types[t]; ok {
+		return ti.elems
 	}
 	return 1
 }
 
 // BlockBytes is the size in bytes of one block.
-func (t DType) BlockBytes() int {
-	switch t {
-	case F32:
-		return 4
-	case F16, BF16:
-		return 2
-	case Q8_0:
-		return 2 + QK // f16 scale + 32 int8
-	case Q4_0:
-		return 2 + QK/2 // f16 scale + 32 nibbles
-	}
-	return 0
-}
+func (t DType) BlockBytes() int { return types[t].bytes }
 
 // RowBytes returns the bytes one row of cols elements takes, or an error when
 // cols is not a whole number of blocks or the type is unknown.
@@ -160,6 +175,26 @@ func SupportsKV(b Backend, dt DType) bool {
 	}
 	t, ok := b.(KVTyper)
 	return ok && slices.Contains(t.KVTypes(), dt)
+}
+
+// BaseWeightTypes are the stored types every backend's Weights accepts.
+var BaseWeightTypes = []DType{F32, F16, BF16, Q8_0, Q4_0}
+
+// WeightTyper is an optional Backend interface for backends that compute
+// with stored types beyond BaseWeightTypes: WeightTypes lists every type
+// Weights accepts.
+type WeightTyper interface {
+	WeightTypes() []DType
+}
+
+// SupportsWeights reports whether b's Weights accepts stored type dt: the
+// BaseWeightTypes always, others when b lists them (WeightTyper).
+func SupportsWeights(b Backend, dt DType) bool {
+	if slices.Contains(BaseWeightTypes, dt) {
+		return true
+	}
+	t, ok := b.(WeightTyper)
+	return ok && slices.Contains(t.WeightTypes(), dt)
 }
 
 // KVCache holds the keys and values of every layer in fixed-size blocks of

@@ -116,7 +116,13 @@ func Quantize(dt DType, src []float32) ([]byte, error) {
 			quantQ4(out[b*18:(b+1)*18], src[b*QK:(b+1)*QK])
 		}
 	default:
-		return nil, fmt.Errorf("kernels: cannot quantize to %v", dt)
+		be, bb := dt.BlockElems(), dt.BlockBytes()
+		if be == 1 {
+			return nil, fmt.Errorf("kernels: cannot quantize to %v", dt)
+		}
+		for b := 0; b < len(src)/be; b++ {
+			quantBlock(dt, out[b*bb:(b+1)*bb], src[b*be:(b+1)*be])
+		}
 	}
 	return out, nil
 }
@@ -200,6 +206,11 @@ func Dequantize(dt DType, src []byte, dst []float32) error {
 				dst[b*QK+j] = d * float32(int(blk[2+j]&15)-8)
 				dst[b*QK+j+QK/2] = d * float32(int(blk[2+j]>>4)-8)
 			}
+		}
+	default:
+		be, bb := dt.BlockElems(), dt.BlockBytes()
+		for b := 0; b < len(dst)/be; b++ {
+			dequantBlock(dt, src[b*bb:(b+1)*bb], dst[b*be:(b+1)*be])
 		}
 	}
 	return nil

@@ -138,3 +138,56 @@ func TestRegistry(t *testing.T) {
 		t.Error("Open of an unknown backend: have nil error; want one")
 	}
 }
+
+// TestQuantizeRoundTripGGML checks that the encoders of the GGML
+// quantizations make blocks that decode near their input: the relative RMS
+// error stays within what the type's bits allow (simple scale choices, not
+// GGML's search, so the bounds are loose).
+func TestQuantizeRoundTripGGML(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	src := make([]float32, 4*QKK)
+	for i := range src {
+		src[i] = float32(r.NormFloat64()) * float32(1+i/QKK)
+	}
+	for i := QKK; i < QKK+64; i++ {
+		src[i] = 0 // zero sub-blocks must not divide by zero
+	}
+	for _, tc := range []struct {
+		dt  DType
+		rms float64
+	}{
+		{Q4_1, 0.12}, {Q5_0, 0.06}, {Q5_1, 0.06}, {IQ4_NL, 0.12},
+		{Q2_K, 0.45}, {Q3_K, 0.25}, {Q4_K, 0.12}, {Q5_K, 0.06}, {Q6_K, 0.03}, {IQ4_XS, 0.12},
+	} {
+		t.Run(tc.dt.String(), func(t *testing.T) {
+			b, err := Quantize(tc.dt, src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := tc.dt.RowBytes(len(src)); len(b) != n {
+				t.Fatalf("have %d bytes; want %d", len(b), n)
+			}
+			got := make([]float32, len(src))
+			if err := Dequantize(tc.dt, b, got); err != nil {
+				t.Fatal(err)
+			}
+			var se, ss float64
+			for i, v := range src {
+				d := float64(got[i] - v)
+				se += d * d
+				ss += float64(v) * float64(v)
+				if math.IsNaN(float64(got[i])) {
+					t.Fatalf("element %d decodes to NaN", i)
+				}
+			}
+			for i := QKK; i < QKK+64; i++ {
+				if math.Abs(float64(got[i])) > 0.5 {
+					t.Errorf("zero element %d decodes to %g", i, got[i])
+				}
+			}
+			if e := math.Sqrt(se / ss); e > tc.rms {
+				t.Errorf("relative RMS error %.4f; want ≤ %g", e, tc.rms)
+			}
+		})
+	}
+}

@@ -8,8 +8,10 @@
 // Work is split across a pool of worker goroutines that the backend owns;
 // the goroutine that calls an op takes part as worker 0, so Threads=1 runs
 // everything on the caller. Weights are used in place: quantized matrices are
-// never dequantized as a whole; MatMul quantizes the activation rows to Q8_0
-// once per call and computes integer dot products on the stored blocks.
+// never dequantized as a whole; MatMul quantizes the activation rows once per
+// call (to Q8_0, or for the GGML K-quants and legacy types to what llama.cpp
+// pairs them with: Q8_0, Q8_1 or Q8_K, see kquant.go) and computes integer
+// dot products on the stored blocks.
 package cpu
 
 import (
@@ -81,6 +83,10 @@ type Backend struct {
 	// treeRuns backs TreeAttention's runs of rows with one prefix.
 	treeRuns []treeRows
 	rows     rowTask
+	// kact, kq and kmm are MatMul's for the types of kquant.go.
+	kact kAct
+	kq   kQuantTask
+	kmm  kMatTask
 
 	// xq and xd hold the activation rows of the current MatMul quantized to
 	// Q8_0: int8 values, and one float32 scale per 32-value block.
@@ -146,6 +152,16 @@ func Open(o kernels.Options) (*Backend, error) {
 	}
 	return b, nil
 }
+
+// WeightTypes lists every stored type Weights accepts
+// (kernels.WeightTyper).
+func (b *Backend) WeightTypes() []kernels.DType {
+	return []kernels.DType{kernels.F32, kernels.F16, kernels.BF16, kernels.Q8_0, kernels.Q4_0,
+		kernels.Q4_1, kernels.Q5_0, kernels.Q5_1, kernels.IQ4_NL,
+		kernels.Q2_K, kernels.Q3_K, kernels.Q4_K, kernels.Q5_K, kernels.Q6_K, kernels.IQ4_XS}
+}
+
+var _ kernels.WeightTyper = (*Backend)(nil)
 
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }

@@ -59,6 +59,7 @@ func useAsm(on bool) bool {
 	useVecGo()
 	useAttnGo()
 	useTiles(tilesOff)
+	useKDotsGo()
 	if on && haveAsm {
 		setAsm()
 		setVecAsm()
@@ -249,7 +250,9 @@ func convertRow(dst []float32, dt kernels.DType, src []byte) {
 			}
 		}
 	default:
-		panic("cpu: cannot convert " + dt.String())
+		if err := kernels.Dequantize(dt, src, dst); err != nil {
+			panic("cpu: cannot convert " + dt.String() + ": " + err.Error())
+		}
 	}
 }
 

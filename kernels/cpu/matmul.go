@@ -32,6 +32,10 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 		clear(d.f32)
 		return
 	}
+	if actFormatOf(wt.dt) != actNone {
+		b.matmulK(d, xt, wt)
+		return
+	}
 	t := &b.mm
 	*t = matmulTask{b: b, dst: d, x: xt, w: wt}
 	if tk := tileStoreKernel(wt.dt); tk != nil && n >= tileMinRows {

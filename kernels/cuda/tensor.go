@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -54,6 +55,9 @@ var ErrShortData = errors.New("cuda: weight data does not match its shape")
 func (b *Backend) Weights(dt kernels.DType, rows, cols int, data []byte) (kernels.Tensor, error) {
 	if rows < 0 {
 		return nil, fmt.Errorf("cuda: %d rows", rows)
+	}
+	if !slices.Contains(kernels.BaseWeightTypes, dt) {
+		return nil, fmt.Errorf("cuda: %v weights are not supported (%v are)", dt, kernels.BaseWeightTypes)
 	}
 	rb, err := dt.RowBytes(cols)
 	if err != nil {

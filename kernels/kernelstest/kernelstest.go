@@ -70,7 +70,35 @@ func testKVTypes(t *testing.T, b kernels.Backend) {
 }
 
 // WeightTypes are the stored types every backend reads.
-var WeightTypes = []kernels.DType{kernels.F32, kernels.F16, kernels.BF16, kernels.Q8_0, kernels.Q4_0}
+var WeightTypes = kernels.BaseWeightTypes
+
+// ExtraWeightTypes are the GGML quantizations a backend may compute with
+// (kernels.WeightTyper); the suite checks those a backend lists. Their
+// activations are quantized as llama.cpp does for each: Q8_0 or Q8_1 per
+// 32 values, Q8_K per 256.
+var ExtraWeightTypes = []kernels.DType{
+	kernels.Q4_1, kernels.Q5_0, kernels.Q5_1, kernels.IQ4_NL,
+	kernels.Q2_K, kernels.Q3_K, kernels.Q4_K, kernels.Q5_K, kernels.Q6_K, kernels.IQ4_XS,
+}
+
+// weightTypes returns the types b is checked on: WeightTypes, then the
+// ExtraWeightTypes it lists.
+func weightTypes(b kernels.Backend) []kernels.DType {
+	out := slices.Clone(WeightTypes)
+	for _, dt := range ExtraWeightTypes {
+		if kernels.SupportsWeights(b, dt) {
+			out = append(out, dt)
+		}
+	}
+	return out
+}
+
+// testCols returns a row length of about n that is a whole number of dt's
+// blocks.
+func testCols(dt kernels.DType, n int) int {
+	be := dt.BlockElems()
+	return max(be, (n+be-1)/be*be)
+}
 
 func randFloats(r *rand.Rand, n int, scale float32) []float32 {
 	out := make([]float32, n)
@@ -166,12 +194,21 @@ func testTensors(t *testing.T, b kernels.Backend) {
 	if got := download(b, x); !slices.Equal(got[:5], vals[:5]) || slices.ContainsFunc(got[5:], func(v float32) bool { return v != 0 }) {
 		t.Errorf("write through Slice: have %v; want %v then zeros", got, vals[:5])
 	}
-	for _, dt := range WeightTypes {
-		rb, _ := dt.RowBytes(64)
-		if _, err := b.Weights(dt, 2, 64, make([]byte, 2*rb-1)); err == nil {
+	for _, dt := range weightTypes(b) {
+		cols := testCols(dt, 64)
+		rb, _ := dt.RowBytes(cols)
+		if _, err := b.Weights(dt, 2, cols, make([]byte, 2*rb-1)); err == nil {
 			t.Errorf("Weights(%v) with a short buffer: have nil error; want one", dt)
 		}
-		w, err := b.Weights(dt, 2, 64, make([]byte, 2*rb))
+		if _, err := b.Weights(dt, 2, cols, make([]byte, 2*rb+1)); err == nil {
+			t.Errorf("Weights(%v) with a long buffer: have nil error; want one", dt)
+		}
+		if dt.BlockElems() > 1 {
+			if _, err := b.Weights(dt, 1, dt.BlockElems()+1, make([]byte, 2*rb)); err == nil {
+				t.Errorf("Weights(%v) with a partial block: have nil error; want one", dt)
+			}
+		}
+		w, err := b.Weights(dt, 2, cols, make([]byte, 2*rb))
 		if err != nil {
 			t.Errorf("Weights(%v): %v", dt, err)
 			continue
@@ -187,8 +224,9 @@ func testTensors(t *testing.T, b kernels.Backend) {
 
 func testGather(t *testing.T, b kernels.Backend) {
 	r := rand.New(rand.NewPCG(3, 4))
-	const rows, cols = 10, 96
-	for _, dt := range WeightTypes {
+	const rows = 10
+	for _, dt := range weightTypes(b) {
+		cols := testCols(dt, 96)
 		t.Run(dt.String(), func(t *testing.T) {
 			w, deq := weights(t, b, dt, rows, cols, randFloats(r, rows*cols, 2))
 			idx := []int32{3, 0, 9, 3}
@@ -211,9 +249,13 @@ func testGather(t *testing.T, b kernels.Backend) {
 // backend that keeps that block scale in F16.
 func matmulTol(dt kernels.DType, w, x []float64) float64 {
 	var mag, qerr float64
-	for blk := 0; blk < len(x); blk += kernels.QK {
+	bl := kernels.QK
+	if dt.BlockElems() == kernels.QKK {
+		bl = kernels.QKK // Q8_K activations
+	}
+	for blk := 0; blk < len(x); blk += bl {
 		var amax float64
-		end := min(len(x), blk+kernels.QK)
+		end := min(len(x), blk+bl)
 		for _, v := range x[blk:end] {
 			amax = max(amax, math.Abs(v))
 		}
@@ -222,10 +264,10 @@ func matmulTol(dt kernels.DType, w, x []float64) float64 {
 			qerr += math.Abs(w[i]) * amax * (1.0/254 + 1.0/1024)
 		}
 	}
-	switch dt {
-	case kernels.Q8_0, kernels.Q4_0:
+	switch {
+	case dt == kernels.Q8_0 || dt == kernels.Q4_0 || slices.Contains(ExtraWeightTypes, dt):
 		return qerr + 1e-5*mag + 1e-6
-	case kernels.F16, kernels.BF16:
+	case dt == kernels.F16 || dt == kernels.BF16:
 		// Lets a device backend round x to half precision.
 		return 1e-3*mag + 1e-6
 	}
@@ -237,9 +279,13 @@ func testMatMul(t *testing.T, b kernels.Backend) {
 	shapes := []struct{ n, k, m int }{
 		{1, 32, 1}, {1, 64, 5}, {3, 96, 7}, {4, 128, 16}, {5, 256, 33},
 		{8, 768, 24}, {9, 160, 70}, {33, 64, 9}, {1, 1024, 130}, {40, 288, 65},
+		{2, 512, 3}, {37, 512, 41},
 	}
-	for _, dt := range WeightTypes {
+	for _, dt := range weightTypes(b) {
 		for _, s := range shapes {
+			if s.k%dt.BlockElems() != 0 {
+				continue
+			}
 			t.Run(fmt.Sprintf("%v/%dx%dx%d", dt, s.n, s.k, s.m), func(t *testing.T) {
 				w, deq := weights(t, b, dt, s.m, s.k, randFloats(r, s.m*s.k, 1))
 				xs := randFloats(r, s.n*s.k, 3)
@@ -276,9 +322,11 @@ func testMatMul(t *testing.T, b kernels.Backend) {
 			})
 		}
 	}
+	t.Run("BatchInvariant", func(t *testing.T) { testBatchInvariant(t, b, r) })
 	t.Run("Slices", func(t *testing.T) {
-		const n, k, m = 6, 64, 10
-		for _, dt := range WeightTypes {
+		const n, m = 6, 10
+		for _, dt := range weightTypes(b) {
+			k := testCols(dt, 64)
 			w, deq := weights(t, b, dt, m, k, randFloats(r, m*k, 1))
 			xs := randFloats(r, n*k, 1)
 			x := upload(b, n, k, xs)
@@ -313,6 +361,41 @@ func testMatMul(t *testing.T, b kernels.Backend) {
 			}
 		}
 	})
+}
+
+// testBatchInvariant checks that MatMul gives a row exactly the bits it
+// gets alone, whatever the batch around it, for the ExtraWeightTypes the
+// backend lists: batch sizes that take every path (one row, a few, a tile
+// and a ragged end).
+func testBatchInvariant(t *testing.T, b kernels.Backend, r *rand.Rand) {
+	for _, dt := range ExtraWeightTypes {
+		if !kernels.SupportsWeights(b, dt) {
+			continue
+		}
+		t.Run(dt.String(), func(t *testing.T) {
+			const n, m = 37, 21
+			k := testCols(dt, 512)
+			w, _ := weights(t, b, dt, m, k, randFloats(r, m*k, 1))
+			xs := randFloats(r, n*k, 2)
+			x := upload(b, n, k, xs)
+			all := b.Alloc(n, m)
+			b.MatMul(all, x, w)
+			batch := download(b, all)
+			for _, size := range []int{1, 3, 8, 13} {
+				for r0 := 0; r0 < n; r0 += size {
+					r1 := min(n, r0+size)
+					part := b.Alloc(r1-r0, m)
+					b.MatMul(part, b.Slice(x, r0, r1), w)
+					have := download(b, part)
+					for i := range have {
+						if math.Float32bits(have[i]) != math.Float32bits(batch[r0*m+i]) {
+							t.Fatalf("batch of %d, row %d col %d: have %g; in the batch of %d %g", r1-r0, r0+i/m, i%m, have[i], n, batch[r0*m+i])
+						}
+					}
+				}
+			}
+		})
+	}
 }
 
 func testRMSNorm(t *testing.T, b kernels.Backend) {

@@ -206,7 +206,7 @@ func TestValidate(t *testing.T) {
 		{Options{Heads: 4, KVHeads: 3}, "Heads 4 is not a multiple of KVHeads 3"},
 		{Options{Type: kernels.Q8_0, Dim: 48, Heads: 4, FFN: 64}, "Q8_0 needs Dim (48) and FFN (64) to be multiples of 32"},
 		{Options{Type: kernels.Q4_0, FFN: 100}, "multiples of 32"},
-		{Options{Type: 3}, "weight type type(3)"},
+		{Options{Type: 4}, "weight type type(4)"}, // a removed GGML type
 		{Options{Vocab: 258}, "Vocab 258 is below the 259 tokens"},
 		{Options{Vocab: 259, Tokenizer: "gpt2"}, `below the 261 tokens a "gpt2" tokenizer`},
 		{Options{Tokenizer: "wordpiece"}, `tokenizer "wordpiece"`},

@@ -1,0 +1,535 @@
+package cpu
+
+import (
+	"encoding/binary"
+
+	"github.com/specgate/specgate/kernels"
+)
+
+// MatMul for the GGML quantizations beyond Q8_0 and Q4_0 (Q4_1, Q5_0,
+// Q5_1, IQ4_NL, the K-quants Q2_K to Q6_K, IQ4_XS). Weights stay in their
+// stored blocks; the activation rows are quantized once per call the way
+// llama.cpp's CPU backend quantizes them for that weight type (its
+// vec_dot_type), and each output is an integer dot product per block scaled
+// by the two blocks' scales, so results match ggml's arithmetic up to the
+// order of float additions:
+//
+//   - Q5_0, IQ4_NL: Q8_0, as ggml's AVX2 quantizer makes it: per 32 values
+//     d = max|x|/127 stored as F16, q = round-to-even(x·127/max|x|).
+//   - Q4_1, Q5_1: Q8_1, which adds s = F16(d·Σq) per block, the term the
+//     weights' minimum multiplies.
+//   - Q2_K to Q6_K, IQ4_XS: Q8_K, per 256 values an F32 scale d = −max/127
+//     for the value max of largest magnitude, q = round-to-even(x/d), and
+//     the sums of q over each 16 values.
+//
+// Every output is computed by one call of its type's dot function on one
+// weight row and one activation row, whatever the batch: a row's result
+// never depends on the other rows of the batch (batch invariance).
+
+// actFormat is how MatMul quantizes activations for a weight type.
+type actFormat uint8
+
+const (
+	actNone actFormat = iota // not one of the types of this file
+	actQ8_0                  // per 32: F16-rounded scale
+	actQ8_1                  // per 32: F16-rounded scale and F16 d·Σq
+	actQ8K                   // per 256: F32 scale, Σq per 16
+)
+
+func actFormatOf(dt kernels.DType) actFormat {
+	switch dt {
+	case kernels.Q5_0, kernels.IQ4_NL:
+		return actQ8_0
+	case kernels.Q4_1, kernels.Q5_1:
+		return actQ8_1
+	case kernels.Q2_K, kernels.Q3_K, kernels.Q4_K, kernels.Q5_K, kernels.Q6_K, kernels.IQ4_XS:
+		return actQ8K
+	}
+	return actNone
+}
+
+// blockLen is the number of values one activation scale covers.
+func (f actFormat) blockLen() int {
+	if f == actQ8K {
+		return kernels.QKK
+	}
+	return kernels.QK
+}
+
+// actRow is one activation row quantized for a weight type: q holds its k
+// int8 values, d one scale per block, s (Q8_1) each block's d·Σq, and bs
+// (Q8_K) the sum of q over each 16 values.
+type actRow struct {
+	q  []int8
+	d  []float32
+	s  []float32
+	bs []int16
+}
+
+// kAct holds n activation rows of k values quantized in format f.
+type kAct struct {
+	f  actFormat
+	k  int
+	q  []int8
+	d  []float32
+	s  []float32
+	bs []int16
+}
+
+func (a *kAct) row(r int) actRow {
+	nb := a.k / a.f.blockLen()
+	row := actRow{q: a.q[r*a.k : (r+1)*a.k], d: a.d[r*nb : (r+1)*nb]}
+	switch a.f {
+	case actQ8_1:
+		row.s = a.s[r*nb : (r+1)*nb]
+	case actQ8K:
+		row.bs = a.bs[r*(a.k/16) : (r+1)*(a.k/16)]
+	}
+	return row
+}
+
+// quantize sets row r of a from x.
+func (a *kAct) quantize(r int, x []float32) {
+	row := a.row(r)
+	switch a.f {
+	case actQ8_0, actQ8_1:
+		quantRowQ8g(row.q, row.d, row.s, x)
+	case actQ8K:
+		quantRowQ8K(row.q, row.d, row.bs, x)
+	}
+}
+
+// quantRowQ8g quantizes x to Q8_0 with F16-rounded scales, as ggml's AVX2
+// quantize_row_q8_0 does: d = max|x|/127, q = round-to-even(x·(127/max|x|)).
+// When s is not nil (Q8_1) it also sets s[b] = F16(d·Σq).
+func quantRowQ8g(xq []int8, xd, s []float32, x []float32) {
+	for b := range xd {
+		v := x[b*32 : b*32+32]
+		q := xq[b*32 : b*32+32]
+		var amax float32
+		for _, f := range v {
+			amax = max(amax, abs32(f))
+		}
+		d := amax / 127
+		xd[b] = roundF16(d)
+		var id float32
+		if amax != 0 {
+			id = 127 / amax
+		}
+		var sum int32
+		for i, f := range v {
+			q[i] = sat8((f*id + roundMagic) - roundMagic)
+			sum += int32(q[i])
+		}
+		if s != nil {
+			s[b] = roundF16(d * float32(sum))
+		}
+	}
+}
+
+// quantRowQ8K quantizes x to Q8_K as ggml's quantize_row_q8_K_ref does: per
+// 256 values, the first value max of largest magnitude sets iscale =
+// −127/max, q = min(127, round-to-even(iscale·x)), d = 1/iscale; bs holds
+// Σq over each 16 values. An all-zero block has d = 0.
+func quantRowQ8K(xq []int8, xd []float32, bs []int16, x []float32) {
+	for b := range xd {
+		v := x[b*256 : b*256+256]
+		q := xq[b*256 : b*256+256]
+		var amax, mx float32
+		for _, f := range v {
+			if a := abs32(f); a > amax {
+				amax, mx = a, f
+			}
+		}
+		if amax == 0 {
+			xd[b] = 0
+			clear(q)
+			clear(bs[b*16 : b*16+16])
+			continue
+		}
+		iscale := -127 / mx
+		for i, f := range v {
+			q[i] = sat8(min(127, (iscale*f+roundMagic)-roundMagic))
+		}
+		for j := range 16 {
+			var s int16
+			for _, c := range q[16*j : 16*j+16] {
+				s += int16(c)
+			}
+			bs[b*16+j] = s
+		}
+		xd[b] = 1 / iscale
+	}
+}
+
+// roundF16 rounds f to the nearest half and back (the scale ggml stores).
+func roundF16(f float32) float32 { return kernels.F16ToF32(kernels.F32ToF16(f)) }
+
+// sat8 converts a whole float to int8, saturating as the SIMD packs do
+// (NaN becomes -128).
+func sat8(f float32) int8 {
+	switch {
+	case f >= 127:
+		return 127
+	case f >= -128:
+		return int8(f)
+	}
+	return -128
+}
+
+func f16le(b []byte) float32 { return f16Table[binary.LittleEndian.Uint16(b)] }
+
+// kDot is a dot product of one weight row of a type of this file with one
+// activation row quantized for it.
+type kDot func(w []byte, a actRow) float32
+
+// kDots holds, per type, the fastest dot product this CPU runs (useAsm
+// fills it).
+var kDots map[kernels.DType]kDot
+
+// kDotsGo holds the plain Go references.
+var kDotsGo = map[kernels.DType]kDot{
+	kernels.Q4_1:   dotQ4_1Go,
+	kernels.Q5_0:   dotQ5_0Go,
+	kernels.Q5_1:   dotQ5_1Go,
+	kernels.IQ4_NL: dotIQ4NLGo,
+	kernels.Q2_K:   dotQ2KGo,
+	kernels.Q3_K:   dotQ3KGo,
+	kernels.Q4_K:   dotQ4KGo,
+	kernels.Q5_K:   dotQ5KGo,
+	kernels.Q6_K:   dotQ6KGo,
+	kernels.IQ4_XS: dotIQ4XSGo,
+}
+
+// useKDotsGo points every type at its Go dot product.
+func useKDotsGo() {
+	kDots = make(map[kernels.DType]kDot, len(kDotsGo))
+	for dt, f := range kDotsGo {
+		kDots[dt] = f
+	}
+}
+
+// q5 returns value j (< 32) of a Q5_0/Q5_1 block's nibbles qs and fifth
+// bits h.
+func q5(qs []byte, h uint32, j int) int32 {
+	if j < 16 {
+		return int32(qs[j]&15) | int32(h>>j&1)<<4
+	}
+	return int32(qs[j-16]>>4) | int32(h>>j&1)<<4
+}
+
+const (
+	q4_1Bytes   = 20
+	q5_0Bytes   = 22
+	q5_1Bytes   = 24
+	iq4NLBytes  = 18
+	q2KBytes    = 84
+	q3KBytes    = 110
+	q4KBytes    = 144
+	q5KBytes    = 176
+	q6KBytes    = 210
+	iq4XSBytes  = 136
+	superBlocks = kernels.QKK
+)
+
+func dotQ4_1Go(w []byte, a actRow) float32 {
+	var sum, summ float32
+	for b, dy := range a.d {
+		blk := w[b*q4_1Bytes : (b+1)*q4_1Bytes]
+		x := a.q[b*32 : b*32+32]
+		var s int32
+		for j, c := range blk[4:20] {
+			s += int32(c&15)*int32(x[j]) + int32(c>>4)*int32(x[j+16])
+		}
+		sum += f16le(blk) * dy * float32(s)
+		summ += f16le(blk[2:]) * a.s[b]
+	}
+	return sum + summ
+}
+
+func dotQ5_0Go(w []byte, a actRow) float32 {
+	var sum float32
+	for b, dy := range a.d {
+		blk := w[b*q5_0Bytes : (b+1)*q5_0Bytes]
+		h := binary.LittleEndian.Uint32(blk[2:])
+		qs := blk[6:22]
+		x := a.q[b*32 : b*32+32]
+		var s int32
+		for j := range 32 {
+			s += (q5(qs, h, j) - 16) * int32(x[j])
+		}
+		sum += f16le(blk) * dy * float32(s)
+	}
+	return sum
+}
+
+func dotQ5_1Go(w []byte, a actRow) float32 {
+	var sum, summ float32
+	for b, dy := range a.d {
+		blk := w[b*q5_1Bytes : (b+1)*q5_1Bytes]
+		h := binary.LittleEndian.Uint32(blk[4:])
+		qs := blk[8:24]
+		x := a.q[b*32 : b*32+32]
+		var s int32
+		for j := range 32 {
+			s += q5(qs, h, j) * int32(x[j])
+		}
+		sum += f16le(blk) * dy * float32(s)
+		summ += f16le(blk[2:]) * a.s[b]
+	}
+	return sum + summ
+}
+
+func dotIQ4NLGo(w []byte, a actRow) float32 {
+	var sum float32
+	for b, dy := range a.d {
+		blk := w[b*iq4NLBytes : (b+1)*iq4NLBytes]
+		x := a.q[b*32 : b*32+32]
+		var s int32
+		for j, c := range blk[2:18] {
+			s += int32(kernels.IQ4NLValues[c&15])*int32(x[j]) + int32(kernels.IQ4NLValues[c>>4])*int32(x[j+16])
+		}
+		sum += f16le(blk) * dy * float32(s)
+	}
+	return sum
+}
+
+// dot16 returns Σ v[i]·x[i] over 16 values.
+func dot16(v []int8, x []int8) int32 {
+	x = x[:16]
+	var s int32
+	for i, c := range v[:16] {
+		s += int32(c) * int32(x[i])
+	}
+	return s
+}
+
+func dotQ2KGo(w []byte, a actRow) float32 {
+	var sum float32
+	var v [superBlocks]int8
+	for b, dy := range a.d {
+		blk := w[b*q2KBytes : (b+1)*q2KBytes]
+		q2KValues(blk, &v)
+		x := a.q[b*256 : b*256+256]
+		var isum, msum int32
+		for j, sc := range blk[:16] {
+			isum += int32(sc&15) * dot16(v[16*j:], x[16*j:])
+			msum += int32(sc>>4) * int32(a.bs[b*16+j])
+		}
+		sum += dy*f16le(blk[80:])*float32(isum) - dy*f16le(blk[82:])*float32(msum)
+	}
+	return sum
+}
+
+func dotQ3KGo(w []byte, a actRow) float32 {
+	var sum float32
+	var v [superBlocks]int8
+	for b, dy := range a.d {
+		blk := w[b*q3KBytes : (b+1)*q3KBytes]
+		q3KValues(blk, &v)
+		sc := kernels.ScalesQ3K(blk[96:108])
+		x := a.q[b*256 : b*256+256]
+		var isum int32
+		for j := range 16 {
+			isum += int32(sc[j]) * dot16(v[16*j:], x[16*j:])
+		}
+		sum += f16le(blk[108:]) * dy * float32(isum)
+	}
+	return sum
+}
+
+func dotQ45K(w []byte, a actRow, bytes int, values func([]byte, *[superBlocks]int8)) float32 {
+	var sum float32
+	var v [superBlocks]int8
+	for b, dy := range a.d {
+		blk := w[b*bytes : (b+1)*bytes]
+		values(blk, &v)
+		x := a.q[b*256 : b*256+256]
+		var isum, msum int32
+		for j := range 8 {
+			sc, m := kernels.ScaleMinK4(j, blk[4:16])
+			isum += int32(sc) * (dot16(v[32*j:], x[32*j:]) + dot16(v[32*j+16:], x[32*j+16:]))
+			msum += int32(m) * (int32(a.bs[b*16+2*j]) + int32(a.bs[b*16+2*j+1]))
+		}
+		sum += dy*f16le(blk)*float32(isum) - dy*f16le(blk[2:])*float32(msum)
+	}
+	return sum
+}
+
+func dotQ4KGo(w []byte, a actRow) float32 { return dotQ45K(w, a, q4KBytes, q4KValues) }
+func dotQ5KGo(w []byte, a actRow) float32 { return dotQ45K(w, a, q5KBytes, q5KValues) }
+
+func dotQ6KGo(w []byte, a actRow) float32 {
+	var sum float32
+	var v [superBlocks]int8
+	for b, dy := range a.d {
+		blk := w[b*q6KBytes : (b+1)*q6KBytes]
+		q6KValues(blk, &v)
+		x := a.q[b*256 : b*256+256]
+		var isum int32
+		for j := range 16 {
+			isum += int32(int8(blk[192+j])) * dot16(v[16*j:], x[16*j:])
+		}
+		sum += f16le(blk[208:]) * dy * float32(isum)
+	}
+	return sum
+}
+
+func dotIQ4XSGo(w []byte, a actRow) float32 {
+	var sum float32
+	for b, dy := range a.d {
+		blk := w[b*iq4XSBytes : (b+1)*iq4XSBytes]
+		x := a.q[b*256 : b*256+256]
+		var isum int32
+		for j := range 8 {
+			var s int32
+			for i, c := range blk[8+16*j : 8+16*j+16] {
+				s += int32(kernels.IQ4NLValues[c&15])*int32(x[32*j+i]) + int32(kernels.IQ4NLValues[c>>4])*int32(x[32*j+16+i])
+			}
+			isum += int32(kernels.ScaleIQ4XS(blk, j)) * s
+		}
+		sum += f16le(blk) * dy * float32(isum)
+	}
+	return sum
+}
+
+// The element walks of the super-block types, as kernels' decoders do them
+// (see kernels/quant_k.go for the layouts).
+
+func q2KValues(blk []byte, v *[superBlocks]int8) {
+	for n := range 2 {
+		q := blk[16+32*n : 16+32*n+32]
+		for j := range 4 {
+			o := v[128*n+32*j : 128*n+32*j+32]
+			for l, c := range q {
+				o[l] = int8(c >> (2 * j) & 3)
+			}
+		}
+	}
+}
+
+func q3KValues(blk []byte, v *[superBlocks]int8) {
+	hm := blk[:32]
+	for n := range 2 {
+		q := blk[32+32*n : 32+32*n+32]
+		for j := range 4 {
+			bit := byte(1) << (4*n + j)
+			o := v[128*n+32*j : 128*n+32*j+32]
+			for l, c := range q {
+				x := int8(c >> (2 * j) & 3)
+				if hm[l]&bit == 0 {
+					x -= 4
+				}
+				o[l] = x
+			}
+		}
+	}
+}
+
+func q4KValues(blk []byte, v *[superBlocks]int8) {
+	q := blk[16:144]
+	for n := range 4 {
+		for l, c := range q[32*n : 32*n+32] {
+			v[64*n+l] = int8(c & 15)
+			v[64*n+32+l] = int8(c >> 4)
+		}
+	}
+}
+
+func q5KValues(blk []byte, v *[superBlocks]int8) {
+	qh := blk[16:48]
+	q := blk[48:176]
+	for n := range 4 {
+		for l, c := range q[32*n : 32*n+32] {
+			v[64*n+l] = int8(c&15 | (qh[l]>>(2*n)&1)<<4)
+			v[64*n+32+l] = int8(c>>4 | (qh[l]>>(2*n+1)&1)<<4)
+		}
+	}
+}
+
+func q6KValues(blk []byte, v *[superBlocks]int8) {
+	for n := range 2 {
+		ql := blk[64*n : 64*n+64]
+		qh := blk[128+32*n : 128+32*n+32]
+		for l := range 32 {
+			h := qh[l]
+			v[128*n+l] = int8(ql[l]&15|(h&3)<<4) - 32
+			v[128*n+32+l] = int8(ql[l+32]&15|(h>>2&3)<<4) - 32
+			v[128*n+64+l] = int8(ql[l]>>4|(h>>4&3)<<4) - 32
+			v[128*n+96+l] = int8(ql[l+32]>>4|(h>>6&3)<<4) - 32
+		}
+	}
+}
+
+// matmulK is MatMul for the types of this file.
+func (b *Backend) matmulK(d, xt, wt *Tensor) {
+	n, k, m := xt.rows, xt.cols, wt.rows
+	f := actFormatOf(wt.dt)
+	nb := k / f.blockLen()
+	a := &b.kact
+	a.f, a.k = f, k
+	if cap(a.q) < n*k {
+		a.q = make([]int8, n*k)
+	}
+	if cap(a.d) < n*nb {
+		a.d = make([]float32, n*nb)
+	}
+	a.q, a.d = a.q[:n*k], a.d[:n*nb]
+	switch f {
+	case actQ8_1:
+		if cap(a.s) < n*nb {
+			a.s = make([]float32, n*nb)
+		}
+		a.s = a.s[:n*nb]
+	case actQ8K:
+		if cap(a.bs) < n*k/16 {
+			a.bs = make([]int16, n*k/16)
+		}
+		a.bs = a.bs[:n*k/16]
+	}
+	b.kq = kQuantTask{a: a, x: xt}
+	b.pool.run(&b.kq, n, max(1, 16384/k))
+	b.kq = kQuantTask{}
+	b.kmm = kMatTask{a: a, dst: d, w: wt, dot: kDots[wt.dt]}
+	grain := m
+	if n*m*k >= 1<<15 {
+		grain = min(64, max(4, m/(b.threads*8)))
+	}
+	b.pool.run(&b.kmm, m, grain)
+	b.kmm = kMatTask{}
+}
+
+type kQuantTask struct {
+	a *kAct
+	x *Tensor
+}
+
+func (t *kQuantTask) run(_, lo, hi int) {
+	for r := lo; r < hi; r++ {
+		t.a.quantize(r, t.x.row(r))
+	}
+}
+
+type kMatTask struct {
+	a   *kAct
+	dst *Tensor
+	w   *Tensor
+	dot kDot
+}
+
+// run computes output columns [lo, hi) for every row, xTile rows at a time
+// so their quantized values stay in cache while the chunk's weight rows
+// pass.
+func (t *kMatTask) run(_, lo, hi int) {
+	n, m := t.dst.rows, t.dst.cols
+	out := t.dst.f32
+	for r0 := 0; r0 < n; r0 += xTile {
+		r1 := min(n, r0+xTile)
+		for o := lo; o < hi; o++ {
+			w := t.w.rawRow(o)
+			for r := r0; r < r1; r++ {
+				out[r*m+o] = t.dot(w, t.a.row(r))
+			}
+		}
+	}
+}
