@@ -170,7 +170,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 
-	conn.Send(ServerFrame{Type: TypeReady, Tenant: ident.Tenant.ID, User: ident.User, Protocol: ProtocolVersion, Notice: s.o.Notice})
+	conn.Send(ServerFrame{Type: TypeReady, Tenant: ident.Tenant.ID, User: ident.User, Protocol: ProtocolVersion, Notice: s.o.Notice, Model: s.modelInfo()})
 	defer c.releaseLive()
 	c.readLoop(ws)
 }
@@ -248,7 +248,19 @@ func (c *client) handle(f ClientFrame) {
 			fail(unavailable("cannot store the session"), "")
 			return
 		}
+		if f.System != nil || f.Params != nil {
+			if err := c.s.sessions.Update(ctx, t, u, v.ID, SessionUpdate{System: f.System, Params: f.Params}); err != nil {
+				fail(storeError(err), "")
+				return
+			}
+			if f.System != nil {
+				v.System = *f.System
+			}
+			v.Params = f.Params
+		}
 		c.conn.Send(ServerFrame{Type: TypeSession, Session: v})
+	case TypeSessionUpdate, TypeSessionBranch:
+		c.handleSessionChange(f)
 	case TypeSessionGet:
 		v, err := c.s.sessions.Get(ctx, t, u, f.Session)
 		if err != nil {
@@ -304,6 +316,9 @@ func (c *client) handle(f ClientFrame) {
 
 // storeError maps a session-store error for the client.
 func storeError(err error) *Error {
+	if e := branchError(err); e != nil {
+		return e
+	}
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return notFound("session")

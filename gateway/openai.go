@@ -526,7 +526,13 @@ type oaiResponse struct {
 func (s *Server) openaiRoutes(mux *http.ServeMux) {
 	created := s.o.Clock.Now().Unix()
 	model := func() map[string]any {
-		return map[string]any{"id": s.o.ModelName, "object": "model", "created": created, "owned_by": "specgate"}
+		m := map[string]any{"id": s.o.ModelName, "object": "model", "created": created, "owned_by": "specgate"}
+		// specgate's additions (clients ignore unknown fields): what the
+		// ready frame's model says.
+		if info := s.modelInfo(); info.Arch != "" {
+			m["arch"], m["context_length"], m["quantization"] = info.Arch, info.Context, info.Quantization
+		}
+		return m
 	}
 	mux.HandleFunc("GET /v1/models", s.oaiAuthed(func(w http.ResponseWriter, r *http.Request, _ Identity) {
 		httpJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{model()}})

@@ -20,6 +20,8 @@ const (
 	TypeSessionList   = "session.list"
 	TypeSessionRename = "session.rename"
 	TypeSessionDelete = "session.delete"
+	TypeSessionUpdate = "session.update"
+	TypeSessionBranch = "session.branch"
 	TypeChat          = "chat"
 	TypeCancel        = "cancel"
 	TypePing          = "ping"
@@ -44,6 +46,7 @@ const (
 	MaxTokenLen   = 8 << 10
 	MaxContentLen = 256 << 10
 	MaxStops      = 8
+	MaxSystemLen  = 32 << 10
 )
 
 // ChatParams are a chat frame's generation parameters. Zero values mean the
@@ -78,6 +81,16 @@ type ClientFrame struct {
 	Content string      `json:"content,omitempty"`
 	Limit   int         `json:"limit,omitempty"`
 	Params  *ChatParams `json:"params,omitempty"`
+	// Replace (chat) names a turn by its request id: the turn and all
+	// after it become a sibling branch and the new turn takes their place
+	// (regenerate without content, edit with it). branches.go.
+	Replace string `json:"replace,omitempty"`
+	// System (session.create, session.update) is the session's system
+	// prompt; nil leaves it as it is, "" clears it.
+	System *string `json:"system,omitempty"`
+	// Branch (session.branch) picks which sibling, 0-based, continues the
+	// conversation at the turn named by Request.
+	Branch *int `json:"branch,omitempty"`
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
@@ -144,6 +157,9 @@ func (f *ClientFrame) validate() error {
 	if len(f.Title) > MaxTitleLen {
 		return badRequest(fmt.Sprintf("title longer than %d bytes", MaxTitleLen))
 	}
+	if f.System != nil && len(*f.System) > MaxSystemLen {
+		return badRequest(fmt.Sprintf("system prompt longer than %d bytes", MaxSystemLen))
+	}
 	switch f.Type {
 	case TypeAuth:
 		if f.Token == "" {
@@ -152,7 +168,24 @@ func (f *ClientFrame) validate() error {
 		if len(f.Token) > MaxTokenLen {
 			return &Error{Code: CodeUnauthorized, Reason: ReasonMalformedToken, Message: "auth: token too long"}
 		}
-	case TypeSessionCreate, TypeSessionList, TypePing:
+	case TypeSessionCreate:
+		return checkParams(f.Type, f.Params)
+	case TypeSessionList, TypePing:
+	case TypeSessionUpdate:
+		if err := needID("session", f.Session); err != nil {
+			return err
+		}
+		return checkParams(f.Type, f.Params)
+	case TypeSessionBranch:
+		if err := needID("session", f.Session); err != nil {
+			return err
+		}
+		if err := needID("request", f.Request); err != nil {
+			return err
+		}
+		if f.Branch == nil || *f.Branch < 0 {
+			return badRequest("session.branch: branch must be >= 0")
+		}
 	case TypeSessionGet, TypeSessionDelete:
 		return needID("session", f.Session)
 	case TypeSessionRename:
@@ -174,40 +207,52 @@ func (f *ClientFrame) validate() error {
 		if err := needID("request", f.Request); err != nil {
 			return err
 		}
-		if f.Content == "" {
+		if err := optID("replace", f.Replace); err != nil {
+			return err
+		}
+		// Without content a replacing chat regenerates the named turn.
+		if f.Content == "" && f.Replace == "" {
 			return badRequest("chat: missing content")
 		}
 		if len(f.Content) > MaxContentLen {
 			return badRequest(fmt.Sprintf("chat: content longer than %d bytes", MaxContentLen))
 		}
-		if p := f.Params; p != nil {
-			if p.MaxTokens < 0 || p.TopK < 0 || p.Temperature < 0 || p.TopP < 0 || p.MinP < 0 {
-				return badRequest("chat: negative parameter")
-			}
-			switch p.Priority {
-			case "", "interactive", "standard", "batch":
-			default:
-				return badRequest("chat: priority must be interactive, standard or batch")
-			}
-			n := 0
-			for _, set := range []bool{len(p.Schema) > 0, p.Regex != "", len(p.Choices) > 0, p.JSON} {
-				if set {
-					n++
-				}
-			}
-			if n > 1 {
-				return badRequest("chat: at most one of schema, regex, choices and json")
-			}
-			if len(p.Stop) > MaxStops {
-				return badRequest(fmt.Sprintf("chat: at most %d stop strings", MaxStops))
-			}
-		}
+		return checkParams(f.Type, f.Params)
 	case TypeCancel:
 		return needID("request", f.Request)
 	case "":
 		return badRequest("frame without type")
 	default:
 		return badRequest(fmt.Sprintf("unknown frame type %q", f.Type))
+	}
+	return nil
+}
+
+// checkParams validates generation parameters, of a chat or stored with a
+// session.
+func checkParams(typ string, p *ChatParams) error {
+	if p == nil {
+		return nil
+	}
+	if p.MaxTokens < 0 || p.TopK < 0 || p.Temperature < 0 || p.TopP < 0 || p.MinP < 0 {
+		return badRequest(typ + ": negative parameter")
+	}
+	switch p.Priority {
+	case "", "interactive", "standard", "batch":
+	default:
+		return badRequest(typ + ": priority must be interactive, standard or batch")
+	}
+	n := 0
+	for _, set := range []bool{len(p.Schema) > 0, p.Regex != "", len(p.Choices) > 0, p.JSON} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		return badRequest(typ + ": at most one of schema, regex, choices and json")
+	}
+	if len(p.Stop) > MaxStops {
+		return badRequest(fmt.Sprintf("%s: at most %d stop strings", typ, MaxStops))
 	}
 	return nil
 }
@@ -250,6 +295,36 @@ type SessionView struct {
 	Created  int64     `json:"created"`
 	Updated  int64     `json:"updated"`
 	Messages []Message `json:"messages"`
+	// System is the session's system prompt; Params its default
+	// generation parameters (session_settings.go).
+	System string      `json:"system,omitempty"`
+	Params *ChatParams `json:"params,omitempty"`
+	// Branches lists the turns that have siblings (regenerated or
+	// edited), in message order (branches.go).
+	Branches []BranchInfo `json:"branches,omitempty"`
+}
+
+// BranchInfo is a branch point: the user message at index At (whose
+// request is Request) has Count versions, Current of them (0-based) on
+// the live path.
+type BranchInfo struct {
+	At      int    `json:"at"`
+	Request string `json:"request"`
+	Count   int    `json:"count"`
+	Current int    `json:"current"`
+}
+
+// ModelInfo describes the served model for clients (ready, /v1/models).
+type ModelInfo struct {
+	Name string `json:"name"`
+	// Arch is the model family (llama, qwen2, ...).
+	Arch string `json:"arch,omitempty"`
+	// Context is the context length in tokens.
+	Context int `json:"context,omitempty"`
+	// Quantization is the weights' type (Q8_0, F16, ...).
+	Quantization string `json:"quantization,omitempty"`
+	// Demo marks random weights whose answers are noise.
+	Demo bool `json:"demo,omitempty"`
 }
 
 // ServerFrame is any server → client frame; Type says which fields are set.
@@ -262,6 +337,8 @@ type ServerFrame struct {
 	// Notice is a server-wide message for the user (e.g. that the model is
 	// a demo), shown as a banner.
 	Notice string `json:"notice,omitempty"`
+	// Model describes the served model (absent when unknown).
+	Model *ModelInfo `json:"model,omitempty"`
 	// session, sessions, session.deleted
 	Session   *SessionView  `json:"session,omitempty"`
 	Sessions  []SessionInfo `json:"sessions,omitempty"`

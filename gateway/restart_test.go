@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,7 +94,7 @@ func TestRedisRestartMidChat(t *testing.T) {
 			t.Errorf("message %d: have %+v; want %s %q partial=%v", i, m, w.role, w.content, w.partial)
 		}
 	}
-	if m := v.Messages[3]; m.Interrupted != interruptError || m.FinishReason != engine.FinishError {
-		t.Errorf("have %+v; want the cut reply marked interrupted: error", m)
+	if m := v.Messages[3]; m.Interrupted != interruptError || m.FinishReason != engine.FinishError || !strings.Contains(m.Error, "storage unavailable") {
+		t.Errorf("have %+v; want the cut reply marked interrupted: error, with its error text", m)
 	}
 }

@@ -105,6 +105,9 @@ type Options struct {
 	// (openai.go): /v1/models lists it and requests name it or leave
 	// "model" out ("specgate").
 	ModelName string
+	// Model describes the served model in ready frames and /v1/models
+	// (nil: only ModelName is known).
+	Model *ModelInfo
 	// SessionLive, when set, is told when a socket starts using a session
 	// (get, resume, chat) and when that socket goes, so the engine keeps
 	// live conversations' prefixes warm and demotes idle ones first

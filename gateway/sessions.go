@@ -37,7 +37,10 @@ type Message struct {
 	// finished; Interrupted says why: cancel, shutdown, error.
 	Partial     bool   `json:"partial,omitempty"`
 	Interrupted string `json:"interrupted,omitempty"`
-	Created     int64  `json:"created"` // Unix milliseconds
+	// Error is the message of the error that ended a reply, so the
+	// history shows why after a reload.
+	Error   string `json:"error,omitempty"`
+	Created int64  `json:"created"` // Unix milliseconds
 }
 
 // SessionStore keeps sessions in Redis. Safe for concurrent use.
@@ -125,6 +128,9 @@ func (s *SessionStore) Get(ctx context.Context, tenant, user, id string) (*Sessi
 		}
 		v.Messages = append(v.Messages, msg)
 	}
+	if err := s.decorate(ctx, v, m); err != nil {
+		return nil, err
+	}
 	return v, nil
 }
 
@@ -186,14 +192,14 @@ func (s *SessionStore) Rename(ctx context.Context, tenant, user, id, title strin
 }
 
 var deleteScript = redis.NewScript(ownerCheck + `
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 return 1
 `)
 
 // Delete removes a session and its history. Its request logs expire on
 // their own; a resume of them reads as not found once the session is gone.
 func (s *SessionStore) Delete(ctx context.Context, tenant, user, id string) error {
-	n, err := deleteScript.Run(ctx, s.rdb, []string{s.sessKey(id), s.msgsKey(id)}, tenant, user).Int()
+	n, err := deleteScript.Run(ctx, s.rdb, []string{s.sessKey(id), s.msgsKey(id), s.altsKey(id)}, tenant, user).Int()
 	if err != nil {
 		return fmt.Errorf("gateway: delete session: %w", err)
 	}

@@ -130,12 +130,25 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 		}
 	}
 
-	history, err := s.sessions.StartTurn(ctx, ten.ID, c.ident.User, f.Session, f.Request, f.Content)
+	var history []Message
+	if f.Replace != "" {
+		history, err = s.sessions.StartReplaceTurn(ctx, ten.ID, c.ident.User, f.Session, f.Request, f.Replace, f.Content)
+	} else {
+		history, err = s.sessions.StartTurn(ctx, ten.ID, c.ident.User, f.Session, f.Request, f.Content)
+	}
 	if err != nil {
 		releaseLease()
 		release()
 		return storeError(err)
 	}
+	system, defaults, err := s.sessions.settings(ctx, f.Session)
+	if err != nil {
+		s.abortTurn(f.Session, f.Request)
+		releaseLease()
+		release()
+		return storeError(err)
+	}
+	f.Params = mergeParams(defaults, f.Params)
 
 	req := engine.Request{
 		ID:       id,
@@ -149,7 +162,7 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 			TokensPerMinute: ten.Limits.TokensPerMinute,
 			MaxContext:      ten.Limits.MaxContext,
 		},
-		Messages: make([]engine.Message, 0, len(history)),
+		Messages: engineMessages(system, history),
 		Sample:   samplingParams(f.Params),
 		Guided:   guidedParams(f.Params),
 	}
@@ -157,20 +170,13 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 		req.MaxTokens = f.Params.MaxTokens
 		req.Stop = f.Params.Stop
 	}
-	for _, m := range history {
-		req.Messages = append(req.Messages, engine.Message{Role: m.Role, Content: m.Content})
-	}
 	stream, err := s.o.Generator.Submit(s.runCtx, req)
 	if err != nil {
-		// The user message is stored; record the refusal as the reply so
-		// the history shows the turn ended, and free the request id.
+		// A refusal is not a turn: the user message leaves the history
+		// (the client keeps it to retry) and the request id is free again.
 		ce := clientError(err)
 		s.metrics.chats.WithLabelValues(ten.ID, ce.Code).Inc()
-		pctx, cancel := context.WithTimeout(context.Background(), s.o.PersistTimeout)
-		_ = s.sessions.FinishTurn(pctx, ten.ID, c.ident.User, f.Session, Message{
-			Request: f.Request, FinishReason: engine.FinishError, Partial: true, Interrupted: interruptError,
-		})
-		cancel()
+		s.abortTurn(f.Session, f.Request)
 		releaseLease()
 		release()
 		return ce
@@ -293,8 +299,15 @@ func (t *turn) run() {
 			AcceptedPerStep: final.Stats.AcceptedPerStep,
 		},
 	}
-	if final.Err != nil && reason == engine.FinishError && logOK {
-		t.send(errorFrame(clientError(final.Err), t.request))
+	if final.Err != nil && reason == engine.FinishError {
+		ce := clientError(final.Err)
+		msg.Error = ce.Message
+		if logOK {
+			t.send(errorFrame(ce, t.request))
+		}
+	}
+	if !logOK {
+		msg.Error = "storage unavailable; the reply was cut short"
 	}
 	stored := t.persist(msg, done, seq)
 	if !stored {

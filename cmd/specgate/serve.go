@@ -72,6 +72,7 @@ func runServe(ctx context.Context, args []string) error {
 	var gen gateway.Generator
 	var ready func() error
 	notice, modelName := "", ""
+	var modelInfo *gateway.ModelInfo
 	var tokenize func(string) []int32
 	var sessionLive func(string, bool)
 	if *rf.role == roleGateway {
@@ -98,6 +99,8 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		gen, notice = gateway.Adapt(eng.eng.Submit, eng.eng.Cancel), n
 		modelName, tokenize = modelNameOf(eng.model, *modelPath), eng.model.Tokenizer().Encode
+		c := eng.model.Config()
+		modelInfo = &gateway.ModelInfo{Name: modelName, Arch: c.Arch, Context: c.Context, Quantization: c.WeightType.String(), Demo: n != ""}
 		sessionLive = eng.eng.SetSessionLive
 	}
 
@@ -110,6 +113,7 @@ func runServe(ctx context.Context, args []string) error {
 		Logger:      log,
 		Notice:      notice,
 		ModelName:   modelName,
+		Model:       modelInfo,
 		Tokenize:    tokenize,
 		SessionLive: sessionLive,
 	})

@@ -29,8 +29,9 @@
 //
 // Sessions (gateway):
 //
-//	P sess:{s:<sid>}                  HASH   tenant, user, title, created, updated
-//	P sess:{s:<sid>}:msgs             LIST   JSON messages, oldest first
+//	P sess:{s:<sid>}                  HASH   tenant, user, title, created, updated, system, params
+//	P sess:{s:<sid>}:msgs             LIST   JSON messages, oldest first (the live path)
+//	P sess:{s:<sid>}:alts             HASH   branch point → stored versions (regenerate, edit)
 //	P sess:{s:<sid>}:req:<rid>        HASH   state running|done; expires
 //	P sess:{s:<sid>}:req:<rid>:log    STREAM the request's deltas; capped, expires
 //	P idx:{u:<tenant>:<user>}         ZSET   session id → last activity (ms)
@@ -96,6 +97,10 @@ func (s Space) Session(sid string) string { return s.prefix + "sess:{s:" + Tag(s
 
 // Messages is the session's history.
 func (s Space) Messages(sid string) string { return s.Session(sid) + ":msgs" }
+
+// Branches holds the session's stored versions of regenerated or edited
+// turns, by branch point.
+func (s Space) Branches(sid string) string { return s.Session(sid) + ":alts" }
 
 // Request is the record of chat request rid in session sid.
 func (s Space) Request(sid, rid string) string { return s.Session(sid) + ":req:" + rid }

@@ -1,0 +1,72 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+)
+
+// handleSessionChange answers session.update and session.branch with the
+// session as it now is.
+func (c *client) handleSessionChange(f ClientFrame) {
+	ctx := c.ctx
+	t, u := c.ident.Tenant.ID, c.ident.User
+	var err error
+	switch f.Type {
+	case TypeSessionUpdate:
+		upd := SessionUpdate{System: f.System, Params: f.Params}
+		if f.Title != "" {
+			upd.Title = &f.Title
+		}
+		err = c.s.sessions.Update(ctx, t, u, f.Session, upd)
+	case TypeSessionBranch:
+		err = c.s.sessions.SwitchBranch(ctx, t, u, f.Session, f.Request, *f.Branch)
+	}
+	if err != nil {
+		c.conn.Send(errorFrame(storeError(err), ""))
+		return
+	}
+	v, err := c.s.sessions.Get(ctx, t, u, f.Session)
+	if err != nil {
+		c.conn.Send(errorFrame(storeError(err), ""))
+		return
+	}
+	c.markLive(f.Session)
+	c.conn.Send(ServerFrame{Type: TypeSession, Session: v})
+}
+
+// branchError maps the branch operations' errors for the client; nil when
+// err is not one of them.
+func branchError(err error) *Error {
+	switch {
+	case errors.Is(err, ErrNoTurn):
+		return notFound("turn")
+	case errors.Is(err, ErrNoBranch):
+		return notFound("branch")
+	case errors.Is(err, ErrBusy):
+		return &Error{Code: CodeBadRequest, Reason: "busy", Message: "a reply is still being generated in this session; stop it or wait", Temporary: true}
+	}
+	return nil
+}
+
+// abortTurn undoes a turn refused before generation (AbortTurn), bounded
+// by PersistTimeout: the client has the error either way.
+func (s *Server) abortTurn(session, request string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.o.PersistTimeout)
+	defer cancel()
+	if err := s.sessions.AbortTurn(ctx, session, request); err != nil {
+		s.o.Logger.Warn("gateway: undo refused turn", "session", session, "request", request, "err", err)
+	}
+}
+
+// modelInfo is the served model's description for ready frames, with the
+// OpenAI name as a fallback.
+func (s *Server) modelInfo() *ModelInfo {
+	if s.o.Model != nil {
+		m := *s.o.Model
+		if m.Name == "" {
+			m.Name = s.o.ModelName
+		}
+		return &m
+	}
+	return &ModelInfo{Name: s.o.ModelName}
+}
