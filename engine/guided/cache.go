@@ -12,7 +12,9 @@ import (
 // Cache holds compiled grammars, keyed by a hash of the Spec and the
 // Vocab's ID, and evicts the least recently used past its bound. Requests
 // asking for the same grammar at once share one compilation. Compile
-// errors are not cached. Safe for concurrent use.
+// errors are cached like grammars: compiling is deterministic, and a
+// refused spec (one past the DFA state limit can take a second to refuse)
+// is often retried as it was. Safe for concurrent use.
 type Cache struct {
 	max int
 
@@ -48,11 +50,7 @@ func (c *Cache) Get(spec Spec, vocab *Vocab) (*Grammar, error) {
 		e := el.Value.(*cacheEntry)
 		c.mu.Unlock()
 		<-e.ready
-		if e.err == nil {
-			return e.g, nil
-		}
-		// The compiler failed and removed the entry; report its error.
-		return nil, e.err
+		return e.g, e.err
 	}
 	e := &cacheEntry{key: key, ready: make(chan struct{})}
 	c.items[key] = c.lru.PushFront(e)
@@ -64,14 +62,6 @@ func (c *Cache) Get(spec Spec, vocab *Vocab) (*Grammar, error) {
 	c.mu.Unlock()
 
 	e.g, e.err = Compile(spec, vocab)
-	if e.err != nil {
-		c.mu.Lock()
-		if el, ok := c.items[key]; ok && el.Value == e {
-			c.lru.Remove(el)
-			delete(c.items, key)
-		}
-		c.mu.Unlock()
-	}
 	close(e.ready)
 	return e.g, e.err
 }

@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -181,6 +182,7 @@ func compileDFA(spec Spec) (*dfa, error) {
 	}
 	b := newBuilder(lim.MaxNFAStates)
 	var f frag
+	var empties []string // where and why a schema matches nothing
 	switch {
 	case spec.Regex != "":
 		re, _, _, err := parseRegex(spec.Regex)
@@ -203,7 +205,7 @@ func compileDFA(spec Spec) (*dfa, error) {
 		f = sc.anyValue(lim.JSONDepth)
 	default:
 		var err error
-		f, err = compileSchema(b, spec.Schema, lim)
+		f, empties, err = compileSchema(b, spec.Schema, lim)
 		if err != nil {
 			return nil, err
 		}
@@ -218,6 +220,9 @@ func compileDFA(spec Spec) (*dfa, error) {
 		return nil, err
 	}
 	if d.start == 0 {
+		if len(empties) > 0 {
+			return nil, fmt.Errorf("%w: %s", ErrEmpty, strings.Join(empties, "; "))
+		}
 		return nil, ErrEmpty
 	}
 	return d, nil

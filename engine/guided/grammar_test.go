@@ -148,6 +148,14 @@ func TestCache(t *testing.T) {
 	if _, err := c.Get(Spec{Regex: "a("}, v); !errors.Is(err, ErrInvalid) {
 		t.Errorf("have %v; want ErrInvalid", err)
 	}
+	// A spec refused for size is refused again from the cache: the very
+	// same error value, not a second compilation.
+	big := Spec{Regex: "[ab]*a[ab]{15}", Limits: Limits{MaxDFAStates: 1 << 14}}
+	_, err1 := c.Get(big, v)
+	_, err2 := c.Get(big, v)
+	if !errors.Is(err1, ErrTooLarge) || err2 != err1 {
+		t.Errorf("have %v then %v; want the same ErrTooLarge twice", err1, err2)
+	}
 	c.Get(Spec{Regex: "x"}, v)
 	if c.Len() != 2 {
 		t.Errorf("have %d entries; want 2 (the bound)", c.Len())

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 )
 
 // jval is a parsed JSON value that keeps object keys in document order:
@@ -124,7 +125,7 @@ func (v *jval) appendJSON(buf []byte) []byte {
 		}
 		return append(buf, "false"...)
 	case jNum:
-		return append(buf, v.s...)
+		return append(buf, canonNumber(v.s)...)
 	case jStr:
 		return appendJSONString(buf, v.s)
 	case jArr:
@@ -159,4 +160,27 @@ func appendJSONString(buf []byte, s string) []byte {
 		}
 	}
 	return append(buf, '"')
+}
+
+// canonNumber writes a JSON number in the canonical form generated numbers
+// have (plain decimal, no exponent, no trailing fraction zeros, no -0), so
+// a constant equals a generated number exactly when their texts are
+// equal. Numbers whose plain form is long keep their source text.
+func canonNumber(src string) string {
+	r, ok := new(big.Rat).SetString(src)
+	if !ok {
+		return src
+	}
+	ip, fp, ok := decimalString(new(big.Rat).Abs(r))
+	if !ok || len(ip)+len(fp) > 40 {
+		return src
+	}
+	out := ip
+	if fp != "" {
+		out += "." + fp
+	}
+	if r.Sign() < 0 {
+		out = "-" + out
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/big"
 	"net/url"
 	"slices"
 	"strconv"
@@ -17,30 +18,37 @@ import (
 //   - Supported: type (one or a list; inferred from the keywords when
 //     absent), enum, const, $ref within the document (#, #/$defs/…,
 //     #/definitions/…, any JSON pointer), anyOf, oneOf (generated like
-//     anyOf: branches should not overlap), allOf with one branch;
-//     objects: properties, required, additionalProperties; arrays: items
-//     (one schema), minItems, maxItems; strings: pattern (RE2 syntax,
-//     unanchored as JSON Schema says), minLength, maxLength, format
-//     (date, time, date-time, uuid); integers: minimum, maximum,
-//     exclusiveMinimum, exclusiveMaximum; numbers; booleans; null. Boolean
-//     schemas: true is any JSON value, false matches nothing.
+//     anyOf: branches should not overlap), allOf with one branch; objects: properties, required,
+//     additionalProperties (a boolean or a schema); arrays: items (one
+//     schema), minItems, maxItems; strings: pattern (RE2 syntax,
+//     unanchored as JSON Schema says), minLength, maxLength, format (date,
+//     time, date-time, uuid, ipv4, hostname, email, uri), any of them
+//     together (their languages are intersected); integers and numbers:
+//     minimum, maximum, exclusiveMinimum, exclusiveMaximum; booleans;
+//     null. Boolean schemas: true is any JSON value, false matches
+//     nothing.
 //   - Annotations (title, description, default, examples, $comment, …)
 //     and unknown keywords are ignored, as validators ignore them. Known
 //     validation keywords this package does not implement (multipleOf,
 //     patternProperties, uniqueItems, not, if/then/else, …) fail Compile
-//     with ErrUnsupported, listing each with its location.
+//     with ErrUnsupported, listing each with its location (a JSON
+//     pointer). A schema that matches nothing fails with ErrEmpty, naming
+//     where and why (a required property that additionalProperties: false
+//     forbids, bounds that cross, …).
 //
 // Output format, chosen to keep the DFA small while matching how models
 // write JSON: no whitespace except one optional space after ':' and ','.
 // Properties appear in the schema's order; required ones always, optional
 // ones may be left out; no additional properties are generated when the
 // schema lists properties (an object with only declared members is valid
-// whatever additionalProperties says). Strings escape only what JSON
-// requires ('"', '\\', control characters as \b \f \n \r \t or \u00XX),
-// plus \/ in free strings. Integers and numbers are canonical (no leading
-// zeros, no "-0"). "Any JSON value" nests at most Limits.JSONDepth deep;
-// a $ref that refers to itself expands at most Limits.RefDepth times, and
-// past that its branch is dropped (so "children": [] ends a tree).
+// whatever additionalProperties says). Every scalar has one text: strings
+// escape only what JSON requires ('"', '\\', control characters as \b
+// \f \n \r \t, else \u00xx), numbers are plain decimals (no exponent,
+// no leading zeros, no trailing fraction zeros, no "-0") of at most 15
+// integer and 15 fraction digits, so they always end. "Any JSON value"
+// nests at most Limits.JSONDepth deep; a $ref that refers to itself
+// expands at most Limits.RefDepth times, and past that its branch is
+// dropped (so "children": [] ends a tree).
 
 // annotation keywords carry no constraint.
 var annotationKeywords = map[string]bool{
@@ -69,12 +77,17 @@ type schemaCompiler struct {
 	unsup [][2]string
 	// refDepth counts the active expansions of each $ref target.
 	refDepth map[string]int
+	// empties says where and why parts of the schema match nothing.
+	empties []string
+	// curPath is the path of the schema being compiled, for helpers
+	// that do not take one.
+	curPath string
 }
 
-func compileSchema(b *builder, raw json.RawMessage, lim Limits) (frag, error) {
+func compileSchema(b *builder, raw json.RawMessage, lim Limits) (frag, []string, error) {
 	root, err := parseJSON(raw)
 	if err != nil {
-		return frag{}, fmt.Errorf("%w: schema is not valid JSON: %w", ErrInvalid, err)
+		return frag{}, nil, fmt.Errorf("%w: schema is not valid JSON: %w", ErrInvalid, err)
 	}
 	sc := &schemaCompiler{b: b, lim: lim, root: root, refDepth: map[string]int{}}
 	f := sc.value(root, "#", 0)
@@ -86,12 +99,12 @@ func compileSchema(b *builder, raw json.RawMessage, lim Limits) (frag, error) {
 		for i, u := range sc.unsup {
 			msgs[i] = u[1] + " at " + u[0]
 		}
-		return frag{}, fmt.Errorf("%w: JSON schema features: %s", ErrUnsupported, strings.Join(msgs, "; "))
+		return frag{}, nil, fmt.Errorf("%w: JSON schema features: %s", ErrUnsupported, strings.Join(msgs, "; "))
 	}
 	if sc.err != nil {
-		return frag{}, sc.err
+		return frag{}, nil, sc.err
 	}
-	return f, nil
+	return f, sc.empties, nil
 }
 
 func (sc *schemaCompiler) unsupported(path, feature string) {
@@ -104,6 +117,14 @@ func (sc *schemaCompiler) unsupported(path, feature string) {
 func (sc *schemaCompiler) invalid(path, format string, args ...any) {
 	if sc.err == nil {
 		sc.err = fmt.Errorf("%w: schema at %s: %s", ErrInvalid, path, fmt.Sprintf(format, args...))
+	}
+}
+
+// emptyAt notes that the schema at path matches nothing, and why; the
+// notes make the error when the whole schema turns out to match nothing.
+func (sc *schemaCompiler) emptyAt(path, why string) {
+	if len(sc.empties) < 8 {
+		sc.empties = append(sc.empties, why+" at "+path)
 	}
 }
 
@@ -145,6 +166,7 @@ func (sc *schemaCompiler) value(s *jval, path string, depth int) frag {
 		if s.b {
 			return sc.anyValue(sc.anyDepth(depth))
 		}
+		sc.emptyAt(path, "the schema false")
 		return b.none()
 	case jObj:
 	default:
@@ -212,6 +234,9 @@ func (sc *schemaCompiler) value(s *jval, path string, depth int) frag {
 				fs = append(fs, b.lit(string(v.appendJSON(nil))))
 			}
 		}
+		if len(fs) == 0 {
+			sc.emptyAt(path, "an enum with no value of the schema's type")
+		}
 		return b.alt(fs...)
 	}
 	if types == nil {
@@ -230,12 +255,7 @@ func (sc *schemaCompiler) value(s *jval, path string, depth int) frag {
 		case "integer":
 			fs = append(fs, sc.integer(s, path))
 		case "number":
-			for _, k := range []string{"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} {
-				if s.get(k) != nil {
-					sc.unsupported(path, k+" on a number (supported on integers)")
-				}
-			}
-			fs = append(fs, sc.number())
+			fs = append(fs, sc.number(s, path))
 		case "string":
 			fs = append(fs, sc.str(s, path))
 		case "array":
@@ -407,16 +427,23 @@ func (sc *schemaCompiler) count(s *jval, key, path string, def int) int {
 func (sc *schemaCompiler) ws() frag { return sc.b.quest(sc.b.lit(" ")) }
 
 // strChar matches one character of a JSON string as this package writes
-// it: any rune but '"', '\\' and controls, or an escape.
+// it: any rune but '"', '\\' and controls, or the one escape jsonEscape
+// gives each of those. One encoding per character makes generated strings
+// canonical, so languages of strings can be intersected and subtracted
+// (oneOf) by their text.
 func (sc *schemaCompiler) strChar() frag {
 	b := sc.b
-	esc := b.cat(b.lit(`\`), b.alt(
-		b.byteRange('"', '"'), b.byteRange('\\', '\\'), b.byteRange('/', '/'),
+	short := b.cat(b.lit(`\`), b.alt(
+		b.byteRange('"', '"'), b.byteRange('\\', '\\'),
 		b.byteRange('b', 'b'), b.byteRange('f', 'f'), b.byteRange('n', 'n'),
 		b.byteRange('r', 'r'), b.byteRange('t', 't'),
-		b.seq(b.lit("u00"), b.byteRange('0', '1'), b.alt(b.byteRange('0', '9'), b.byteRange('a', 'f'), b.byteRange('A', 'F'))),
 	))
-	return b.alt(b.runeRange(0x20, 0x21), b.runeRange(0x23, 0x5B), b.runeRange(0x5D, utf8.MaxRune), esc)
+	// \u00XX for the controls without a short escape: 00-07, 0b, 0e-1f.
+	long := b.cat(b.lit(`\u00`), b.alt(
+		b.cat(b.lit("0"), b.alt(b.byteRange('0', '7'), b.lit("b"), b.byteRange('e', 'f'))),
+		b.cat(b.lit("1"), b.alt(b.byteRange('0', '9'), b.byteRange('a', 'f'))),
+	))
+	return b.alt(b.runeRange(0x20, 0x21), b.runeRange(0x23, 0x5B), b.runeRange(0x5D, utf8.MaxRune), short, long)
 }
 
 func (sc *schemaCompiler) jsonString(min, max int) frag {
@@ -424,27 +451,59 @@ func (sc *schemaCompiler) jsonString(min, max int) frag {
 	return b.seq(b.lit(`"`), b.repeat(sc.strChar, min, max), b.lit(`"`))
 }
 
+// Date parts. A day exists in its month; February 29 only in leap years:
+// divisible by 4 and not by 100, or by 400, which the last two digits (and
+// for centuries the first two) decide, so the rule is regular.
+const (
+	reYear     = `[0-9]{4}`
+	reLeapYear = `(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[048]|[2468][048]|[13579][26])00)`
+	reMonthDay = `(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))`
+	reDate     = `(?:` + reYear + `-` + reMonthDay + `|` + reLeapYear + `-02-29)`
+	reTime     = `(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])`
+	// A hostname: dot-separated labels of letters, digits and inner
+	// hyphens, at most 63 bytes each; at most 4 labels of at most 62 keep
+	// the whole under RFC 1123's 253 bytes without counting.
+	reLabel    = `[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,60}[a-zA-Z0-9])?`
+	reHostname = reLabel + `(?:\.` + reLabel + `){0,3}`
+	reOctet    = `(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])`
+)
+
+// formats are the regular subsets generated for the "format" values this
+// package knows. Each is a subset of what the format allows, so every
+// generated string is valid; email, hostname and uri leave out rare
+// forms (quoted local parts, IP-literal hosts, percent-encoding).
 var formats = map[string]string{
-	"date":      `[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])`,
-	"time":      `(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])`,
-	"date-time": `[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])`,
+	"date":      reDate,
+	"time":      reTime,
+	"date-time": reDate + `T` + reTime,
 	"uuid":      `[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`,
+	"ipv4":      reOctet + `(?:\.` + reOctet + `){3}`,
+	"hostname":  reHostname,
+	// A dot-atom local part of at most 64 bytes, then a hostname with at
+	// least two labels.
+	"email": `[a-zA-Z0-9_+-](?:[a-zA-Z0-9_+.-]{0,62}[a-zA-Z0-9_+-])?@` + reLabel + `(?:\.` + reLabel + `){1,3}`,
+	// scheme://host[:port][/path][?query][#fragment] with unreserved and
+	// a few sub-delimiter characters.
+	"uri": `(?:https?|ftp|wss?)://` + reHostname + `(?::[1-9][0-9]{0,3})?(?:/[a-zA-Z0-9._~!$&'()*+,;=:@-]*)*(?:\?[a-zA-Z0-9._~!$&'()*+,;=:@/?-]*)?(?:#[a-zA-Z0-9._~!$&'()*+,;=:@/?-]*)?`,
 }
+
+// formatNames lists the known formats for error messages.
+const formatNames = "date, time, date-time, uuid, ipv4, hostname, email, uri"
 
 func (sc *schemaCompiler) str(s *jval, path string) frag {
 	b := sc.b
 	minL := sc.count(s, "minLength", path, 0)
 	maxL := sc.count(s, "maxLength", path, -1)
+	if maxL >= 0 && maxL < minL {
+		sc.emptyAt(path, fmt.Sprintf("minLength %d is above maxLength %d", minL, maxL))
+		return b.none()
+	}
 	pat, fmtv := s.get("pattern"), s.get("format")
 	lengths := s.get("minLength") != nil || s.get("maxLength") != nil
-	switch {
-	case pat != nil && (lengths || fmtv != nil):
-		sc.unsupported(path, "pattern together with minLength, maxLength or format")
-		return b.none()
-	case fmtv != nil && lengths:
-		sc.unsupported(path, "format together with minLength or maxLength")
-		return b.none()
-	case pat != nil:
+	// Each constraint is a language of string bodies (the bytes between
+	// the quotes); several are intersected.
+	var parts []func() frag
+	if pat != nil {
 		if pat.kind != jStr {
 			sc.invalid(path, "pattern must be a string")
 			return b.none()
@@ -454,46 +513,289 @@ func (sc *schemaCompiler) str(s *jval, path string) frag {
 			sc.err = fmt.Errorf("schema at %s: %w", path, err)
 			return b.none()
 		}
-		rc := &reCompiler{b: b, jsonStr: true}
-		f := rc.compile(re)
-		if rc.err != nil {
-			sc.unsupported(path, fmt.Sprintf("pattern %q: %v", pat.s, rc.err))
+		parts = append(parts, func() frag {
+			b := sc.b
+			rc := &reCompiler{b: b, jsonStr: true}
+			f := rc.compile(re)
+			// JSON Schema patterns match anywhere unless anchored.
+			if !begin {
+				f = b.cat(b.star(sc.strChar()), f)
+			}
+			if !end {
+				f = b.cat(f, b.star(sc.strChar()))
+			}
+			return f
+		})
+		// Compile once up front to report unsupported features.
+		probe := &reCompiler{b: newBuilder(sc.lim.MaxNFAStates), jsonStr: true}
+		probe.compile(re)
+		if probe.err != nil {
+			sc.unsupported(path, fmt.Sprintf("pattern %q: %v", pat.s, probe.err))
 			return b.none()
 		}
-		// JSON Schema patterns match anywhere unless anchored.
-		if !begin {
-			f = b.cat(b.star(sc.strChar()), f)
-		}
-		if !end {
-			f = b.cat(f, b.star(sc.strChar()))
-		}
-		return b.seq(b.lit(`"`), f, b.lit(`"`))
-	case fmtv != nil:
+	}
+	if fmtv != nil {
 		expr, ok := formats[fmtv.s]
 		if !ok || fmtv.kind != jStr {
-			sc.unsupported(path, fmt.Sprintf("format %s (supported: date, time, date-time, uuid)", fmtv.appendJSON(nil)))
+			sc.unsupported(path, fmt.Sprintf("format %s (supported: %s)", fmtv.appendJSON(nil), formatNames))
 			return b.none()
 		}
 		re, _, _, _ := parseRegex(expr)
-		rc := &reCompiler{b: b, jsonStr: true}
-		return b.seq(b.lit(`"`), rc.compile(re), b.lit(`"`))
+		parts = append(parts, func() frag {
+			rc := &reCompiler{b: sc.b, jsonStr: true}
+			return rc.compile(re)
+		})
 	}
-	return sc.jsonString(minL, maxL)
+	if lengths || len(parts) == 0 {
+		parts = append(parts, func() frag { return sc.b.repeat(sc.strChar, minL, maxL) })
+	}
+	var body frag
+	if len(parts) == 1 {
+		body = parts[0]()
+	} else {
+		body = sc.combine(path, all, parts...)
+	}
+	return b.seq(b.lit(`"`), body, b.lit(`"`))
 }
 
-func (sc *schemaCompiler) number() frag {
+// Numbers are generated in one canonical decimal form: no exponent, no
+// leading zeros, no trailing zeros in the fraction, no "-0". Digit counts
+// are bounded, as llama.cpp's and XGrammar's JSON grammars bound them, so
+// a number always ends: a model that keeps choosing digits would
+// otherwise run to max_tokens.
+const (
+	maxIntDigits  = 15
+	maxFracDigits = 15
+)
+
+// canonNonneg matches the canonical forms of numbers ≥ 0 (integers only
+// when intOnly).
+func (sc *schemaCompiler) canonNonneg(intOnly bool) frag {
 	b := sc.b
 	digit := func() frag { return b.byteRange('0', '9') }
-	intPart := b.alt(b.lit("0"), b.cat(b.byteRange('1', '9'), b.star(digit())))
-	frac := b.quest(b.cat(b.lit("."), b.plus(digit())))
-	exp := b.quest(b.seq(b.alt(b.lit("e"), b.lit("E")), b.quest(b.alt(b.lit("+"), b.lit("-"))), b.plus(digit())))
-	return b.seq(b.quest(b.lit("-")), intPart, frac, exp)
+	ip := b.alt(b.lit("0"), b.cat(b.byteRange('1', '9'), b.repeat(digit, 0, maxIntDigits-1)))
+	if intOnly {
+		return ip
+	}
+	frac := b.quest(b.seq(b.lit("."), b.repeat(digit, 0, maxFracDigits-1), b.byteRange('1', '9')))
+	return b.cat(ip, frac)
+}
+
+// number matches canonical numbers within the schema's bounds.
+func (sc *schemaCompiler) number(s *jval, path string) frag {
+	b := sc.b
+	lo, hi, ok := sc.bounds(s, path)
+	if !ok {
+		return b.none()
+	}
+	if lo == nil && hi == nil {
+		pos := sc.canonNonneg(false)
+		neg := b.cat(b.lit("-"), sc.combine(path, firstButNotRest, func() frag { return sc.canonNonneg(false) }, func() frag { return sc.b.lit("0") }))
+		return b.alt(pos, neg)
+	}
+	if lo != nil && hi != nil {
+		if c := lo.v.Cmp(hi.v); c > 0 || c == 0 && (lo.excl || hi.excl) {
+			sc.emptyAt(path, "the lower bound is above the upper bound")
+			return b.none()
+		}
+	}
+	var fs []frag
+	// x ≥ 0 within the bounds.
+	if hi == nil || hi.v.Sign() >= 0 {
+		lower := lo
+		if lo == nil || lo.v.Sign() < 0 {
+			lower = &numBound{v: new(big.Rat)}
+		}
+		fs = append(fs, sc.decimalRange(path, lower, hi, false))
+	}
+	// x < 0: "-" then |x| within the mirrored bounds, |x| > 0.
+	if lo == nil || lo.v.Sign() < 0 {
+		upper := (*numBound)(nil)
+		if lo != nil {
+			upper = &numBound{v: new(big.Rat).Neg(lo.v), excl: lo.excl}
+		}
+		lower := &numBound{v: new(big.Rat), excl: true}
+		if hi != nil && hi.v.Sign() < 0 {
+			lower = &numBound{v: new(big.Rat).Neg(hi.v), excl: hi.excl}
+		}
+		fs = append(fs, b.cat(b.lit("-"), sc.decimalRange(path, lower, upper, false)))
+	}
+	return b.alt(fs...)
+}
+
+// numBound is one bound of a number: its value, and whether it excludes
+// that value.
+type numBound struct {
+	v    *big.Rat
+	excl bool
+}
+
+// bounds reads minimum, maximum and the exclusive forms (numbers in draft
+// 6 and later, booleans next to minimum/maximum in draft 4); nil means
+// unbounded.
+func (sc *schemaCompiler) bounds(s *jval, path string) (lo, hi *numBound, ok bool) {
+	read := func(key string) *big.Rat {
+		v := s.get(key)
+		if v == nil || v.kind == jBool {
+			return nil
+		}
+		r, good := new(big.Rat).SetString(v.s)
+		if v.kind != jNum || !good {
+			sc.invalid(path, "%s must be a number", key)
+			ok = false
+			return nil
+		}
+		return r
+	}
+	exclBool := func(key string) bool {
+		v := s.get(key)
+		return v != nil && v.kind == jBool && v.b
+	}
+	ok = true
+	if r := read("minimum"); r != nil {
+		lo = &numBound{v: r, excl: exclBool("exclusiveMinimum")}
+	}
+	if r := read("exclusiveMinimum"); r != nil && (lo == nil || r.Cmp(lo.v) >= 0) {
+		lo = &numBound{v: r, excl: true}
+	}
+	if r := read("maximum"); r != nil {
+		hi = &numBound{v: r, excl: exclBool("exclusiveMaximum")}
+	}
+	if r := read("exclusiveMaximum"); r != nil && (hi == nil || r.Cmp(hi.v) <= 0) {
+		hi = &numBound{v: r, excl: true}
+	}
+	// Past the generated digits a bound narrows nothing (or leaves
+	// nothing, which is reported as such).
+	for _, bd := range []*numBound{lo, hi} {
+		if bd != nil && new(big.Rat).Abs(bd.v).Cmp(big.NewRat(maxIntBound, 1)) > 0 {
+			bd.v = big.NewRat(int64(bd.v.Sign())*maxIntBound, 1)
+		}
+	}
+	return lo, hi, ok
+}
+
+// decimalString writes r ≥ 0 as a plain decimal (no exponent, no trailing
+// fraction zeros); ok is false when r has no finite decimal expansion
+// within maxFracDigits+1 digits.
+func decimalString(r *big.Rat) (intPart, frac string, ok bool) {
+	for n := 0; n <= maxFracDigits+1; n++ {
+		scaled := new(big.Rat).Mul(r, new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(n)), nil)))
+		if scaled.IsInt() {
+			s := r.FloatString(n)
+			intPart, frac, _ = strings.Cut(s, ".")
+			return intPart, strings.TrimRight(frac, "0"), true
+		}
+	}
+	return "", "", false
+}
+
+// decimalRange matches canonical numbers x ≥ 0 (integers when intOnly)
+// with lo ≤ x ≤ hi (strict where a bound says so; nil: unbounded above).
+// Bounds are compared digit by digit: x ≥ L when its integer part is
+// greater, or equal with a fraction that is not smaller digit-wise.
+func (sc *schemaCompiler) decimalRange(path string, lo, hi *numBound, intOnly bool) frag {
+	parts := []func() frag{func() frag { return sc.canonNonneg(intOnly) }}
+	var not []func() frag
+	limit := func(bd *numBound, above bool) {
+		ip, fp, ok := decimalString(bd.v)
+		if !ok {
+			// Finer than the generated digits: round outward to a
+			// multiple of 10^-maxFracDigits. No generated number lies
+			// strictly between, so the rounded bound, inclusive, is
+			// exact.
+			scale := new(big.Int).Exp(big.NewInt(10), big.NewInt(maxFracDigits), nil)
+			x := new(big.Rat).Mul(bd.v, new(big.Rat).SetInt(scale))
+			q, m := new(big.Int).DivMod(x.Num(), x.Denom(), new(big.Int))
+			if above && m.Sign() != 0 {
+				q.Add(q, big.NewInt(1))
+			}
+			bd = &numBound{v: new(big.Rat).SetFrac(q, scale)}
+			ip, fp, _ = decimalString(bd.v)
+		}
+		parts = append(parts, func() frag { return sc.decimalCompare(ip, fp, above) })
+		if bd.excl {
+			lit := ip
+			if fp != "" {
+				lit += "." + fp
+			}
+			not = append(not, func() frag { return sc.b.lit(lit) })
+		}
+	}
+	if lo != nil && lo.v.Sign() > 0 || lo != nil && lo.excl {
+		limit(lo, true)
+	}
+	if hi != nil {
+		limit(hi, false)
+	}
+	if len(parts) == 1 && len(not) == 0 {
+		return parts[0]()
+	}
+	// Intersect the comparisons, then subtract the excluded bounds.
+	n := len(parts)
+	return sc.combine(path, func(ds []*dfa, qs []int32) bool {
+		for i := range n {
+			if !ds[i].accept[qs[i]] {
+				return false
+			}
+		}
+		for i := n; i < len(qs); i++ {
+			if ds[i].accept[qs[i]] {
+				return false
+			}
+		}
+		return true
+	}, append(parts, not...)...)
+}
+
+// decimalCompare matches decimal texts ("I" or "I.F", I without leading
+// zeros) whose value is ≥ ip.fp (above) or ≤ ip.fp (not above).
+func (sc *schemaCompiler) decimalCompare(ip, fp string, above bool) frag {
+	b := sc.b
+	digits := func() frag { return b.star(b.byteRange('0', '9')) }
+	anyFrac := func() frag { return b.quest(b.cat(b.lit("."), b.plus(b.byteRange('0', '9')))) }
+	n, _ := strconv.ParseUint(ip, 10, 64)
+	var fs []frag
+	if above {
+		// Integer part above ip, any fraction.
+		fs = append(fs, b.cat(sc.natRange(n+1, 0, true), anyFrac()))
+		// Integer part ip, fraction ≥ fp.
+		if fp == "" {
+			fs = append(fs, b.cat(b.lit(ip), anyFrac()))
+		} else {
+			var alts []frag
+			for k := 0; k < len(fp); k++ {
+				if fp[k] < '9' {
+					alts = append(alts, b.seq(b.lit(fp[:k]), b.byteRange(fp[k]+1, '9'), digits()))
+				}
+			}
+			alts = append(alts, b.cat(b.lit(fp), digits()))
+			fs = append(fs, b.seq(b.lit(ip), b.lit("."), b.alt(alts...)))
+		}
+		return b.alt(fs...)
+	}
+	if n > 0 {
+		fs = append(fs, b.cat(sc.natRange(0, n-1, false), anyFrac()))
+	}
+	if fp == "" {
+		fs = append(fs, b.cat(b.lit(ip), b.quest(b.cat(b.lit("."), b.plus(b.lit("0"))))))
+	} else {
+		alts := []frag{}
+		for k := 0; k < len(fp); k++ {
+			if fp[k] > '0' {
+				alts = append(alts, b.seq(b.lit(fp[:k]), b.byteRange('0', fp[k]-1), digits()))
+			}
+			alts = append(alts, b.cat(b.lit(fp[:k+1]), b.star(b.lit("0"))))
+		}
+		fs = append(fs, b.cat(b.lit(ip), b.quest(b.cat(b.lit("."), b.alt(alts...)))))
+	}
+	return b.alt(fs...)
 }
 
 // maxIntBound bounds integer limits so digit arithmetic stays in uint64.
 const maxIntBound = 1e15
 
 func (sc *schemaCompiler) integer(s *jval, path string) frag {
+	sc.curPath = path
 	var lo, hi int64
 	hasLo, hasHi := false, false
 	bound := func(key string) (float64, bool) {
@@ -506,9 +808,10 @@ func (sc *schemaCompiler) integer(s *jval, path string) frag {
 			sc.invalid(path, "%s must be a number", key)
 			return 0, false
 		}
+		// Past the generated digits a bound only narrows nothing (or
+		// leaves nothing, which is reported as such).
 		if math.Abs(f) > maxIntBound {
-			sc.unsupported(path, fmt.Sprintf("%s beyond ±1e15", key))
-			return 0, false
+			f = math.Copysign(maxIntBound, f)
 		}
 		return f, true
 	}
@@ -548,7 +851,16 @@ func (sc *schemaCompiler) integer(s *jval, path string) frag {
 // bound is unbounded.
 func (sc *schemaCompiler) intRange(lo, hi int64, hasLo, hasHi bool) frag {
 	b := sc.b
-	if hasLo && hasHi && lo > hi {
+	// An unbounded side stops at maxIntDigits digits (see canonNonneg).
+	limit := int64(pow10(maxIntDigits) - 1)
+	if !hasLo || lo < -limit {
+		lo, hasLo = -limit, true
+	}
+	if !hasHi || hi > limit {
+		hi, hasHi = limit, true
+	}
+	if lo > hi {
+		sc.emptyAt(sc.curPath, fmt.Sprintf("no integer of at most %d digits lies between the bounds", maxIntDigits))
 		return b.none()
 	}
 	var fs []frag
@@ -648,7 +960,7 @@ func (sc *schemaCompiler) list(open, close string, item frag) frag {
 // anyValue matches any JSON value nesting at most d objects or arrays.
 func (sc *schemaCompiler) anyValue(d int) frag {
 	b := sc.b
-	fs := []frag{sc.jsonString(0, -1), sc.number(), b.lit("true"), b.lit("false"), b.lit("null")}
+	fs := []frag{sc.jsonString(0, -1), sc.number(&jval{kind: jObj}, "#"), b.lit("true"), b.lit("false"), b.lit("null")}
 	if d > 0 && !sc.stop() {
 		fs = append(fs,
 			sc.list("{", "}", b.seq(sc.jsonString(0, -1), b.lit(":"), sc.ws(), sc.anyValue(d-1))),
@@ -670,6 +982,7 @@ func (sc *schemaCompiler) array(s *jval, path string, depth int) frag {
 	minI := sc.count(s, "minItems", path, 0)
 	maxI := sc.count(s, "maxItems", path, -1)
 	if maxI >= 0 && maxI < minI {
+		sc.emptyAt(path, fmt.Sprintf("minItems %d is above maxItems %d", minI, maxI))
 		return b.none()
 	}
 	ipath := path + "/items"
@@ -717,13 +1030,27 @@ func (sc *schemaCompiler) object(s *jval, path string, depth int) frag {
 				return b.none()
 			}
 			required[x.s] = true
-			if !slices.Contains(names, x.s) { // required but undeclared: any value
-				names = append(names, x.s)
+		}
+	}
+	addl := s.get("additionalProperties")
+	if r := s.get("required"); r != nil {
+		for i, x := range r.arr {
+			if slices.Contains(names, x.s) {
+				continue
+			}
+			// Required but undeclared: an additional property.
+			if addl != nil && addl.kind == jBool && !addl.b {
+				sc.emptyAt(fmt.Sprintf("%s/required/%d", path, i), fmt.Sprintf("required property %q is forbidden by additionalProperties: false", x.s))
+				return b.none()
+			}
+			names = append(names, x.s)
+			if addl != nil && addl.kind == jObj {
+				schemas = append(schemas, addl)
+			} else {
 				schemas = append(schemas, &jval{kind: jBool, b: true})
 			}
 		}
 	}
-	addl := s.get("additionalProperties")
 	if len(names) == 0 {
 		switch {
 		case addl != nil && addl.kind == jBool && !addl.b:
@@ -738,9 +1065,9 @@ func (sc *schemaCompiler) object(s *jval, path string, depth int) frag {
 		}
 		return sc.list("{", "}", b.seq(sc.jsonString(0, -1), b.lit(":"), sc.ws(), sc.anyValue(d-1)))
 	}
-	if addl != nil && addl.kind == jObj && hasConstraints(addl) {
-		sc.unsupported(path, "additionalProperties schema alongside properties")
-	}
+	// additionalProperties (a schema or a boolean) beside properties:
+	// no additional property is generated, which every such schema
+	// accepts.
 
 	n := len(names)
 	member := func(j int) frag {

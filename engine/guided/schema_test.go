@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -22,6 +24,7 @@ func validator(t *testing.T, schema []byte) *jsonschema.Schema {
 		t.Fatalf("schema %s: %v", schema, err)
 	}
 	c := jsonschema.NewCompiler()
+	c.AssertFormat() // formats are assertions here: generated strings must hold them
 	if err := c.AddResource("mem://schema.json", doc); err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +120,28 @@ var fixedSchemas = []string{
 	`{}`,
 	`{"type":"object","required":["x"]}`,
 	`{"description":"x","definitions":{"s":{"type":"string","enum":["on","off"]}},"type":"array","items":{"$ref":"#/definitions/s"},"minItems":1}`,
+	// Unbounded numbers end (bounded digit counts).
+	`{"type":"integer","minimum":0}`,
+	`{"type":"number"}`,
+	`{"type":"object","properties":{"age":{"type":"integer"},"score":{"type":"number"}},"required":["age","score"]}`,
+	// Bounds on numbers.
+	`{"type":"number","minimum":-2.5,"exclusiveMaximum":7.25}`,
+	`{"type":"number","exclusiveMinimum":0,"maximum":0.001}`,
+	`{"type":"number","minimum":1e-20,"maximum":1e20}`,
+	`{"type":"integer","minimum":-9223372036854775808,"maximum":9007199254740991}`,
+	// Pattern, format and lengths together.
+	`{"type":"string","pattern":"^[a-z]+$","minLength":3,"maxLength":6}`,
+	`{"type":"string","pattern":"x","maxLength":4}`,
+	`{"type":"string","format":"date","pattern":"^2024-02"}`,
+	`{"type":"string","format":"email","maxLength":30}`,
+	`{"type":"array","items":{"type":"string","format":"hostname"},"minItems":3,"maxItems":3}`,
+	`{"type":"array","items":{"type":"string","format":"ipv4"},"minItems":3,"maxItems":3}`,
+	`{"type":"array","items":{"type":"string","format":"uri"},"minItems":3,"maxItems":3}`,
+	`{"type":"array","items":{"type":"string","format":"date"},"minItems":5,"maxItems":5}`,
+	// additionalProperties as a schema beside properties; a required
+	// property only it describes.
+	`{"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"string","maxLength":3},"required":["a","b"]}`,
+	`{"type":"object"}`,
 }
 
 // TestSchemaGenerates decodes under each schema with random logits and
@@ -279,8 +304,15 @@ func TestSchemaErrors(t *testing.T) {
 		{`{"type":"integer","multipleOf":3}`, ErrUnsupported, "multipleOf at #"},
 		{`{"type":"object","properties":{"a":{"not":{}},"b":{"type":"array","uniqueItems":true}}}`, ErrUnsupported,
 			"not at #/properties/a; uniqueItems at #/properties/b"},
-		{`{"type":"number","minimum":0}`, ErrUnsupported, "minimum on a number"},
-		{`{"type":"string","format":"email"}`, ErrUnsupported, `format "email"`},
+		{`{"type":"string","format":"ipv6"}`, ErrUnsupported, `format "ipv6" (supported: date`},
+		{`{"type":"object","properties":{"a":{}},"required":["a","b"],"additionalProperties":false}`, ErrEmpty,
+			`required property "b" is forbidden by additionalProperties: false at #/required/1`},
+		{`{"type":"object","properties":{"a":{"type":"integer","minimum":3,"maximum":2}},"required":["a"]}`, ErrEmpty,
+			`between the bounds at #/properties/a`},
+		{`{"type":"number","minimum":3,"exclusiveMaximum":3}`, ErrEmpty, `lower bound is above the upper bound at #`},
+		{`{"type":"array","items":false,"minItems":1}`, ErrEmpty, `the schema false at #/items`},
+		{`{"type":"string","minLength":3,"maxLength":2}`, ErrEmpty, `minLength 3 is above maxLength 2 at #`},
+		{`{"type":"string","pattern":"^[0-9]+$","minLength":3,"format":"email"}`, ErrEmpty, ``},
 		{`{"$ref":"http://x/y"}`, ErrUnsupported, `$ref "http://x/y"`},
 		{`{"$ref":"#/nope"}`, ErrInvalid, "does not resolve"},
 		{`{"allOf":[{},{}]}`, ErrUnsupported, "allOf with more than one"},
@@ -341,6 +373,64 @@ func TestIntegerRanges(t *testing.T) {
 	}
 }
 
+// TestNumberRanges checks bounded numbers against the validator over a
+// grid of canonical decimals.
+func TestNumberRanges(t *testing.T) {
+	v := synthVocab(500)
+	tests := []string{
+		`{"type":"number","minimum":-2.5,"maximum":3.75}`,
+		`{"type":"number","exclusiveMinimum":-2.5,"exclusiveMaximum":3.75}`,
+		`{"type":"number","exclusiveMinimum":0}`,
+		`{"type":"number","maximum":-0.05}`,
+		`{"type":"number","minimum":0.333,"exclusiveMaximum":12}`,
+		`{"type":"number","minimum":1.5,"maximum":1.5}`,
+		`{"minimum":-7,"exclusiveMaximum":-6.99}`,
+	}
+	var grid []string
+	for x := -800; x <= 1300; x++ {
+		for _, scale := range []int{1, 100, 1000} {
+			r := new(big.Rat).SetFrac64(int64(x), int64(scale))
+			grid = append(grid, canonNumber(r.FloatString(3)))
+		}
+	}
+	for _, s := range tests {
+		t.Run(s, func(t *testing.T) {
+			g, err := Compile(Spec{Schema: json.RawMessage(s)}, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sch := validator(t, []byte(s))
+			for _, str := range grid {
+				want := validates(sch, []byte(str)) == nil
+				if have := g.d.accept[g.d.run(g.d.start, []byte(str))]; have != want {
+					t.Fatalf("%s: have %v; want %v", str, have, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDates checks format date against the calendar, leap years
+// included, over whole years.
+func TestDates(t *testing.T) {
+	g, err := Compile(Spec{Schema: json.RawMessage(`{"type":"string","format":"date"}`)}, synthVocab(500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, year := range []int{0, 1, 4, 100, 1900, 1996, 2000, 2023, 2024, 2100, 2400, 9999} {
+		for month := 0; month <= 13; month++ {
+			for day := 0; day <= 32; day++ {
+				str := fmt.Sprintf("%04d-%02d-%02d", year, month, day)
+				_, perr := time.Parse(time.DateOnly, str)
+				want := perr == nil
+				if have := g.d.accept[g.d.run(g.d.start, []byte(`"`+str+`"`))]; have != want {
+					t.Fatalf("%s: have %v; want %v", str, have, want)
+				}
+			}
+		}
+	}
+}
+
 func TestAnyJSON(t *testing.T) {
 	v := synthVocab(3000)
 	g, err := Compile(Spec{JSON: true}, v)
@@ -351,14 +441,23 @@ func TestAnyJSON(t *testing.T) {
 		in   string
 		want bool
 	}{
-		{`{"a": [1, 2.5e-3, "x\n", true, null, {}]}`, true},
+		{`{"a": [1, 0.0025, "x\n", true, null, {}]}`, true},
+		{`2.5e-3`, false}, // numbers are plain decimals
+		{`1.50`, false},   // without trailing fraction zeros
+		{`-0`, false},
+		{`123456789012345`, true},
+		{`1234567890123456`, false}, // at most 15 integer digits, so numbers end
+		{`0.123456789012345`, true},
+		{`0.1234567890123456`, false},
+		{`"\/"`, false}, // one encoding per character
 		{`[[[["deep"]]]]`, true},
 		{`[[[[["too deep"]]]]]`, false},
 		{`{"a":1,}`, false},
 		{`{"a" : 1}`, false}, // no space before ':'
 		{`"\ud83d"`, false},  // \u escapes are limited to control characters
 		{`"\u001f"`, true},
-		{`-0.0`, true},
+		{`-0.0`, false},
+		{`-0.5`, true},
 		{`01`, false},
 	}
 	for _, tt := range tests {
