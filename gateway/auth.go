@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -36,15 +39,18 @@ func (a *authenticator) verify(ctx context.Context, token string) (Identity, *Er
 	if token == "" {
 		return unauth(ReasonMissingToken, "missing token")
 	}
+	// The cap holds on every path (Bearer header, HTTP, auth frame), so no
+	// path parses and verifies more than the protocol promises to.
+	if len(token) > MaxTokenLen {
+		return unauth(ReasonMalformedToken, "token longer than 8 KiB")
+	}
 	// The header names the key, and the key decides the algorithm; nothing
 	// in the unverified token is trusted beyond choosing which key to try.
-	unverified, _, err := jwt.NewParser().ParseUnverified(token, jwt.MapClaims{})
-	if err != nil {
+	alg, kid, ok := tokenHeader(token)
+	if !ok {
 		return unauth(ReasonMalformedToken, "malformed token")
 	}
-	alg, _ := unverified.Header["alg"].(string)
-	kid, _ := unverified.Header["kid"].(string)
-	if alg == "" || alg == "none" {
+	if !registeredAlg(alg) {
 		return unauth(ReasonAlgNotAllowed, "algorithm not allowed")
 	}
 	if kid == "" {
@@ -71,6 +77,10 @@ func (a *authenticator) verify(ctx context.Context, token string) (Identity, *Er
 	p := jwt.NewParser(
 		jwt.WithValidMethods([]string{key.Alg}),
 		jwt.WithExpirationRequired(),
+		// A token issued in the future (beyond the leeway) is refused
+		// like one not yet valid: a clock that far off, or a forged iat,
+		// should not buy a longer life.
+		jwt.WithIssuedAt(),
 		jwt.WithAudience(aud),
 		jwt.WithLeeway(a.leeway),
 		jwt.WithTimeFunc(a.now),
@@ -97,11 +107,43 @@ func (a *authenticator) verify(ctx context.Context, token string) (Identity, *Er
 	default:
 		return unauth(ReasonInvalidToken, "invalid token")
 	}
-	if claims.Subject == "" || len(claims.Subject) > MaxIDLen || !idPattern.MatchString(claims.Subject) {
+	if claims.Subject == "" || len(claims.Subject) > MaxIDLen || !subPattern.MatchString(claims.Subject) {
 		return unauth(ReasonMissingSubject, "token needs a sub of 1-128 of A-Z a-z 0-9 . _ : -")
 	}
 	if tenant.Disabled {
 		return Identity{}, &Error{Code: CodeForbidden, Reason: ReasonTenantDisabled, Message: "tenant disabled"}
 	}
 	return Identity{Tenant: tenant, User: claims.Subject, Kid: kid}, nil
+}
+
+// tokenHeader reads alg and kid from a compact JWS header without
+// trusting anything else in the token: three dot-separated parts, the
+// first base64url JSON. A header alg that is not a string reads as "".
+func tokenHeader(token string) (alg, kid string, ok bool) {
+	head, rest, found := strings.Cut(token, ".")
+	if !found || strings.Count(rest, ".") != 1 {
+		return "", "", false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(head)
+	if err != nil {
+		return "", "", false
+	}
+	var h map[string]any
+	if err := json.Unmarshal(raw, &h); err != nil || h == nil {
+		return "", "", false
+	}
+	alg, _ = h["alg"].(string)
+	kid, _ = h["kid"].(string)
+	return alg, kid, true
+}
+
+// registeredAlg says whether alg is one a tenant key may have; any other
+// value (none, a different case, trailing space) is refused as
+// alg_not_allowed before a key is even looked up.
+func registeredAlg(alg string) bool {
+	switch alg {
+	case tenants.HS256, tenants.RS256, tenants.EdDSA:
+		return true
+	}
+	return false
 }

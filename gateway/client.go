@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -65,7 +67,8 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the upgrader has answered with an HTTP error
 	}
-	ws.SetReadLimit(s.o.MaxFrameBytes)
+	// The read limit is enforced by readMessage, not by the library, which
+	// would close with an empty reason before the client could be told.
 	conn := newConnection(ws, connConfig{
 		queueFrames:  s.o.WriteQueueFrames,
 		queueBytes:   s.o.WriteQueueBytes,
@@ -81,18 +84,21 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		cancel()
 		c.wg.Wait()
+		c.linger(ws)
+		conn.ReaderDone()
 		<-conn.Done()
 		if _, reason := conn.CloseReason(); reason != "" {
 			s.metrics.disconnects.WithLabelValues(reason).Inc()
 		}
 	}()
 	// When the connection starts closing (slow consumer, shutdown), stop
-	// the reader and the client's goroutines too.
+	// the client's goroutines, and give the reader until the end of the
+	// closing handshake: it now only waits for the client's close frame.
 	go func() {
 		select {
 		case <-conn.Closing():
 			cancel()
-			_ = ws.SetReadDeadline(time.Now())
+			_ = ws.SetReadDeadline(time.Now().Add(s.o.WriteTimeout))
 		case <-ctx.Done():
 		}
 	}()
@@ -116,7 +122,11 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	token := bearer
 	if !hasBearer {
 		_ = ws.SetReadDeadline(time.Now().Add(s.o.AuthTimeout))
-		_, msg, err := ws.ReadMessage()
+		msg, err := c.readMessage(ws)
+		if errors.Is(err, errTooBig) {
+			c.refuseTooBig()
+			return
+		}
 		if err != nil {
 			var ne interface{ Timeout() bool }
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -182,9 +192,67 @@ func sameOrigin(origin, host string) bool {
 	return err == nil && u.Host != "" && strings.EqualFold(u.Host, host)
 }
 
+// refuseAuth refuses a sign-in. A refusal that may pass if retried (Redis
+// unreachable) closes with 1013, not 1008, so clients keep the token and
+// try again instead of signing the user out.
 func (c *client) refuseAuth(e *Error) {
 	c.s.metrics.authFailures.WithLabelValues(e.Reason).Inc()
-	c.refuse(e, ClosePolicyViolation)
+	code := ClosePolicyViolation
+	if e.Temporary {
+		code = CloseTryAgainLater
+	}
+	c.refuse(e, code)
+}
+
+// errTooBig is readMessage's error for a message over the read limit.
+var errTooBig = errors.New("gateway: message over the read limit")
+
+// readMessage reads one message of at most MaxFrameBytes. Over that it
+// returns errTooBig with the rest of the message unread.
+func (c *client) readMessage(ws *websocket.Conn) ([]byte, error) {
+	_, r, err := ws.NextReader()
+	if err != nil {
+		return nil, err
+	}
+	msg, err := io.ReadAll(io.LimitReader(r, c.s.o.MaxFrameBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(msg)) > c.s.o.MaxFrameBytes {
+		return nil, errTooBig
+	}
+	return msg, nil
+}
+
+// refuseTooBig answers a message over the read limit: an error frame, then
+// close 1009. The rest of the message is read and dropped (until the
+// handshake deadline) so the client, still sending, gets both instead of a
+// reset.
+func (c *client) refuseTooBig() {
+	c.s.metrics.frames.WithLabelValues("in", "too_big").Inc()
+	c.conn.Send(errorFrame(&Error{Code: CodeBadRequest, Reason: ReasonFrameTooBig,
+		Message: fmt.Sprintf("message over the read limit of %d bytes", c.s.o.MaxFrameBytes)}, ""))
+	c.conn.Close(CloseMessageTooBig, ReasonFrameTooBig)
+}
+
+// linger reads and drops what the client still sends after the gateway
+// started closing, until the client's close frame arrives or the handshake
+// deadline (set when closing began) passes.
+func (c *client) linger(ws *websocket.Conn) {
+	select {
+	case <-c.conn.Closing():
+	default:
+		return
+	}
+	for {
+		_, r, err := ws.NextReader()
+		if err != nil {
+			return
+		}
+		if _, err := io.Copy(io.Discard, r); err != nil {
+			return
+		}
+	}
 }
 
 // refuse sends e and closes the socket with code, reason e.Reason.
@@ -204,26 +272,36 @@ func (c *client) readLoop(ws *websocket.Conn) {
 		return ws.SetReadDeadline(time.Now().Add(pongWait))
 	})
 	for {
-		_, msg, err := ws.ReadMessage()
-		if err != nil {
-			if errors.Is(err, websocket.ErrReadLimit) {
-				c.conn.Send(errorFrame(badRequest("frame over the read limit"), ""))
-				c.conn.Close(CloseMessageTooBig, "frame too big")
-				return
-			}
-			// Gone, or closing: generations continue without this socket.
-			c.conn.abort(websocket.CloseNormalClosure, "")
+		msg, err := c.readMessage(ws)
+		if errors.Is(err, errTooBig) {
+			c.refuseTooBig()
 			return
 		}
-		_ = ws.SetReadDeadline(time.Now().Add(pongWait))
-		frames, err := DecodeMessage(msg)
-		for _, f := range frames {
-			c.s.metrics.frames.WithLabelValues("in", f.Type).Inc()
-			c.handle(f)
-		}
 		if err != nil {
-			c.s.metrics.frames.WithLabelValues("in", "invalid").Inc()
-			c.conn.Send(errorFrame(clientError(err), ""))
+			select {
+			case <-c.conn.Closing():
+				// The gateway is closing (shutdown, refusal): leave the
+				// socket to the writer, which flushes and closes it.
+			default:
+				// Gone: generations continue without this socket.
+				c.conn.abort(websocket.CloseNormalClosure, "")
+			}
+			return
+		}
+		select {
+		case <-c.conn.Closing():
+			continue // closing: what the client still sends is dropped
+		default:
+		}
+		_ = ws.SetReadDeadline(time.Now().Add(pongWait))
+		for _, d := range DecodeMessage(msg) {
+			if d.Err != nil {
+				c.s.metrics.frames.WithLabelValues("in", "invalid").Inc()
+				c.conn.Send(errorFrame(clientError(d.Err), d.Frame.Request))
+				continue
+			}
+			c.s.metrics.frames.WithLabelValues("in", d.Frame.Type).Inc()
+			c.handle(d.Frame)
 		}
 	}
 }

@@ -41,6 +41,13 @@ type Connection struct {
 	wake    chan struct{} // cap 1: the writer has work
 	closeCh chan struct{} // closed when the connection starts closing
 	done    chan struct{} // closed when the writer has exited and the socket is closed
+	// readerGone is closed when nothing reads the socket any more. The
+	// writer keeps the socket open after its close frame until then (or
+	// writeTimeout), so the client's close frame, and whatever the client
+	// was still sending, is read rather than answered by a TCP reset,
+	// which would make the client lose the frames before the close.
+	readerGone chan struct{}
+	readerOnce sync.Once
 }
 
 type queued struct {
@@ -56,6 +63,8 @@ func newConnection(ws *websocket.Conn, cfg connConfig, onFrame func(string)) *Co
 		wake:    make(chan struct{}, 1),
 		closeCh: make(chan struct{}),
 		done:    make(chan struct{}),
+
+		readerGone: make(chan struct{}),
 	}
 	go c.writer()
 	return c
@@ -127,6 +136,10 @@ func (c *Connection) abort(code int, text string) {
 	c.signal()
 }
 
+// ReaderDone tells the writer that nothing reads the socket any more; after
+// its close frame it may close the socket at once. Later calls do nothing.
+func (c *Connection) ReaderDone() { c.readerOnce.Do(func() { close(c.readerGone) }) }
+
 // Closing is closed when the connection starts closing.
 func (c *Connection) Closing() <-chan struct{} { return c.closeCh }
 
@@ -178,6 +191,15 @@ func (c *Connection) writer() {
 				if closing {
 					code, text := c.CloseReason()
 					_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(c.cfg.writeTimeout))
+					// The closing handshake: wait for the reader to see
+					// the client's close (or give up) before the socket
+					// closes.
+					t := time.NewTimer(c.cfg.writeTimeout)
+					select {
+					case <-c.readerGone:
+					case <-t.C:
+					}
+					t.Stop()
 					return
 				}
 				break

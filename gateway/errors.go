@@ -45,6 +45,9 @@ const (
 	// Close reasons that are not errors of a request.
 	ReasonSlowConsumer = "slow_consumer"
 	ReasonShutdown     = "shutdown"
+	// ReasonFrameTooBig refines bad_request for a message over the read
+	// limit, and is the text of the 1009 close that follows.
+	ReasonFrameTooBig = "frame_too_big"
 )
 
 // WebSocket close codes the gateway uses.

@@ -74,8 +74,8 @@ func TestDecodeFrame(t *testing.T) {
 			t.Errorf("%s: have %q (%v); want %q", tt.in, code, err, tt.code)
 		}
 	}
-	frames, err := DecodeMessage([]byte("{\"type\":\"ping\"}\n\n{\"type\":\"session.list\"}"))
-	if err != nil || len(frames) != 2 {
-		t.Fatalf("batched message: have %d frames, %v; want 2", len(frames), err)
+	frames := DecodeMessage([]byte("{\"type\":\"ping\"}\n\n{\"type\":\"session.list\"}"))
+	if len(frames) != 2 || frames[0].Err != nil || frames[1].Err != nil {
+		t.Fatalf("batched message: have %+v; want 2 frames", frames)
 	}
 }

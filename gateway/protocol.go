@@ -93,12 +93,21 @@ type ClientFrame struct {
 	Branch *int `json:"branch,omitempty"`
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
+// idPattern is what session and request ids may hold. No ':': ids become
+// parts of Redis key names, and a separator inside one could name another
+// key (a session's message list, a request's log).
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// subPattern is what a JWT sub may hold; it never becomes a key part on its
+// own (it follows the tenant id, which has no ':'), so ':' is allowed.
+var subPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
 
 // DecodeFrame reads and validates one client frame (one JSON object).
 // Unknown fields are ignored, so clients may be newer than the gateway;
 // unknown types, missing or malformed fields are a *Error with code
-// bad_request. It never panics, whatever the input.
+// bad_request. On error the frame returned carries only Type and Request,
+// when they could be read and the request id is valid, so the error can
+// name its request. It never panics, whatever the input.
 func DecodeFrame(data []byte) (ClientFrame, error) {
 	var f ClientFrame
 	if !utf8.Valid(data) {
@@ -106,36 +115,61 @@ func DecodeFrame(data []byte) (ClientFrame, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&f); err != nil {
-		return ClientFrame{}, badRequest("frame is not a JSON object: " + err.Error())
+		return frameIdentity(data), badRequest("frame is not a valid JSON object: " + err.Error())
 	}
 	if dec.More() {
-		return ClientFrame{}, badRequest("trailing data after the frame")
+		return frameIdentity(data), badRequest("trailing data after the frame")
 	}
 	if err := f.validate(); err != nil {
-		return ClientFrame{}, err
+		return frameIdentity(data), err
 	}
 	return f, nil
 }
 
+// frameIdentity reads just the type and request id of a frame that did not
+// decode or validate; a field that is missing, of the wrong type or not a
+// valid id is left empty.
+func frameIdentity(data []byte) ClientFrame {
+	var id struct {
+		Type    json.RawMessage `json:"type"`
+		Request json.RawMessage `json:"request"`
+	}
+	var f ClientFrame
+	if json.Unmarshal(data, &id) != nil {
+		return f
+	}
+	_ = json.Unmarshal(id.Type, &f.Type)
+	if json.Unmarshal(id.Request, &f.Request) != nil || checkID("request", f.Request) != nil {
+		f.Request = ""
+	}
+	return f
+}
+
+// Decoded is one frame of a message: the frame, or why it is invalid (then
+// Frame holds what DecodeFrame could read of it).
+type Decoded struct {
+	Frame ClientFrame
+	Err   error
+}
+
 // DecodeMessage splits one WebSocket message into frames: a message may
 // carry several frames separated by newlines (JSON never contains a raw
-// newline). Blank lines are skipped.
-func DecodeMessage(msg []byte) ([]ClientFrame, error) {
-	var out []ClientFrame
+// newline). Blank lines are skipped. An invalid frame does not stop the
+// others: each line is decoded on its own, in order, so a client gets an
+// answer (or an error) for every frame it sent.
+func DecodeMessage(msg []byte) []Decoded {
+	var out []Decoded
 	for line := range bytes.SplitSeq(msg, []byte("\n")) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
 		f, err := DecodeFrame(line)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, f)
+		out = append(out, Decoded{Frame: f, Err: err})
 	}
 	if len(out) == 0 {
-		return nil, badRequest("empty message")
+		return []Decoded{{Err: badRequest("empty message")}}
 	}
-	return out, nil
+	return out
 }
 
 func (f *ClientFrame) validate() error {
@@ -170,7 +204,11 @@ func (f *ClientFrame) validate() error {
 		}
 	case TypeSessionCreate:
 		return checkParams(f.Type, f.Params)
-	case TypeSessionList, TypePing:
+	case TypePing:
+	case TypeSessionList:
+		if f.Limit < 0 {
+			return badRequest("session.list: limit must be >= 0")
+		}
 	case TypeSessionUpdate:
 		if err := needID("session", f.Session); err != nil {
 			return err
@@ -237,6 +275,9 @@ func checkParams(typ string, p *ChatParams) error {
 	if p.MaxTokens < 0 || p.TopK < 0 || p.Temperature < 0 || p.TopP < 0 || p.MinP < 0 {
 		return badRequest(typ + ": negative parameter")
 	}
+	if p.TopP > 1 || p.MinP > 1 {
+		return badRequest(typ + ": top_p and min_p must be between 0 and 1")
+	}
 	switch p.Priority {
 	case "", "interactive", "standard", "batch":
 	default:
@@ -259,7 +300,7 @@ func checkParams(typ string, p *ChatParams) error {
 
 func checkID(name, v string) error {
 	if len(v) > MaxIDLen || !idPattern.MatchString(v) {
-		return badRequest(fmt.Sprintf("%s must be 1-%d of A-Z a-z 0-9 . _ : -", name, MaxIDLen))
+		return badRequest(fmt.Sprintf("%s must be 1-%d of A-Z a-z 0-9 . _ -", name, MaxIDLen))
 	}
 	return nil
 }

@@ -1,6 +1,9 @@
 package gateway
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // resume answers session.resume: the session frame, then, when a request
 // is named, its deltas after f.After from the stream log and the live rest
@@ -69,6 +72,14 @@ func (c *client) resume(f ClientFrame) {
 			return
 		}
 		if len(entries) == 0 {
+			// A finished request whose done record is not after the
+			// client's seq: the client asked past the end; say so now
+			// instead of waiting for entries that will never come.
+			tail, err := s.log.last(ctx, f.Session, f.Request)
+			if err == nil && tail != nil && tail.Done != nil && tail.Seq <= after {
+				fail(badRequest(fmt.Sprintf("after %d is past the request's last delta (%d)", after, tail.Seq-1)), CodeBadRequest)
+				return
+			}
 			if time.Since(lastProgress) > s.o.ResumeIdle {
 				fail(unavailable("the generation stopped making progress"), "idle")
 				return

@@ -354,10 +354,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.Close(CloseGoingAway, ReasonShutdown)
 	}
+	// Each socket flushes its frames, sends the close and waits for the
+	// client's; all of them within one WriteTimeout (plus a little for the
+	// writer's own timeout), so the caller may exit once this returns.
+	wait := time.NewTimer(s.o.WriteTimeout + time.Second)
+	defer wait.Stop()
 	for _, c := range conns {
 		select {
 		case <-c.Done():
-		case <-time.After(s.o.WriteTimeout):
+		case <-wait.C:
+			return err
 		}
 	}
 	return err

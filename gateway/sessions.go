@@ -73,6 +73,19 @@ func (s *SessionStore) touch(ctx context.Context, tenant, user, id string, now i
 	return nil
 }
 
+// validKeyPart guards every store method that puts a caller's id into a key
+// name: an id that is not one the protocol allows cannot name a session, so
+// it reads as not found without touching Redis. Whatever the key it would
+// have named holds, the answer is the same: no existence oracle.
+func validKeyPart(ids ...string) bool {
+	for _, id := range ids {
+		if id == "" || len(id) > MaxIDLen || !idPattern.MatchString(id) {
+			return false
+		}
+	}
+	return true
+}
+
 func newSessionID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
@@ -104,6 +117,9 @@ func (s *SessionStore) Create(ctx context.Context, tenant, user, title string) (
 // Get returns a session with its history; ErrNotFound unless it belongs to
 // (tenant, user).
 func (s *SessionStore) Get(ctx context.Context, tenant, user, id string) (*SessionView, error) {
+	if !validKeyPart(id) {
+		return nil, ErrNotFound
+	}
 	var h *redis.MapStringStringCmd
 	var msgs *redis.StringSliceCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -134,12 +150,19 @@ func (s *SessionStore) Get(ctx context.Context, tenant, user, id string) (*Sessi
 	return v, nil
 }
 
+// Session list sizes: the default, and the most one list returns.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
 // List returns (tenant, user)'s sessions, most recently active first, at
-// most limit (0: 100).
+// most limit (0: DefaultListLimit; above MaxListLimit: MaxListLimit).
 func (s *SessionStore) List(ctx context.Context, tenant, user string, limit int) ([]SessionInfo, error) {
-	if limit <= 0 || limit > 1000 {
-		limit = 100
+	if limit <= 0 {
+		limit = DefaultListLimit
 	}
+	limit = min(limit, MaxListLimit)
 	ids, err := s.rdb.ZRevRange(ctx, s.idxKey(tenant, user), 0, int64(limit-1)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("gateway: list sessions: %w", err)
@@ -180,6 +203,9 @@ return 1
 
 // Rename sets a session's title.
 func (s *SessionStore) Rename(ctx context.Context, tenant, user, id, title string) error {
+	if !validKeyPart(id) {
+		return ErrNotFound
+	}
 	now := s.now().UnixMilli()
 	n, err := renameScript.Run(ctx, s.rdb, []string{s.sessKey(id)}, tenant, user, title, now).Int()
 	if err != nil {
@@ -199,6 +225,9 @@ return 1
 // Delete removes a session and its history. Its request logs expire on
 // their own; a resume of them reads as not found once the session is gone.
 func (s *SessionStore) Delete(ctx context.Context, tenant, user, id string) error {
+	if !validKeyPart(id) {
+		return ErrNotFound
+	}
 	n, err := deleteScript.Run(ctx, s.rdb, []string{s.sessKey(id), s.msgsKey(id), s.altsKey(id)}, tenant, user).Int()
 	if err != nil {
 		return fmt.Errorf("gateway: delete session: %w", err)
@@ -233,6 +262,9 @@ return redis.call('LRANGE', KEYS[2], 0, -1)
 // the whole history, the new message last. ErrNotFound unless the session
 // is (tenant, user)'s; ErrDuplicateRequest when request was used before.
 func (s *SessionStore) StartTurn(ctx context.Context, tenant, user, sid, request, content string) ([]Message, error) {
+	if !validKeyPart(sid, request) {
+		return nil, ErrNotFound
+	}
 	now := s.now().UnixMilli()
 	msg, _ := json.Marshal(Message{Role: "user", Content: content, Request: request, Created: now})
 	res, err := startScript.Run(ctx, s.rdb,

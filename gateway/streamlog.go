@@ -136,3 +136,19 @@ func (l *streamLog) first(ctx context.Context, sid, rid string) (int, error) {
 	}
 	return es[0].Seq, nil
 }
+
+// last returns the newest entry, nil when the log is empty.
+func (l *streamLog) last(ctx context.Context, sid, rid string) (*logEntry, error) {
+	msgs, err := l.rdb.XRevRangeN(ctx, l.key(sid, rid), "+", "-", 1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: read log of %s: %w", rid, err)
+	}
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	es, err := decodeEntries(msgs)
+	if err != nil {
+		return nil, err
+	}
+	return &es[0], nil
+}

@@ -86,8 +86,13 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 		s.mu.Unlock()
 		return &Error{Code: CodeUnavailable, Reason: ReasonShutdown, Message: "gateway shutting down", Temporary: true}
 	}
-	if _, busy := s.turns[id]; busy {
+	if running, busy := s.turns[id]; busy {
 		s.mu.Unlock()
+		// Only the session's owner may learn that the id is in use:
+		// anyone else is told what a missing session tells them.
+		if running.user != c.ident.User {
+			return notFound("session")
+		}
 		return badRequest("request id already used in this session")
 	}
 	t := &turn{s: s, engineID: id, tenant: ten, user: c.ident.User, session: f.Session, request: f.Request, conn: c.conn}
