@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -39,6 +40,8 @@ func runServe(ctx context.Context, args []string) error {
 	kvType := kvTypeFlag(fs)
 	adminToken := fs.String("admin-token", os.Getenv("SPECGATE_ADMIN_TOKEN"), "token guarding /admin/v1 ($SPECGATE_ADMIN_TOKEN); empty disables it")
 	dev := fs.Bool("dev", false, "create a 'dev' tenant if missing and print a sign-in URL with a token")
+	authTimeout := fs.Duration("auth-timeout", 5*time.Second, "how long a browser socket has to send its auth frame")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long running replies may take to finish before they are stored partial")
 	rf := addRoleFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -89,6 +92,9 @@ func runServe(ctx context.Context, args []string) error {
 			HostKVBytes:    *hostKVMB << 20,
 			MaxBatchTokens: *maxBatch,
 			KVType:         *kvType,
+			// A request without max_tokens may use what the context has
+			// left, as the protocol promises.
+			DefaultMaxTokens: math.MaxInt32,
 		})
 		if err != nil {
 			return err
@@ -116,11 +122,12 @@ func runServe(ctx context.Context, args []string) error {
 		Model:       modelInfo,
 		Tokenize:    tokenize,
 		SessionLive: sessionLive,
+		AuthTimeout: *authTimeout,
 	})
 	if err != nil {
 		return err
 	}
-	return serveGateway(ctx, log, gw, reg, ln, *dev, *rf.instance)
+	return serveGateway(ctx, log, gw, reg, ln, *dev, *rf.instance, *shutdownTimeout)
 }
 
 // servedEngine is the engine of roles all and engine.
@@ -166,8 +173,11 @@ func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry
 	return e, notice, func() { e.eng.Close(); m.Close(); be.Close() }, nil
 }
 
-// serveGateway serves the web UI and the gateway on ln until ctx ends.
-func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, reg *prometheus.Registry, ln net.Listener, dev bool, instance string) error {
+// serveGateway serves the web UI and the gateway on ln until ctx ends,
+// then shuts down gracefully: no new connections or turns, running turns
+// get up to shutdownTimeout to finish, every socket gets its done frames
+// and a 1001 close before the process exits.
+func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, reg *prometheus.Registry, ln net.Listener, dev bool, instance string, shutdownTimeout time.Duration) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", web.Handler())
 	for _, p := range []string{"/v1/", "/healthz", "/readyz", "/admin/"} {
@@ -193,14 +203,24 @@ func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, reg
 		return fmt.Errorf("http: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: finishing or storing in-flight generations")
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	log.Info("shutting down: finishing or storing in-flight generations", "timeout", shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	herr := hs.Shutdown(sctx)
+	// Both at once: the HTTP server stops accepting and waits for plain
+	// requests, while the gateway drains turns and closes the sockets
+	// (which the HTTP server no longer tracks once upgraded).
+	herrc := make(chan error, 1)
+	go func() { herrc <- hs.Shutdown(sctx) }()
 	gerr := gw.Shutdown(sctx)
+	if errors.Is(gerr, context.DeadlineExceeded) {
+		log.Warn("shutdown timeout passed: the replies still running were stored partial (interrupted: shutdown)")
+		gerr = nil
+	}
+	herr := <-herrc
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	log.Info("shut down")
 	return errors.Join(herr, gerr)
 }
 
