@@ -329,7 +329,9 @@ func TestSessionListLimit(t *testing.T) {
 // and a 1009 close with a reason, however much more the client is still
 // sending.
 func TestOversizeMessage(t *testing.T) {
-	e := newEnv(t, nil, "", nil)
+	// The auth timeout covers reading the first message; give a loaded
+	// machine time to carry the megabytes before auth.
+	e := newEnv(t, nil, "", func(o *Options) { o.AuthTimeout = 10 * time.Second })
 	for _, size := range []int{1<<20 + 1, 3 << 20, 8 << 20} {
 		c := e.rawLogin("alice")
 		if err := c.writeFrame(0x1, []byte(`{"type":"ping","pad":"`+strings.Repeat("x", size)+`"}`), true); err != nil {
