@@ -217,7 +217,38 @@ type Attn struct {
 	Heads, KVHeads, HeadDim int
 	// Scale multiplies q·k; zero means 1/sqrt(HeadDim).
 	Scale float32
-	Rows  []AttnRow
+	// SoftCap, when positive, caps every scaled score s before the
+	// softmax: s = SoftCap·tanh(s·(1/SoftCap)), computed in float32
+	// (Gemma 2's attention logit soft-capping). Zero means off. Only a
+	// backend that is an AttnVariants honours it.
+	SoftCap float32
+	// Window, when positive, is a sliding window: row r attends only to
+	// positions [max(0, Len−Window), Len) (a key at distance Window or
+	// more from the query at Len−1 is masked). Zero means every position.
+	// Only a backend that is an AttnVariants honours it.
+	Window int32
+	Rows   []AttnRow
+}
+
+// AttnVariants is an optional Backend interface: its Attention (and
+// TreeAttention, where it has one) honours Attn.SoftCap and Attn.Window.
+// A backend without it ignores both, so a model whose architecture needs
+// them checks SupportsAttn first.
+type AttnVariants interface {
+	// SupportsAttn reports whether the backend computes a's SoftCap and
+	// Window. For TreeAttention a Window holds for the prefix only: a
+	// tree row's own slots are always seen.
+	SupportsAttn(a Attn) bool
+}
+
+// SupportsAttn reports whether b computes attention as a describes: always
+// when a has neither SoftCap nor Window, otherwise when b says so.
+func SupportsAttn(b Backend, a Attn) bool {
+	if a.SoftCap == 0 && a.Window == 0 {
+		return true
+	}
+	v, ok := b.(AttnVariants)
+	return ok && v.SupportsAttn(a)
 }
 
 // BlockCopy moves one block between caches (or within one).

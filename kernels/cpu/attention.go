@@ -164,6 +164,9 @@ type attnTask struct {
 type attnItem struct {
 	r, p0, p1 int
 	part      int // the item's index among parts, or -1 for a whole row
+	// lo is the row's first position in its sliding window: scores of
+	// positions before it are masked. p0 is the block that holds it.
+	lo int
 }
 
 // attnPart is the most positions (in whole blocks) one task takes of a
@@ -209,13 +212,17 @@ func (b *Backend) Attention(dst, q kernels.Tensor, c kernels.KVCache, layer int,
 	span := max(1, attnPart/bs) * bs
 	items, parts := b.attnItems[:0], 0
 	for r, row := range a.Rows {
-		n := int(row.Len)
-		if n <= span {
-			items = append(items, attnItem{r: r, p1: n, part: -1})
+		n, lo := int(row.Len), 0
+		if a.Window > 0 && n > int(a.Window) {
+			lo = n - int(a.Window)
+		}
+		first := lo / bs * bs
+		if n-first <= span {
+			items = append(items, attnItem{r: r, p0: first, p1: n, part: -1, lo: lo})
 			continue
 		}
-		for p0 := 0; p0 < n; p0 += span {
-			items = append(items, attnItem{r: r, p0: p0, p1: min(n, p0+span), part: parts})
+		for p0 := first; p0 < n; p0 += span {
+			items = append(items, attnItem{r: r, p0: p0, p1: min(n, p0+span), part: parts, lo: lo})
 			parts++
 		}
 	}
@@ -344,6 +351,14 @@ func (t *attnTask) run(wk, lo, hi int) {
 				o, end := base+(j-p)*w+kv0, base+(j-p+1)*w
 				dotsF32(qs, K[o:end], hd, t.group, s[j*nh:(j+1)*nh])
 			}
+		}
+		if a.SoftCap > 0 {
+			kernels.SoftCapRef(s[:n*nh], a.SoftCap)
+		}
+		// Masked positions (out of the window, padding) are set after
+		// the cap, as GGML adds its mask to capped scores.
+		for i := range max(0, min(n, it.lo-p0)) * nh {
+			s[i] = negInf
 		}
 		for i := n * nh; i < len(s); i++ {
 			s[i] = negInf

@@ -166,6 +166,12 @@ func (t *treeTask) run(wk, lo, hi int) {
 					dotsF32(qs, t.kv.k[t.layer][o:base+(j-p+1)*w], hd, gv, s[j*nv:(j+1)*nv])
 				}
 			}
+			if a.SoftCap > 0 {
+				kernels.SoftCapRef(s[:n*nv], a.SoftCap)
+			}
+			if a.Window > 0 {
+				t.window(s, run, n, nv)
+			}
 			for i := n * nv; i < len(s); i++ {
 				s[i] = negInf
 			}
@@ -205,6 +211,9 @@ func (t *treeTask) run(wk, lo, hi int) {
 					q := qs[v*hd : (v+1)*hd]
 					for j, sl := range tr.Slots {
 						t.dots(ts[j:j+1], q, int(sl)*w+koff)
+					}
+					if a.SoftCap > 0 {
+						kernels.SoftCapRef(ts[:m], a.SoftCap)
 					}
 					m2, z2 = t.softmax(ts[:(m+7)&^7], m, soft)
 					for j, sl := range tr.Slots {
@@ -290,6 +299,26 @@ func (b *Backend) CopySlots(c kernels.KVCache, moves []kernels.SlotCopy) {
 		}
 		for l := range kv.spec.Layers {
 			kv.copyElems(l, int(m.Dst)*w, kv, int(m.Src)*w, w)
+		}
+	}
+}
+
+// window masks the prefix scores s (n positions × nv virtual heads, head
+// h of row r at h·nr+r) outside each row's sliding window. A tree row's
+// query sits at position Prefix + len(Slots) − 1 (its slots are its
+// ancestors and itself), so it sees prefix positions from
+// Prefix + len(Slots) − Window on. A row whose window holds no prefix
+// position keeps its nearest one, so its softmax stays defined: the model
+// never builds such a tree (it refuses trees deeper than the window).
+func (t *treeTask) window(s []float32, run treeRows, n, nv int) {
+	nr := run.r1 - run.r0
+	for r := range nr {
+		lo := n + len(t.tree.Rows[run.r0+r].Slots) - int(t.a.Window)
+		lo = min(lo, n-1)
+		for j := 0; j < lo; j++ {
+			for h := range nv / nr {
+				s[j*nv+h*nr+r] = negInf
+			}
 		}
 	}
 }

@@ -29,7 +29,9 @@ func Run(t *testing.T, b kernels.Backend) {
 		}
 		t.Run(fmt.Sprintf("Attention/kv=%v", dt), func(t *testing.T) { testAttention(t, b, dt) })
 		t.Run(fmt.Sprintf("CopyBlocks/kv=%v", dt), func(t *testing.T) { testCopyBlocks(t, b, dt) })
+		t.Run(fmt.Sprintf("AttnVariants/kv=%v", dt), func(t *testing.T) { testAttnVariants(t, b, dt) })
 	}
+	t.Run("Variants", func(t *testing.T) { testVariants(t, b) })
 }
 
 // KVTypes are the KV cache element types the suite knows; a backend is
@@ -594,23 +596,30 @@ func RefAttention(q, k, v []float32, n int, a kernels.Attn) []float64 {
 	hd, w := a.HeadDim, a.KVHeads*a.HeadDim
 	out := make([]float64, a.Heads*hd)
 	s := make([]float64, n)
+	lo := 0 // the first position in the sliding window
+	if a.Window > 0 {
+		lo = max(0, n-int(a.Window))
+	}
 	for h := range a.Heads {
 		kh := h / (a.Heads / a.KVHeads)
 		mx := math.Inf(-1)
-		for p := range n {
+		for p := lo; p < n; p++ {
 			var d float64
 			for i := range hd {
 				d += float64(q[h*hd+i]) * float64(k[p*w+kh*hd+i])
 			}
 			s[p] = d * scale
+			if c := float64(a.SoftCap); c > 0 {
+				s[p] = c * math.Tanh(s[p]/c)
+			}
 			mx = max(mx, s[p])
 		}
 		var sum float64
-		for p := range n {
+		for p := lo; p < n; p++ {
 			s[p] = math.Exp(s[p] - mx)
 			sum += s[p]
 		}
-		for p := range n {
+		for p := lo; p < n; p++ {
 			for i := range hd {
 				out[h*hd+i] += s[p] / sum * float64(v[p*w+kh*hd+i])
 			}
@@ -715,4 +724,86 @@ func testCopyBlocks(t *testing.T, b kernels.Backend, dt kernels.DType) {
 	a.Rows = []kernels.AttnRow{{Table: []int32{1, 0, 2}, Len: 11}}
 	b.Attention(out, q, dst, 0, a)
 	check(t, "Attention after an in-cache copy", download(b, out), RefAttention(qs, src.k[0], src.v[0], 11, a), 2e-5, 1e-4)
+}
+
+// testAttnVariants checks soft-capped and sliding-window attention (Gemma
+// 2) against the reference, and that a row's result is the same alone as
+// in a batch.
+func testAttnVariants(t *testing.T, b kernels.Backend, dt kernels.DType) {
+	probe := kernels.Attn{SoftCap: 1, Window: 1}
+	if !kernels.SupportsAttn(b, probe) {
+		t.Skipf("%s does not compute soft-capped or sliding-window attention", b.Name())
+	}
+	r := rand.New(rand.NewPCG(21, 22))
+	lens := []int{1, 5, 16, 17, 40, 300, 700}
+	const heads, kvHeads, hd, bs = 4, 1, 32, 8
+	blocks := 0
+	for _, n := range lens {
+		blocks += (n+bs-1)/bs + 1
+	}
+	spec := kernels.KVSpec{Layers: 1, Blocks: blocks, BlockSize: bs, Width: kvHeads * hd, DType: dt}
+	f := fillKV(t, b, r, spec, 0, lens)
+	qw := heads * hd
+	qs := randFloats(r, len(lens)*qw, 40) // scores well past the cap
+	q := upload(b, len(lens), qw, qs)
+	for _, v := range []struct {
+		name   string
+		cap    float32
+		window int32
+	}{{"softcap", 50, 0}, {"window", 0, 16}, {"both", 30, 16}, {"wide_window", 0, 400}} {
+		t.Run(v.name, func(t *testing.T) {
+			a := kernels.Attn{Heads: heads, KVHeads: kvHeads, HeadDim: hd, SoftCap: v.cap, Window: v.window, Rows: f.rows}
+			dst := b.Alloc(len(lens), qw)
+			b.Attention(dst, q, f.cache, 0, a)
+			have := download(b, dst)
+			var want []float64
+			for i, n := range lens {
+				want = append(want, RefAttention(qs[i*qw:(i+1)*qw], f.k[i], f.v[i], n, a)...)
+			}
+			check(t, "Attention", have, want, 2e-5, 1e-4)
+			for i := range lens {
+				one := a
+				one.Rows = a.Rows[i : i+1]
+				d1 := b.Alloc(1, qw)
+				b.Attention(d1, b.Slice(q, i, i+1), f.cache, 0, one)
+				if alone := download(b, d1); !slices.Equal(alone, have[i*qw:(i+1)*qw]) {
+					t.Fatalf("row %d (length %d): alone differs from in the batch", i, lens[i])
+				}
+			}
+		})
+	}
+}
+
+// testVariants checks the optional element-wise ops through the kernels
+// functions that call them (the host fallback where a backend lacks one)
+// against their references, exactly: they are defined in float32.
+func testVariants(t *testing.T, b kernels.Backend) {
+	r := rand.New(rand.NewPCG(23, 24))
+	const rows, cols = 5, 96
+	g, u := randFloats(r, rows*cols, 12), randFloats(r, rows*cols, 2)
+	g[0], g[1], g[2], g[3] = -10, 10, -10.5, 11
+	for _, op := range []struct {
+		name string
+		dev  func(x, y kernels.Tensor)
+		ref  func(x, y []float32)
+	}{
+		{"Scale", func(x, _ kernels.Tensor) { kernels.Scale(b, x, 16) }, func(x, _ []float32) { kernels.ScaleRef(x, 16) }},
+		{"SoftCap", func(x, _ kernels.Tensor) { kernels.SoftCap(b, x, 3) }, func(x, _ []float32) { kernels.SoftCapRef(x, 3) }},
+		{"GeGLU", func(x, y kernels.Tensor) { kernels.GeGLU(b, x, x, y) }, func(x, y []float32) { kernels.GeGLURef(x, x, y) }},
+	} {
+		t.Run(op.name, func(t *testing.T) {
+			x := upload(b, rows, cols, g)
+			op.dev(x, upload(b, rows, cols, u))
+			want := slices.Clone(g)
+			op.ref(want, u)
+			if have := download(b, x); !slices.Equal(have, want) {
+				t.Fatalf("have %v; want %v", have[:8], want[:8])
+			}
+			one := upload(b, 1, cols, g[2*cols:3*cols])
+			op.dev(one, upload(b, 1, cols, u[2*cols:3*cols]))
+			if have := download(b, one); !slices.Equal(have, want[2*cols:3*cols]) {
+				t.Fatalf("row 2 alone differs from in the batch")
+			}
+		})
+	}
 }

@@ -1,9 +1,11 @@
 // Package llama is the Llama-family decoder (Llama 2/3, Mistral, SmolLM,
-// Qwen2): token embedding, pre-norm blocks of grouped-query attention with
-// RoPE and a SwiGLU feed-forward, a final RMSNorm and the output head.
+// Qwen2, Phi-3, Gemma 2): token embedding, pre-norm blocks of grouped-query
+// attention with RoPE and a gated feed-forward, a final RMSNorm and the
+// output head.
 //
 // Layers are structs whose fields are the GGUF tensors they are read from;
-// each has a Forward written once against kernels.Backend.
+// each has a Forward written once against kernels.Backend. What sets one
+// architecture apart is a few switches in an archSpec, read once at load.
 package llama
 
 import (
@@ -18,23 +20,64 @@ import (
 )
 
 func init() {
-	for _, arch := range []string{"llama", "mistral", "qwen2"} {
+	for arch := range archSpecs {
 		model.Register(arch, New)
 	}
+}
+
+// archSpec is how an architecture departs from Llama's forward pass, as
+// llama.cpp computes each.
+type archSpec struct {
+	// neoxRoPE rotates halves of each head (pairs i and i+d/2) rather
+	// than adjacent pairs.
+	neoxRoPE bool
+	// fused reads Q, K and V from one attn_qkv tensor (rows Q, then K,
+	// then V) and the gate and up projections from one ffn_up tensor
+	// (gate rows first): Phi-3.
+	fused bool
+	// gemma is Gemma 2: embeddings scaled by sqrt(dim); norms after the
+	// attention and the feed-forward too (post_attention_norm,
+	// post_ffw_norm), applied to the sublayer's output before the
+	// residual add; a GELU-gated feed-forward; attention and final logit
+	// soft-capping; the sliding window on even layers; the query scaled
+	// by 1/sqrt(head dim) (by 1/sqrt(dim/heads) for the 46-layer 27B).
+	// The norm weights are used as stored: GGUF files hold Gemma's
+	// (1 + w) already.
+	gemma bool
+	// windowAll applies attention.sliding_window to every layer (Phi-3).
+	windowAll bool
+}
+
+var archSpecs = map[string]archSpec{
+	"llama":   {},
+	"mistral": {},
+	"qwen2":   {neoxRoPE: true},
+	"phi3":    {neoxRoPE: true, fused: true, windowAll: true},
+	"gemma2":  {neoxRoPE: true, gemma: true},
 }
 
 // Attention is one block's self-attention: blk.N.attn_*.
 type Attention struct {
 	Norm       kernels.Tensor // attn_norm
-	Q, K, V, O kernels.Tensor // attn_q, attn_k, attn_v, attn_output
+	Q, K, V, O kernels.Tensor // attn_q, attn_k, attn_v, attn_output (row ranges of attn_qkv when fused)
 	// QB, KB, VB are optional biases (Qwen2).
 	QB, KB, VB kernels.Tensor
+	// PostNorm (post_attention_norm, Gemma 2) normalises the output
+	// before the residual add; nil means none.
+	PostNorm kernels.Tensor
+	// Window is the layer's sliding window (0: none).
+	Window int32
 }
 
-// FeedForward is one block's SwiGLU MLP: blk.N.ffn_*.
+// FeedForward is one block's gated MLP: blk.N.ffn_*.
 type FeedForward struct {
 	Norm           kernels.Tensor // ffn_norm
-	Gate, Up, Down kernels.Tensor
+	Gate, Up, Down kernels.Tensor // (row ranges of ffn_up when fused)
+	// PostNorm (post_ffw_norm, Gemma 2) normalises the output before the
+	// residual add; nil means none.
+	PostNorm kernels.Tensor
+	// GELU gates with GELU (Gemma) rather than SiLU.
+	GELU bool
 }
 
 // Layer is one transformer block.
@@ -58,6 +101,15 @@ type Model struct {
 	layers []Layer
 	kvType kernels.DType // of the caches NewKV makes
 
+	// embedScale multiplies the embeddings (Gemma: sqrt(dim)); 0 is off.
+	embedScale float32
+	// attnScale multiplies q·k; attnCap and finalCap soft-cap the
+	// attention scores and the logits (0 is off).
+	attnScale, attnCap, finalCap float32
+	// window is the sliding window of the layers that have one; a tree
+	// batch must fit in it (see check).
+	window int32
+
 	s scratch
 }
 
@@ -69,6 +121,7 @@ var _ model.Model = (*Model)(nil)
 type scratch struct {
 	rows, logitRows       int
 	x, h, q, k, v, att, o kernels.Tensor
+	p                     kernels.Tensor // a sublayer's output before its post-norm
 	gate, up              kernels.Tensor
 	xl, hl, logits        kernels.Tensor
 }
@@ -88,6 +141,10 @@ func New(f *gguf.File, be kernels.Backend) (model.Model, error) {
 		}
 		return int(v), nil
 	}
+	spec, ok := archSpecs[arch]
+	if !ok {
+		return nil, fmt.Errorf("llama: architecture %q is not one of this package's", arch)
+	}
 	c := model.Config{Arch: arch, Name: name}
 	var err error
 	if c.Layers, err = need("block_count"); err != nil {
@@ -106,12 +163,23 @@ func New(f *gguf.File, be kernels.Backend) (model.Model, error) {
 	if v, ok := f.Uint(key("attention.head_count_kv")); ok {
 		c.KVHeads = int(v)
 	}
-	if c.KVHeads <= 0 || c.Heads%c.KVHeads != 0 || c.Dim%c.Heads != 0 {
-		return nil, fmt.Errorf("llama: %d heads, %d kv heads, dim %d do not divide", c.Heads, c.KVHeads, c.Dim)
+	if c.KVHeads <= 0 || c.Heads%c.KVHeads != 0 {
+		return nil, fmt.Errorf("llama: %d heads and %d kv heads do not divide", c.Heads, c.KVHeads)
 	}
-	c.HeadDim = c.Dim / c.Heads
-	if v, ok := f.Uint(key("attention.key_length")); ok && int(v) != c.HeadDim {
-		return nil, fmt.Errorf("llama: key_length %d differs from dim/heads %d (not supported)", v, c.HeadDim)
+	// A head is dim/heads wide unless the file says otherwise (Gemma 2
+	// 2B: 8 heads of 256 in a dim of 2304).
+	if v, ok := f.Uint(key("attention.key_length")); ok {
+		if v == 0 || v > 1<<16 || v%2 != 0 {
+			return nil, fmt.Errorf("llama: attention.key_length %d out of range", v)
+		}
+		c.HeadDim = int(v)
+	} else if c.Dim%c.Heads == 0 {
+		c.HeadDim = c.Dim / c.Heads
+	} else {
+		return nil, fmt.Errorf("llama: dim %d is not a whole number of %d heads", c.Dim, c.Heads)
+	}
+	if v, ok := f.Uint(key("attention.value_length")); ok && int(v) != c.HeadDim {
+		return nil, fmt.Errorf("llama: value_length %d differs from key_length %d (not supported)", v, c.HeadDim)
 	}
 	c.Context = 2048
 	if v, ok := f.Uint(key("context_length")); ok && v > 0 && v < 1<<24 {
@@ -122,7 +190,7 @@ func New(f *gguf.File, be kernels.Backend) (model.Model, error) {
 		eps = v
 	}
 
-	rope := kernels.RoPE{HeadDim: c.HeadDim, Base: 10000, NeoX: arch == "qwen2"}
+	rope := kernels.RoPE{HeadDim: c.HeadDim, Base: 10000, NeoX: spec.neoxRoPE}
 	if v, ok := f.Uint(key("rope.dimension_count")); ok {
 		if int(v) > c.HeadDim || v%2 != 0 {
 			return nil, fmt.Errorf("llama: rope.dimension_count %d invalid for head dim %d", v, c.HeadDim)
@@ -146,6 +214,41 @@ func New(f *gguf.File, be kernels.Backend) (model.Model, error) {
 	tmpl, _ := f.String("tokenizer.chat_template")
 
 	m := &Model{cfg: c, be: be, file: f, tok: tok, tmpl: tmpl, eps: float32(eps), rope: rope, kvType: model.DefaultKVType(be)}
+	m.attnScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
+	var window int32
+	if spec.gemma || spec.windowAll {
+		if v, ok := f.Uint(key("attention.sliding_window")); ok && v > 0 && v < 1<<30 {
+			window = int32(v)
+		}
+	}
+	if spec.gemma {
+		m.embedScale = float32(math.Sqrt(float64(c.Dim)))
+		if c.Layers == 46 { // Gemma 2 27B scales by its head width in the model dim
+			m.attnScale = float32(1 / math.Sqrt(float64(c.Dim/c.Heads)))
+		}
+		if v, ok := f.Float(key("attn_logit_softcapping")); ok && v > 0 {
+			m.attnCap = float32(v)
+		}
+		if v, ok := f.Float(key("final_logit_softcapping")); ok && v > 0 {
+			m.finalCap = float32(v)
+		}
+	}
+	if _, ok := f.Tensor("rope_factors_long.weight"); ok {
+		return nil, fmt.Errorf("llama: long-context RoPE factors (rope_factors_long) are not supported")
+	}
+	probe := kernels.Attn{SoftCap: m.attnCap, Window: window}
+	if !kernels.SupportsAttn(be, probe) {
+		if m.attnCap != 0 {
+			return nil, fmt.Errorf("llama: %s needs soft-capped attention, which the %s backend does not compute", arch, be.Name())
+		}
+		// Without sliding-window attention, stay within the window,
+		// where it masks nothing.
+		if window > 0 {
+			m.cfg.Context = min(m.cfg.Context, int(window))
+		}
+		window = 0
+	}
+	m.window = window
 	ld := loader{f: f, be: be, cfg: &m.cfg}
 	if ti, ok := f.Tensor("rope_freqs.weight"); ok {
 		// Llama 3.1 frequency scaling: one divisor per rotated pair.
@@ -170,29 +273,52 @@ func New(f *gguf.File, be kernels.Backend) (model.Model, error) {
 		m.output = m.embed
 		ld.countBytes(m.embed) // the tied head reads the whole table
 	}
-	kvw := c.KVWidth()
+	kvw, qw := c.KVWidth(), c.Heads*c.HeadDim
 	m.layers = make([]Layer, c.Layers)
 	for i := range m.layers {
 		p := fmt.Sprintf("blk.%d.", i)
 		l := &m.layers[i]
 		l.Attention.Norm = ld.vector(p+"attn_norm.weight", c.Dim)
-		l.Q = ld.matrix(p+"attn_q.weight", c.Dim, c.Dim)
-		l.K = ld.matrix(p+"attn_k.weight", kvw, c.Dim)
-		l.V = ld.matrix(p+"attn_v.weight", kvw, c.Dim)
-		l.O = ld.matrix(p+"attn_output.weight", c.Dim, c.Dim)
-		l.QB = ld.optionalVector(p+"attn_q.bias", c.Dim)
+		if spec.fused {
+			qkv := ld.matrix(p+"attn_qkv.weight", qw+2*kvw, c.Dim)
+			l.Q, l.K, l.V = ld.rows(qkv, 0, qw), ld.rows(qkv, qw, qw+kvw), ld.rows(qkv, qw+kvw, qw+2*kvw)
+		} else {
+			l.Q = ld.matrix(p+"attn_q.weight", qw, c.Dim)
+			l.K = ld.matrix(p+"attn_k.weight", kvw, c.Dim)
+			l.V = ld.matrix(p+"attn_v.weight", kvw, c.Dim)
+		}
+		l.O = ld.matrix(p+"attn_output.weight", c.Dim, qw)
+		l.QB = ld.optionalVector(p+"attn_q.bias", qw)
 		l.KB = ld.optionalVector(p+"attn_k.bias", kvw)
 		l.VB = ld.optionalVector(p+"attn_v.bias", kvw)
 		l.FeedForward.Norm = ld.vector(p+"ffn_norm.weight", c.Dim)
-		l.Gate = ld.matrix(p+"ffn_gate.weight", c.FFN, c.Dim)
-		l.Up = ld.matrix(p+"ffn_up.weight", c.FFN, c.Dim)
+		if spec.fused {
+			up := ld.matrix(p+"ffn_up.weight", 2*c.FFN, c.Dim)
+			l.Gate, l.Up = ld.rows(up, 0, c.FFN), ld.rows(up, c.FFN, 2*c.FFN)
+		} else {
+			l.Gate = ld.matrix(p+"ffn_gate.weight", c.FFN, c.Dim)
+			l.Up = ld.matrix(p+"ffn_up.weight", c.FFN, c.Dim)
+		}
 		l.Down = ld.matrix(p+"ffn_down.weight", c.Dim, c.FFN)
+		if spec.gemma {
+			l.Attention.PostNorm = ld.vector(p+"post_attention_norm.weight", c.Dim)
+			l.FeedForward.PostNorm = ld.vector(p+"post_ffw_norm.weight", c.Dim)
+			l.GELU = true
+			if i%2 == 0 {
+				l.Window = window
+			}
+		} else if spec.windowAll {
+			l.Window = window
+		}
 	}
 	if ld.err != nil {
 		return nil, ld.err
 	}
-	if ti, ok := f.Tensor("blk.0.attn_q.weight"); ok {
-		m.cfg.WeightType = ti.Type
+	for _, n := range []string{"blk.0.attn_q.weight", "blk.0.attn_qkv.weight"} {
+		if ti, ok := f.Tensor(n); ok {
+			m.cfg.WeightType = ti.Type
+			break
+		}
 	}
 	return m, nil
 }
@@ -240,6 +366,14 @@ func (l *loader) countBytes(t kernels.Tensor) {
 	r, c := t.Dims()
 	n, _ := t.DType().RowBytes(c)
 	l.cfg.WeightBytes += int64(r * n)
+}
+
+// rows returns rows [r0, r1) of a fused weight t (nil after an error).
+func (l *loader) rows(t kernels.Tensor, r0, r1 int) kernels.Tensor {
+	if l.err != nil || t == nil {
+		return nil
+	}
+	return l.be.Slice(t, r0, r1)
 }
 
 func (l *loader) matrix(name string, rows, cols int) kernels.Tensor {
@@ -318,6 +452,15 @@ func (m *Model) check(kv kernels.KVCache, b *model.Batch, out []float32) error {
 		if _, ok := m.be.(kernels.TreeAttention); !ok {
 			return fmt.Errorf("%w: tree batch on backend %s, which has no tree attention", ErrBatch, m.be.Name())
 		}
+		if m.window > 0 {
+			// Tree attention windows the prefix only: a row's own tree
+			// slots must all lie within its window.
+			for i, r := range b.Tree.Rows {
+				if len(r.Slots) >= int(m.window) {
+					return fmt.Errorf("%w: tree row %d is %d deep, past the sliding window of %d", ErrBatch, i, len(r.Slots), m.window)
+				}
+			}
+		}
 		if len(b.Tree.Rows) != n {
 			return fmt.Errorf("%w: %d tree rows for %d tokens", ErrBatch, len(b.Tree.Rows), n)
 		}
@@ -348,8 +491,12 @@ func (m *Model) grow(n, nl int) {
 	if n > s.rows {
 		s.rows = max(n, 2*s.rows)
 		r := s.rows
-		s.x, s.h = be.Alloc(r, c.Dim), be.Alloc(r, c.Dim)
-		s.q, s.att, s.o = be.Alloc(r, c.Dim), be.Alloc(r, c.Dim), be.Alloc(r, c.Dim)
+		qw := c.Heads * c.HeadDim
+		s.x, s.h, s.o = be.Alloc(r, c.Dim), be.Alloc(r, c.Dim), be.Alloc(r, c.Dim)
+		s.q, s.att = be.Alloc(r, qw), be.Alloc(r, qw)
+		if m.layers[0].Attention.PostNorm != nil {
+			s.p = be.Alloc(r, c.Dim)
+		}
 		s.k, s.v = be.Alloc(r, c.KVWidth()), be.Alloc(r, c.KVWidth())
 		s.gate, s.up = be.Alloc(r, c.FFN), be.Alloc(r, c.FFN)
 	}
@@ -371,8 +518,11 @@ func (m *Model) Forward(kv kernels.KVCache, b *model.Batch, out []float32) error
 	rows := func(t kernels.Tensor, k int) kernels.Tensor { return be.Slice(t, 0, k) }
 	x, h := rows(s.x, n), rows(s.h, n)
 	be.Gather(x, m.embed, b.Tokens)
+	if m.embedScale != 0 {
+		kernels.Scale(be, x, m.embedScale)
+	}
 	attn := kernels.Attn{Heads: m.cfg.Heads, KVHeads: m.cfg.KVHeads, HeadDim: m.cfg.HeadDim,
-		Scale: float32(1 / math.Sqrt(float64(m.cfg.HeadDim))), Rows: b.Attn}
+		Scale: m.attnScale, SoftCap: m.attnCap, Rows: b.Attn}
 	st := state{m: m, n: n, x: x, h: h}
 	st.many, _ = be.(kernels.MatMulMany)
 	for i := range m.layers {
@@ -387,6 +537,9 @@ func (m *Model) Forward(kv kernels.KVCache, b *model.Batch, out []float32) error
 	be.Gather(xl, x, b.Logits)
 	be.RMSNorm(hl, xl, m.norm, m.eps)
 	be.MatMul(logits, hl, m.output)
+	if m.finalCap != 0 {
+		kernels.SoftCap(be, logits, m.finalCap)
+	}
 	be.Download(out[:nl*m.cfg.Vocab], logits)
 	return nil
 }
@@ -436,23 +589,40 @@ func (a *Attention) Forward(st *state, kv kernels.KVCache, layer int, b *model.B
 	be.RoPE(q, b.Pos, m.rope)
 	be.RoPE(k, b.Pos, m.rope)
 	be.StoreKV(kv, layer, k, v, b.Slots)
+	attn.Window = a.Window
 	if b.Tree != nil {
 		be.(kernels.TreeAttention).TreeAttention(att, q, kv, layer, attn, *b.Tree)
 	} else {
 		be.Attention(att, q, kv, layer, attn)
 	}
 	be.MatMul(o, att, a.O)
+	st.addResidual(o, a.PostNorm)
+}
+
+// addResidual adds a sublayer's output o to the residual stream, through
+// its post-norm when it has one.
+func (st *state) addResidual(o, postNorm kernels.Tensor) {
+	be := st.m.be
+	if postNorm != nil {
+		p := st.rows(st.m.s.p)
+		be.RMSNorm(p, o, postNorm, st.m.eps)
+		o = p
+	}
 	be.Add(st.x, st.x, o)
 }
 
-// Forward adds the SwiGLU feed-forward output to the residual stream.
+// Forward adds the gated feed-forward output to the residual stream.
 func (f *FeedForward) Forward(st *state) {
 	be, s, m := st.m.be, &st.m.s, st.m
 	gate, up, o := st.rows(s.gate), st.rows(s.up), st.rows(s.o)
 	be.RMSNorm(st.h, st.x, f.Norm, m.eps)
 	st.dsts, st.ws = [3]kernels.Tensor{gate, up}, [3]kernels.Tensor{f.Gate, f.Up}
 	st.matmuls(st.h, st.dsts[:2], st.ws[:2])
-	be.SwiGLU(gate, gate, up)
+	if f.GELU {
+		kernels.GeGLU(be, gate, gate, up)
+	} else {
+		be.SwiGLU(gate, gate, up)
+	}
 	be.MatMul(o, gate, f.Down)
-	be.Add(st.x, st.x, o)
+	st.addResidual(o, f.PostNorm)
 }
