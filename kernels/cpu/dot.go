@@ -256,10 +256,13 @@ func convertRow(dst []float32, dt kernels.DType, src []byte) {
 	}
 }
 
-// quantRowQ8Go quantizes x (a whole number of 32-value blocks) to Q8_0
-// with float32 scales: d = max|x|/127 per block, q = round(x/d). A block
-// whose d is below the smallest normal float32 (1/d would overflow), or
-// NaN, becomes zeros with d = 0.
+// quantRowQ8Go quantizes x (a whole number of 32-value blocks) to Q8_0 as
+// ggml's quantize_row_q8_0 does on x86: d = max|x|/127 per block, stored
+// rounded to half precision, and q = round-to-even(x·(127/max|x|)). The
+// half-precision scale is part of the arithmetic llama.cpp's logits come
+// from; on random-weight models a float32 scale alone moves them by a good
+// part of what quantization does. A block whose d is below the smallest
+// normal float32, or NaN, becomes zeros with d = 0.
 func quantRowQ8Go(xq []int8, xd []float32, x []float32) {
 	for b := range xd {
 		v := x[b*32 : b*32+32]
@@ -274,8 +277,8 @@ func quantRowQ8Go(xq []int8, xd []float32, x []float32) {
 			clear(q)
 			continue
 		}
-		xd[b] = d
-		id := 1 / d
+		xd[b] = kernels.F16ToF32(kernels.F32ToF16(d))
+		id := 127 / amax
 		for i, f := range v {
 			// Adding and taking away 1.5·2²³ rounds a float32 of
 			// magnitude below 2²² to the nearest integer, ties to even,

@@ -304,7 +304,8 @@ func TestHeadsAsm(t *testing.T) {
 }
 
 // TestQuantRowQ8Rounding checks the fast rounding against math.RoundToEven
-// on ties, near-ties and the ends of the range.
+// on ties, near-ties and the ends of the range, and the scales against
+// ggml's half-precision ones.
 func TestQuantRowQ8Rounding(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	x := make([]float32, 32*64)
@@ -325,7 +326,14 @@ func TestQuantRowQ8Rounding(t *testing.T) {
 		if d[b] == 0 {
 			continue
 		}
-		id := 1 / d[b]
+		var amax float32
+		for _, v := range x[b*32 : (b+1)*32] {
+			amax = max(amax, abs32(v))
+		}
+		if want := kernels.F16ToF32(kernels.F32ToF16(amax / 127)); d[b] != want {
+			t.Fatalf("block %d: scale %g; want %g (max|x|/127 in half precision)", b, d[b], want)
+		}
+		id := 127 / amax // as ggml, not 1/d
 		for i := b * 32; i < (b+1)*32; i++ {
 			if want := int8(math.RoundToEven(float64(x[i] * id))); q[i] != want {
 				t.Fatalf("element %d (%g·%g): have %d; want %d", i, x[i], id, q[i], want)

@@ -79,9 +79,10 @@ scale_done:
 	RET
 
 // QBLOCK quantizes the 32 floats at SI to Q8_0 as quantRowQ8 does: it
-// leaves the block's scale d = max|x|/127 in X5 and the 32 int8 values,
-// in order, in Y0. Y8 holds the |x| mask, Y9 the VPERMD order, X10 127,
-// X11 1 and X13 the smallest normal float32.
+// leaves the block's scale d = max|x|/127, rounded to half precision, in
+// X5 and the 32 int8 values (x·(127/max|x|), rounded to even), in order,
+// in Y0. Y8 holds the |x| mask, Y9 the VPERMD order, X10 127 and X13 the
+// smallest normal float32.
 #define QBLOCK \
 	VMOVUPS      (SI), Y0 \
 	VMOVUPS      32(SI), Y1 \
@@ -103,8 +104,10 @@ scale_done:
 	VDIVSS       X10, X4, X5 \
 	VXORPS       X6, X6, X6 \
 	VUCOMISS     X13, X5 \
-	JCS          3(PC) \
-	VDIVSS       X5, X11, X6 \
+	JCS          5(PC) \
+	VDIVSS       X4, X10, X6 \
+	VCVTPS2PH    $0, X5, X7 \
+	VCVTPH2PS    X7, X5 \
 	JMP          2(PC) \
 	VXORPS       X5, X5, X5 \
 	VBROADCASTSS X6, Y6 \

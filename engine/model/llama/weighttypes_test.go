@@ -16,9 +16,9 @@ import (
 // synthLlamaTypes are the quantized synthetic llama files, one per file
 // type; each mixes its main type with others per tensor as llama-quantize
 // does (Q*_K_M puts Q6_K on the output and some attn_v/ffn_down). The
-// Q8_0 file is not among them: its kernels keep the activations' Q8_0
-// scales in F32 where ggml rounds them to F16, which moves its logits by
-// about 0.5, more than a tenth of its quantization shift (about 1).
+// Q8_0 file is checked with the architectures (TestSynthArchitectures): its
+// greedy path meets an activation rounding flip that moves a later step's
+// top-5 by 0.3, past this test's bar for every step.
 var synthLlamaTypes = []string{
 	"q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k",
 	"q4_1", "q5_0", "q5_1", "iq4_nl", "iq4_xs",
