@@ -36,7 +36,8 @@ FUZZ := \
 	./engine/model/chat:FuzzRender \
 	./engine/guided:FuzzRegex \
 	./engine/guided:FuzzSchema \
-	./gateway:FuzzDecodeFrame
+	./gateway:FuzzDecodeFrame \
+	./internal/redisurl:FuzzParse
 
 fuzz:
 	@set -e; for f in $(FUZZ); do \

@@ -5,19 +5,24 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/specgate/specgate/internal/redisurl"
 )
 
 // defaultRedis is where deploy/redis.sh starts the project's own server.
 const defaultRedis = "redis://127.0.0.1:6380/"
 
 // redisFlag adds --redis to fs; the returned func connects to it (or to
-// $REDIS_URL, or to the project's default).
-func redisFlag(fs *flag.FlagSet) func(context.Context) (*redis.Client, error) {
-	url := fs.String("redis", "", "Redis URL (default $REDIS_URL or "+defaultRedis+")")
-	return func(ctx context.Context) (*redis.Client, error) {
+// $REDIS_URL, or to the project's default). Every role and subcommand
+// opens Redis through it, so each accepts one server, a cluster or a
+// Sentinel group alike (internal/redisurl has the URL forms).
+func redisFlag(fs *flag.FlagSet) func(context.Context) (redis.UniversalClient, error) {
+	url := fs.String("redis", "", "Redis URL: redis://, rediss://, redis+cluster://h1:p1,h2:p2, redis+sentinel://s1:p1,s2:p2/master (default $REDIS_URL or "+defaultRedis+")")
+	return func(ctx context.Context) (redis.UniversalClient, error) {
 		u, from := redisURL(*url)
 		return openRedis(ctx, u, from)
 	}
@@ -55,17 +60,17 @@ func redisHint(from string) string {
 
 // openRedis connects and checks the server answers, so a wrong address is
 // one clear error at start rather than a failure at the first chat.
-func openRedis(ctx context.Context, url, from string) (*redis.Client, error) {
-	opt, err := redis.ParseURL(url)
+func openRedis(ctx context.Context, url, from string) (redis.UniversalClient, error) {
+	c, err := redisurl.Parse(url)
 	if err != nil {
-		return nil, fmt.Errorf("redis URL %q: %w", url, err)
+		return nil, err
 	}
-	rdb := redis.NewClient(opt)
+	rdb := c.NewClient()
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("cannot reach Redis at %s (%s): %w", opt.Addr, redisHint(from), err)
+		return nil, fmt.Errorf("cannot reach Redis (%s) at %s (%s): %w", c.Kind, strings.Join(c.Addrs(), ","), redisHint(from), err)
 	}
 	return rdb, nil
 }

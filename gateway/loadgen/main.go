@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/redis/go-redis/v9"
 
+	"github.com/specgate/specgate/internal/redisurl"
 	"github.com/specgate/specgate/tenants"
 )
 
@@ -135,11 +135,10 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 		if url == "" {
 			url = DefaultRedis
 		}
-		opt, err := redis.ParseURL(url)
+		rdb, err := redisurl.Open(ctx, url)
 		if err != nil {
-			return fmt.Errorf("loadgen: redis URL %q: %w", url, err)
+			return fmt.Errorf("loadgen: %w", err)
 		}
-		rdb := redis.NewClient(opt)
 		defer rdb.Close()
 		store := tenants.NewStore(rdb, *prefix, nil)
 		for i := range *nTenants {

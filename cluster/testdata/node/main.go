@@ -24,6 +24,7 @@ import (
 	"github.com/specgate/specgate/engine/model"
 	_ "github.com/specgate/specgate/engine/model/llama"
 	"github.com/specgate/specgate/gateway"
+	"github.com/specgate/specgate/internal/redisurl"
 	"github.com/specgate/specgate/kernels"
 	_ "github.com/specgate/specgate/kernels/cpu"
 )
@@ -67,11 +68,10 @@ func run(ctx context.Context) error {
 	claim := flag.Duration("claim-timeout", 1500*time.Millisecond, "takeover timeout (engine)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	opt, err := redis.ParseURL(*url)
+	rdb, err := redisurl.Open(ctx, *url)
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 
 	switch *role {
