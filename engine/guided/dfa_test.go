@@ -110,6 +110,13 @@ var goldenDFAs = []struct {
 	{"schema30", 161, "a722445c7dc014ce4a7dbffe"},
 	{"schema31", 75, "cfef4e0d6d170e7cc50df6e4"},
 	{"schema32", 1233, "82a7eecae140e4c24a7edddf"},
+	{"schema33", 4, "2603447e49485bea423fd8b1"},
+	{"schema34", 117, "e95d8b686f5882505234dee3"},
+	{"schema35", 34, "7b5766382517860cd52b6e7d"},
+	{"schema36", 56, "edfc35f0efc06f2359ac45f7"},
+	{"schema37", 88, "96fbd752b6c1bcd748613748"},
+	{"schema38", 64, "cd0591bef500505bd9cf78d0"},
+	{"schema39", 257, "33bd7747524f26ff7bae5529"},
 }
 
 func TestDFAUnchanged(t *testing.T) {

@@ -38,6 +38,8 @@ type frag struct{ in, out int32 }
 // the error surfaces when the build finishes, so deep recursion needs no
 // error plumbing. Loops that copy fragments check failed() to stop early.
 type builder struct {
+	// sink is the accept-the-rest state acceptors share (0: none yet).
+	sink   int32
 	states []nstate
 	edges  []epsEdge // edges[0] is unused: 0 ends a list
 	limit  int

@@ -212,10 +212,19 @@ func (sc *schemaCompiler) automatonOf(path string, build func() frag) *dfa {
 // their product under accept; on failure it records the error and returns
 // none.
 func (sc *schemaCompiler) combine(path string, accept func(ds []*dfa, qs []int32) bool, operands ...func() frag) frag {
+	a := sc.productOf(path, accept, operands...)
+	if a == nil {
+		return sc.b.none()
+	}
+	return sc.b.embed(a)
+}
+
+// productOf is combine's automaton, nil after an error (recorded).
+func (sc *schemaCompiler) productOf(path string, accept func(ds []*dfa, qs []int32) bool, operands ...func() frag) *automaton {
 	ds := make([]*dfa, len(operands))
 	for i, op := range operands {
 		if ds[i] = sc.automatonOf(path, op); ds[i] == nil {
-			return sc.b.none()
+			return nil
 		}
 	}
 	a, err := product(ds, func(qs []int32) bool { return accept(ds, qs) }, sc.lim.MaxDFAStates)
@@ -223,9 +232,9 @@ func (sc *schemaCompiler) combine(path string, accept func(ds []*dfa, qs []int32
 		if sc.err == nil {
 			sc.err = fmt.Errorf("schema at %s: %w", path, err)
 		}
-		return sc.b.none()
+		return nil
 	}
-	return sc.b.embed(a)
+	return a
 }
 
 // all accepts where every operand accepts (intersection).

@@ -17,8 +17,8 @@ import (
 //
 //   - Supported: type (one or a list; inferred from the keywords when
 //     absent), enum, const, $ref within the document (#, #/$defs/…,
-//     #/definitions/…, any JSON pointer), anyOf, oneOf (generated like
-//     anyOf: branches should not overlap), allOf with one branch; objects: properties, required,
+//     #/definitions/…, any JSON pointer), anyOf, oneOf (exact: see
+//     oneof.go), allOf with one branch; objects: properties, required,
 //     additionalProperties (a boolean or a schema); arrays: items (one
 //     schema), minItems, maxItems; strings: pattern (RE2 syntax,
 //     unanchored as JSON Schema says), minLength, maxLength, format (date,
@@ -208,6 +208,9 @@ func (sc *schemaCompiler) value(s *jval, path string, depth int) frag {
 		if hasConstraints(s, kw) {
 			sc.unsupported(path, kw+" with sibling validation keywords")
 			return b.none()
+		}
+		if kw == "oneOf" {
+			return sc.oneOf(br.arr, path, depth)
 		}
 		fs := make([]frag, 0, len(br.arr))
 		for i, sub := range br.arr {

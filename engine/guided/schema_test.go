@@ -142,6 +142,15 @@ var fixedSchemas = []string{
 	// property only it describes.
 	`{"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"string","maxLength":3},"required":["a","b"]}`,
 	`{"type":"object"}`,
+	// oneOf: exactly one branch, also where branches overlap.
+	`{"oneOf":[{"type":"integer","minimum":0,"maximum":10},{"type":"integer","minimum":5,"maximum":20}]}`,
+	`{"oneOf":[{"type":"object","properties":{"kind":{"const":"a"},"x":{"type":"integer"}},"required":["kind","x"]},
+	  {"type":"object","properties":{"kind":{"const":"b"},"y":{"type":"string","maxLength":5}},"required":["kind","y"]}]}`,
+	`{"oneOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"type":"object","properties":{"b":{"type":"boolean"}},"required":["b"]}]}`,
+	`{"oneOf":[{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}}},{"type":"object","properties":{"b":{"type":"boolean"}},"required":["b"]}]}`,
+	`{"oneOf":[{"type":"string","pattern":"^a"},{"type":"string","maxLength":3}]}`,
+	`{"oneOf":[{"type":"number","maximum":100},{"type":"integer"}]}`,
+	`{"type":"array","items":{"oneOf":[{"type":"string","format":"date"},{"type":"string","pattern":"^2024"}]},"minItems":2,"maxItems":4}`,
 }
 
 // TestSchemaGenerates decodes under each schema with random logits and
@@ -313,6 +322,8 @@ func TestSchemaErrors(t *testing.T) {
 		{`{"type":"array","items":false,"minItems":1}`, ErrEmpty, `the schema false at #/items`},
 		{`{"type":"string","minLength":3,"maxLength":2}`, ErrEmpty, `minLength 3 is above maxLength 2 at #`},
 		{`{"type":"string","pattern":"^[0-9]+$","minLength":3,"format":"email"}`, ErrEmpty, ``},
+		{`{"oneOf":[{"type":"string"},{"type":"string"}]}`, ErrEmpty, `oneOf: every value its branches can generate matches more than one branch at #`},
+		{`{"type":"object","properties":{"p":{"oneOf":[{"type":"boolean"},{"enum":[false,true]}]}},"required":["p"]}`, ErrEmpty, `more than one branch at #/properties/p`},
 		{`{"$ref":"http://x/y"}`, ErrUnsupported, `$ref "http://x/y"`},
 		{`{"$ref":"#/nope"}`, ErrInvalid, "does not resolve"},
 		{`{"allOf":[{},{}]}`, ErrUnsupported, "allOf with more than one"},
@@ -404,6 +415,82 @@ func TestNumberRanges(t *testing.T) {
 				want := validates(sch, []byte(str)) == nil
 				if have := g.d.accept[g.d.run(g.d.start, []byte(str))]; have != want {
 					t.Fatalf("%s: have %v; want %v", str, have, want)
+				}
+			}
+		})
+	}
+}
+
+// TestOneOfExact checks oneOf languages against the validator: a text is
+// generated exactly when it validates (these branches are scalars, whose
+// acceptors are exact, so nothing valid is left out either).
+func TestOneOfExact(t *testing.T) {
+	v := synthVocab(500)
+	var ints, strs []string
+	for x := -40; x <= 140; x++ {
+		ints = append(ints, fmt.Sprint(x), canonNumber(fmt.Sprintf("%d.5", x)))
+	}
+	for _, a := range []string{"", "a", "b", "ab", "ba", "abc", "bcd", "abcd", "bcde", "aaaaa"} {
+		strs = append(strs, `"`+a+`"`)
+	}
+	tests := []struct {
+		schema string
+		texts  []string
+	}{
+		{`{"oneOf":[{"type":"integer","minimum":0,"maximum":10},{"type":"integer","minimum":5,"maximum":20}]}`, ints},
+		{`{"oneOf":[{"type":"number","maximum":100},{"type":"integer"}]}`, ints},
+		{`{"oneOf":[{"type":"number","minimum":0},{"type":"integer","maximum":50},{"const":120}]}`, ints},
+		{`{"oneOf":[{"type":"string","pattern":"^a"},{"type":"string","maxLength":3}]}`, strs},
+		{`{"oneOf":[{"enum":["a","b","ab"]},{"type":"string","minLength":2}]}`, strs},
+	}
+	for _, tt := range tests {
+		t.Run(tt.schema, func(t *testing.T) {
+			g, err := Compile(Spec{Schema: json.RawMessage(tt.schema)}, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sch := validator(t, []byte(tt.schema))
+			for _, str := range tt.texts {
+				want := validates(sch, []byte(str)) == nil
+				if have := g.d.accept[g.d.run(g.d.start, []byte(str))]; have != want {
+					t.Fatalf("%s: have %v; want %v", str, have, want)
+				}
+			}
+		})
+	}
+}
+
+// TestOneOfKeeps checks that oneOf over objects keeps what only one
+// branch accepts: a discriminated union keeps both kinds whole.
+func TestOneOfKeeps(t *testing.T) {
+	v := synthVocab(500)
+	tests := []struct {
+		schema    string
+		keep, not []string
+	}{
+		{`{"oneOf":[{"type":"object","properties":{"kind":{"const":"a"},"x":{"type":"integer"}},"required":["kind","x"]},
+		  {"type":"object","properties":{"kind":{"const":"b"},"y":{"type":"string"}},"required":["kind","y"]}]}`,
+			[]string{`{"kind":"a","x":1}`, `{"kind":"b", "y":"hi"}`}, nil},
+		{`{"oneOf":[{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}}},{"type":"object","properties":{"b":{"type":"boolean"}},"required":["b"]}]}`,
+			[]string{`{"a":1}`, `{"b":"x"}`, `{"a":1,"b":"x"}`, `{"b":true}`, `{}`}, nil},
+		{`{"oneOf":[{"type":"object","properties":{"a":{"type":"integer"}}},{"type":"object","properties":{"b":{"type":"integer"}}}]}`,
+			nil, []string{`{}`, `{"a":1}`, `{"b":1}`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.schema, func(t *testing.T) {
+			g, err := Compile(Spec{Schema: json.RawMessage(tt.schema)}, v)
+			if len(tt.keep) == 0 {
+				if !errors.Is(err, ErrEmpty) {
+					t.Fatalf("have %v; want ErrEmpty: every generated object matches both branches", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, str := range tt.keep {
+				if !g.d.accept[g.d.run(g.d.start, []byte(str))] {
+					t.Errorf("%s: have rejected; want generated", str)
 				}
 			}
 		})
