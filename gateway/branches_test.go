@@ -241,5 +241,8 @@ func TestRegenerateKeepsCachedPrefix(t *testing.T) {
 	if done2.Usage.CachedTokens < done2.Usage.PromptTokens/2 {
 		t.Errorf("have %d of %d prompt tokens cached; want the shared prefix reused", done2.Usage.CachedTokens, done2.Usage.PromptTokens)
 	}
+	if v := c.getSession(sid); v.Messages[3].Usage == nil || *v.Messages[3].Usage != *done2.Usage || v.Messages[3].Stats == nil {
+		t.Errorf("have stored %+v; want the reply's usage and stats kept", v.Messages[3])
+	}
 	t.Logf("regenerate: %d of %d prompt tokens cached", done2.Usage.CachedTokens, done2.Usage.PromptTokens)
 }

@@ -39,7 +39,11 @@ type Message struct {
 	Interrupted string `json:"interrupted,omitempty"`
 	// Error is the message of the error that ended a reply, so the
 	// history shows why after a reload.
-	Error   string `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Usage and Stats are the done frame's, kept so a reloaded history
+	// still shows them.
+	Usage   *Usage `json:"usage,omitempty"`
+	Stats   *Stats `json:"stats,omitempty"`
 	Created int64  `json:"created"` // Unix milliseconds
 }
 

@@ -304,6 +304,7 @@ func (t *turn) run() {
 			AcceptedPerStep: final.Stats.AcceptedPerStep,
 		},
 	}
+	msg.Usage, msg.Stats = done.Usage, done.Stats
 	if final.Err != nil && reason == engine.FinishError {
 		ce := clientError(final.Err)
 		msg.Error = ce.Message
