@@ -1,7 +1,7 @@
 // Unit tests of the protocol client with a fake WebSocket and fake timers.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { ChatClient, backoffDelay, newRequestID, wsURL } from "../static/client.js";
+import { ChatClient, backoffDelay, newRequestID, wsURL, isTemporaryRefusal } from "../static/client.js";
 
 class FakeSocket {
   static all = [];
@@ -161,4 +161,69 @@ test("helpers", () => {
   assert.equal(wsURL({ protocol: "http:", host: "localhost:8080" }), "ws://localhost:8080/v1/ws");
   const ids = new Set(Array.from({ length: 100 }, () => newRequestID()));
   assert.equal(ids.size, 100);
+});
+
+test("a temporary refusal keeps the token and reconnects", () => {
+  for (const [frame, close] of [
+    [{ type: "error", code: "unavailable", reason: "", message: "cannot read tenant keys", temporary: true }, [1008, "unavailable"]],
+    [{ type: "error", code: "unavailable", message: "storage down" }, [1013, "unavailable"]],
+    [{ type: "error", code: "over_quota", reason: "too_many_connections", temporary: true }, [1013, "too_many_connections"]],
+    [null, [1013, "try_again_later"]],
+    [null, [1001, "shutdown"]],
+  ]) {
+    const { c, sock, timers, states } = setup();
+    c.start();
+    sock().open();
+    if (frame) sock().recv(frame);
+    sock().drop(...close);
+    assert.equal(states.at(-1), "reconnecting", JSON.stringify([frame, close]));
+    assert.equal(timers.pending.length, 1);
+    assert.equal(c.stopped, false);
+  }
+  assert.equal(isTemporaryRefusal({ code: "unauthorized", reason: "token_expired" }, { code: 1008 }), false);
+  assert.equal(isTemporaryRefusal(null, { code: 1008, reason: "bad_signature" }), false);
+});
+
+test("a silent answer is given up after stallMs, keeping its text", () => {
+  let now = 1000;
+  FakeSocket.all = [];
+  const timers = fakeTimers();
+  const c = new ChatClient({ url: "ws://h/v1/ws", token: "tok", WebSocketImpl: FakeSocket, storage: memStorage(), timers, stallMs: 5000, now: () => now });
+  const stalled = [];
+  c.on("stalled", (r) => stalled.push(r));
+  c.start();
+  const sock = FakeSocket.all.at(-1);
+  sock.open();
+  sock.recv({ type: "ready" });
+  const req = c.chat("s1", "x");
+  sock.recv({ type: "delta", request: req, seq: 1, text: "half" });
+  now += 4000;
+  c.checkStalls();
+  assert.equal(stalled.length, 0);
+  // Offline time does not count.
+  sock.drop();
+  now += 60000;
+  c.checkStalls();
+  assert.equal(stalled.length, 0);
+  c.reconnectNow();
+  const sock2 = FakeSocket.all.at(-1);
+  sock2.open();
+  sock2.recv({ type: "ready" });
+  now += 4999;
+  c.checkStalls();
+  assert.equal(stalled.length, 0);
+  now += 2;
+  c.checkStalls();
+  assert.deepEqual(stalled, [{ request: req, session: "s1", text: "half" }]);
+  assert.equal(c.inflight.size, 0);
+  assert.ok(sock2.sent.some((f) => f.type === "cancel" && f.request === req));
+});
+
+test("a regenerate frame has no content", () => {
+  const { c, sock } = setup();
+  c.start();
+  sock().open();
+  sock().recv({ type: "ready" });
+  const req = c.chat("s1", "", {}, { replace: "r_old" });
+  assert.deepEqual(sock().sent.at(-1), { type: "chat", session: "s1", request: req, replace: "r_old" });
 });

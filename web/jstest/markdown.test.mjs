@@ -3,7 +3,7 @@
 // built, escaping text, and throws if anything tries to parse HTML.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { render, parse, safeHref, inline } from "../static/markdown.js";
+import { render, parse, safeHref, inline, highlight } from "../static/markdown.js";
 
 const esc = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
 
@@ -102,8 +102,8 @@ test("renders common Markdown", () => {
     ["1. one\n2. two", "<ol><li>one</li><li>two</li></ol>"],
     ["3. three\n4. four", '<ol start="3"><li>three</li><li>four</li></ol>'],
     ["> quoted\n> more", "<blockquote><p>quoted<br>more</p></blockquote>"],
-    ["```go\nfunc main() {}\n```\nafter", '<pre data-lang="go"><code>func main() {}</code></pre><p>after</p>'],
-    ["```\nunclosed while streaming", "<pre><code>unclosed while streaming</code></pre>"],
+    ["```go\nfunc main() {}\n```\nafter", '<pre data-lang="go"><code><span class="tok-kw">func</span> <span class="tok-fn">main</span>() {}</code></pre><p>after</p>'],
+    ["```\nunclosed while streaming", '<pre><code>unclosed <span class="tok-kw">while</span> streaming</code></pre>'],
     ["---", "<hr>"],
     ["~~gone~~ snake_case_name 2*3*4", "<p><del>gone</del> snake_case_name 2<em>3</em>4</p>"],
     ["\\*not em\\*", "<p>*not em*</p>"],
@@ -124,4 +124,32 @@ test("pathological input stays fast and literal", () => {
 test("parse and inline return plain data", () => {
   assert.deepEqual(parse("hi"), [{ t: "p", c: ["hi"] }]);
   assert.deepEqual(inline("a\nb"), ["a", { t: "br", c: [] }, "b"]);
+});
+
+test("tables with alignment, escaped pipes and inline markup", () => {
+  const md = "| Name | Score |  |\n|:-----|------:|:-:|\n| **a** | 1 | `x|y` |\n| b\\|c | 22 |\n\nafter";
+  assert.equal(
+    html(md),
+    '<table><thead><tr><th data-align="left">Name</th><th data-align="right">Score</th><th data-align="center"></th></tr></thead>' +
+      '<tbody><tr><td data-align="left"><strong>a</strong></td><td data-align="right">1</td><td data-align="center"><code>x|y</code></td></tr>' +
+      '<tr><td data-align="left">b|c</td><td data-align="right">22</td><td data-align="center"></td></tr></tbody></table><p>after</p>',
+  );
+  // Not a table: no delimiter row.
+  assert.equal(html("a | b\nc | d"), "<p>a | b<br>c | d</p>");
+  // Markup in cells stays text.
+  assert.equal(html("| <b>x</b> |\n|---|\n| <img src=x onerror=alert(1)> |"),
+    "<table><thead><tr><th>&lt;b&gt;x&lt;/b&gt;</th></tr></thead><tbody><tr><td>&lt;img src=x onerror=alert(1)&gt;</td></tr></tbody></table>");
+});
+
+test("code is highlighted with fixed classes and stays text", () => {
+  assert.equal(
+    html("```python\n# hi\nx = \"<script>\" + 1\n```"),
+    '<pre data-lang="python"><code><span class="tok-com"># hi</span>\nx = <span class="tok-str">&quot;&lt;script&gt;&quot;</span> + <span class="tok-num">1</span></code></pre>',
+  );
+  assert.deepEqual(highlight("if (a) /* c */ return 'x'", "js"), [
+    ["kw", "if"], ["", " (a) "], ["com", "/* c */"], ["", " "], ["kw", "return"], ["", " "], ["str", "'x'"],
+  ]);
+  // Unterminated strings and comments end at the line / the code.
+  assert.deepEqual(highlight('"abc\nx', ""), [["str", '"abc'], ["", "\nx"]]);
+  assert.deepEqual(highlight("/* open", ""), [["com", "/* open"]]);
 });

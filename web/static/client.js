@@ -38,6 +38,24 @@ export function wsURL(loc) {
 //            of already seen seqs are dropped)
 //   done     the done frame, with .session and .text (the whole answer)
 //   reqerror the error frame of an in-flight request, with .session, .text
+//   stalled  {request, session, text}: an in-flight answer got nothing for
+//            stallMs while connected (its generation died with a server);
+//            the client stops tracking it
+//
+// Refusals split in two: a bad token (unauthorized, forbidden) signs out;
+// anything temporary (the error frame says temporary, code unavailable or
+// over_quota, close 1013/1011/1001) reconnects with backoff and keeps the
+// token.
+const TEMPORARY_CODES = new Set(["unavailable", "over_quota", "queue_full", "internal"]);
+const TEMPORARY_REASONS = new Set(["unavailable", "shutdown", "too_many_connections", "slow_consumer", "try_again_later"]);
+
+export function isTemporaryRefusal(frame, close) {
+  if (frame && (frame.temporary || TEMPORARY_CODES.has(frame.code))) return true;
+  if (frame && (frame.code === "unauthorized" || frame.code === "forbidden")) return false;
+  if (close && (close.code === 1013 || close.code === 1011 || close.code === 1001 || close.code === 1012)) return true;
+  return !!close && TEMPORARY_REASONS.has(close.reason);
+}
+
 export class ChatClient {
   constructor({
     url,
@@ -47,6 +65,8 @@ export class ChatClient {
     timers = globalThis,
     random = Math.random,
     pingMs = 25000,
+    stallMs = 45000, // 0: never give up on a silent answer
+    now = () => Date.now(),
   }) {
     this.url = url;
     this.token = token;
@@ -55,6 +75,9 @@ export class ChatClient {
     this.timers = timers;
     this.random = random;
     this.pingMs = pingMs;
+    this.stallMs = stallMs;
+    this.now = now;
+    this.stallTimer = null;
     this.handlers = new Map();
     this.ws = null;
     this.attempt = 0;
@@ -92,6 +115,8 @@ export class ChatClient {
 
   stop() {
     this.stopped = true;
+    this.timers.clearInterval(this.stallTimer);
+    this.stallTimer = null;
     this.timers.clearTimeout(this.reconnectTimer);
     this.timers.clearInterval(this.pingTimer);
     if (this.ws) {
@@ -123,6 +148,7 @@ export class ChatClient {
     }
     this.ws = ws;
     this.authFailed = false;
+    this.refusal = null;
     ws.onopen = () => ws.send(JSON.stringify({ type: "auth", token: this.token }));
     ws.onmessage = (ev) => {
       if (ws !== this.ws) return;
@@ -144,20 +170,22 @@ export class ChatClient {
       this.ready = false;
       this.timers.clearInterval(this.pingTimer);
       if (this.stopped) return;
-      // 1008 policy violation: the gateway refused our token or origin.
-      if (this.authFailed || ev.code === 1008) {
+      // 1008 policy violation: the gateway refused our token or origin,
+      // unless what it said was temporary (storage down, shutting down).
+      const temporary = isTemporaryRefusal(this.refusal, ev);
+      if (!temporary && (this.authFailed || ev.code === 1008)) {
         this.stopped = true;
         this.emit("state", { state: "unauthorized", reason: this.authError || ev.reason || "sign-in refused" });
         return;
       }
-      this.scheduleReconnect(ev.reason || "");
+      this.scheduleReconnect(this.refusal?.message || ev.reason || "");
     };
     ws.onerror = () => {}; // onclose follows and decides
   }
 
   scheduleReconnect(reason) {
     const delay = backoffDelay(this.attempt++, this.random);
-    this.emit("state", { state: "reconnecting", delay, reason });
+    this.emit("state", { state: "reconnecting", delay, reason, unavailable: !!this.refusal });
     this.reconnectTimer = this.timers.setTimeout(() => this.connect(), delay);
   }
 
@@ -170,6 +198,9 @@ export class ChatClient {
         this.timers.clearInterval(this.pingTimer);
         this.pingTimer = this.timers.setInterval(() => this.send({ type: "ping" }), this.pingMs);
         this.emit("ready", f);
+        // Every resumed answer gets a fresh stall allowance from now.
+        for (const r of this.inflight.values()) r.last = this.now();
+        this.watchStalls();
         // Resume answers that were streaming when we lost the connection
         // (or the page), from the last seq we saw.
         for (const [request, r] of this.inflight) {
@@ -184,6 +215,7 @@ export class ChatClient {
         if (typeof f.seq === "number" && f.seq <= r.seq) return;
         r.seq = typeof f.seq === "number" ? f.seq : r.seq + 1;
         r.text += f.text || "";
+        r.last = this.now();
         this.saveSoon();
         this.emit("delta", { request: f.request, session: r.session, seq: r.seq, text: f.text || "", full: r.text });
         break;
@@ -198,9 +230,12 @@ export class ChatClient {
         break;
       }
       case "error":
-        if (!this.ready && f.code === "unauthorized") {
-          this.authFailed = true;
-          this.authError = f.message;
+        if (!this.ready) {
+          this.refusal = isTemporaryRefusal(f, null) ? f : null;
+          if (f.code === "unauthorized" || f.code === "forbidden") {
+            this.authFailed = !this.refusal;
+            this.authError = f.message;
+          }
         }
         if (f.request && this.inflight.has(f.request)) {
           const r = this.inflight.get(f.request);
@@ -237,9 +272,11 @@ export class ChatClient {
   // extra holds additional frame fields (the protocol allows adding).
   chat(session, content, params, extra = {}) {
     const request = newRequestID();
-    this.inflight.set(request, { session, seq: 0, text: "" });
+    this.inflight.set(request, { session, seq: 0, text: "", last: this.now() });
     this.saveInflight();
-    const frame = { ...extra, type: "chat", session, request, content };
+    this.watchStalls();
+    const frame = { ...extra, type: "chat", session, request };
+    if (content) frame.content = content; // a regenerate has none
     if (params && Object.keys(params).length) frame.params = params;
     this.send(frame);
     return request;
@@ -254,7 +291,7 @@ export class ChatClient {
   inflightFor(session) {
     const out = [];
     for (const [request, r] of this.inflight) {
-      if (r.session === session) out.push({ request, ...r });
+      if (r.session === session) out.push({ request, session: r.session, seq: r.seq, text: r.text });
     }
     return out;
   }
@@ -264,13 +301,39 @@ export class ChatClient {
     if (this.inflight.delete(request)) this.saveInflight();
   }
 
+  // watchStalls checks in-flight answers once a second while any exist.
+  watchStalls() {
+    if (!this.stallMs || this.stallTimer || this.inflight.size === 0) return;
+    this.stallTimer = this.timers.setInterval(() => this.checkStalls(), Math.min(1000, this.stallMs));
+  }
+
+  // checkStalls gives up on answers that got nothing for stallMs while
+  // the socket was up: a crashed server's generation never ends, and an
+  // answer must not spin forever. The text so far is kept by the UI.
+  checkStalls() {
+    if (this.inflight.size === 0) {
+      this.timers.clearInterval(this.stallTimer);
+      this.stallTimer = null;
+      return;
+    }
+    if (!this.ready) return; // offline time is the reconnect's, not a stall
+    const now = this.now();
+    for (const [request, r] of [...this.inflight]) {
+      if (now - (r.last || now) < this.stallMs) continue;
+      this.inflight.delete(request);
+      this.saveInflight();
+      this.rawSend({ type: "cancel", request });
+      this.emit("stalled", { request, session: r.session, text: r.text });
+    }
+  }
+
   loadInflight() {
     if (!this.storage) return;
     try {
       const saved = JSON.parse(this.storage.getItem(INFLIGHT_KEY) || "{}");
       for (const [request, r] of Object.entries(saved)) {
         if (r && typeof r.session === "string" && typeof r.seq === "number" && typeof r.text === "string") {
-          this.inflight.set(request, { session: r.session, seq: r.seq, text: r.text });
+          this.inflight.set(request, { session: r.session, seq: r.seq, text: r.text, last: 0 });
         }
       }
     } catch {

@@ -1,6 +1,7 @@
 // A small Markdown renderer for model output: paragraphs, line breaks,
 // headings, emphasis, strikethrough, inline code, fenced code blocks,
-// ordered and unordered (nested) lists, block quotes, rules and links.
+// ordered and unordered (nested) lists, block quotes, rules, links, tables
+// (GitHub style, with column alignment) and syntax-highlighted code.
 //
 // Model text is untrusted. parse() turns it into a plain tree; build() turns
 // the tree into DOM nodes with createElement / createTextNode only, so text
@@ -24,6 +25,67 @@ const indentOf = (l) => l.match(/^ */)[0].length;
 
 function startsBlock(line) {
   return FENCE.test(line) || HEADING.test(line) || QUOTE.test(line) || ITEM.test(line) || RULE.test(line);
+}
+
+// A table is a header row, a delimiter row (|---|:--:|), then body rows;
+// cells are split on unescaped pipes outside code spans.
+const TABLE_DELIM = /^ {0,3}\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+
+export function splitRow(line) {
+  let s = line.trim();
+  if (s.startsWith("|")) s = s.slice(1);
+  if (s.endsWith("|") && !s.endsWith("\\|")) s = s.slice(0, -1);
+  const cells = [];
+  let cur = "";
+  let code = 0;
+  for (let i = 0; i < s.length; i++) {
+    const ch = s[i];
+    if (ch === "\\" && s[i + 1] === "|") {
+      cur += "|";
+      i++;
+      continue;
+    }
+    if (ch === "`") code ^= 1;
+    if (ch === "|" && !code) {
+      cells.push(cur.trim());
+      cur = "";
+      continue;
+    }
+    cur += ch;
+  }
+  cells.push(cur.trim());
+  return cells;
+}
+
+function isTableStart(lines, i) {
+  return lines[i].includes("|") && i + 1 < lines.length && TABLE_DELIM.test(lines[i + 1]) && lines[i + 1].includes("-") &&
+    splitRow(lines[i]).length === splitRow(lines[i + 1]).length;
+}
+
+function parseTable(lines, i, depth) {
+  const head = splitRow(lines[i]);
+  const align = splitRow(lines[i + 1]).map((d) => {
+    const l = d.startsWith(":");
+    const r = d.endsWith(":");
+    return l && r ? "center" : r ? "right" : l ? "left" : "";
+  });
+  const cell = (tag, text, k) => {
+    const n = { t: tag, c: inline(text, depth + 1) };
+    if (align[k]) n.align = align[k];
+    return n;
+  };
+  const thead = { t: "thead", c: [{ t: "tr", c: head.map((h, k) => cell("th", h, k)) }] };
+  const body = [];
+  i += 2;
+  while (i < lines.length && !isBlank(lines[i]) && lines[i].includes("|") && !FENCE.test(lines[i])) {
+    const cells = splitRow(lines[i]);
+    // Rows have the header's width: extra cells go, missing ones are empty.
+    body.push({ t: "tr", c: head.map((_, k) => cell("td", cells[k] ?? "", k)) });
+    i++;
+  }
+  const table = { t: "table", c: [thead] };
+  if (body.length) table.c.push({ t: "tbody", c: body });
+  return [table, i];
 }
 
 // parse returns the block nodes of src. A node is a string (text) or
@@ -78,9 +140,15 @@ export function parse(src, depth = 0) {
       i = parseList(lines, i, out, depth);
       continue;
     }
+    if (depth < MAX_DEPTH && isTableStart(lines, i)) {
+      const [table, next] = parseTable(lines, i, depth);
+      out.push(table);
+      i = next;
+      continue;
+    }
     const para = [line];
     i++;
-    while (i < lines.length && !isBlank(lines[i]) && !startsBlock(lines[i])) {
+    while (i < lines.length && !isBlank(lines[i]) && !startsBlock(lines[i]) && !isTableStart(lines, i)) {
       para.push(lines[i]);
       i++;
     }
@@ -278,7 +346,83 @@ export function inline(text, depth = 0) {
   return out;
 }
 
-const TAGS = new Set(["p", "br", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "code", "pre", "ul", "ol", "li", "blockquote", "hr", "a"]);
+const TAGS = new Set([
+  "p", "br", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "code", "pre", "ul", "ol", "li", "blockquote", "hr", "a",
+  "table", "thead", "tbody", "tr", "th", "td", "span",
+]);
+const ALIGNS = new Set(["left", "center", "right"]);
+
+// ---- code highlighting ---------------------------------------------------
+//
+// A small lexer, not a parser: comments, strings, numbers, keywords and
+// literals of the C family, Python, shell, Go, Rust, JavaScript and SQL,
+// enough to make code readable. Tokens become spans with a class from a
+// fixed set; the text stays text.
+
+const KEYWORDS = new Set(
+  ("as async await break case catch class const continue def default defer del do elif else enum except export extends " +
+    "finally fn for from func go if impl import in interface is lambda let loop match mod module mut new not or and package " +
+    "pass pub raise return select self static struct super switch then throw trait try type typeof use var void where while " +
+    "with yield fi done esac echo local function " +
+    "SELECT FROM WHERE INSERT INTO VALUES UPDATE SET DELETE CREATE TABLE JOIN ON GROUP BY ORDER LIMIT AND OR NOT NULL AS").split(" "),
+);
+const LITERALS = new Set("true false null nil None True False undefined this".split(" "));
+const HASH_COMMENTS = new Set(["python", "py", "sh", "bash", "shell", "zsh", "ruby", "rb", "yaml", "yml", "toml", "perl", "r", "dockerfile", "makefile", "make"]);
+
+// highlight splits code into [class, text] tokens ("" for plain text).
+export function highlight(code, lang = "") {
+  const hash = HASH_COMMENTS.has(lang.toLowerCase());
+  const out = [];
+  const push = (cls, text) => {
+    if (!text) return;
+    const last = out[out.length - 1];
+    if (last && last[0] === cls) last[1] += text;
+    else out.push([cls, text]);
+  };
+  let i = 0;
+  const n = code.length;
+  while (i < n) {
+    const ch = code[i];
+    const rest2 = code.slice(i, i + 2);
+    let end = -1;
+    let cls = "";
+    const lineEnd = () => {
+      const e = code.indexOf("\n", i);
+      return e < 0 ? n : e;
+    };
+    if (rest2 === "//" && !hash) {
+      end = lineEnd();
+      cls = "com";
+    } else if (ch === "#" && hash) {
+      end = lineEnd();
+      cls = "com";
+    } else if (rest2 === "/*" && !hash) {
+      end = code.indexOf("*/", i + 2);
+      end = end < 0 ? n : end + 2;
+      cls = "com";
+    } else if (ch === '"' || ch === "'" || ch === "`") {
+      let j = i + 1;
+      while (j < n && code[j] !== ch && !(code[j] === "\n" && ch !== "`")) j += code[j] === "\\" ? 2 : 1;
+      end = j < n && code[j] === ch ? j + 1 : Math.min(n, j); // unterminated: to the line's end
+      cls = "str";
+    } else if (/[0-9]/.test(ch) && (i === 0 || !/[\w$]/.test(code[i - 1]))) {
+      const m = /^(0x[0-9a-fA-F_]+|[0-9][0-9_]*(\.[0-9_]+)?([eE][+-]?[0-9]+)?)/.exec(code.slice(i));
+      end = i + m[0].length;
+      cls = "num";
+    } else if (/[A-Za-z_$]/.test(ch)) {
+      const m = /^[A-Za-z_$][\w$]*/.exec(code.slice(i));
+      const w = m[0];
+      end = i + w.length;
+      cls = KEYWORDS.has(w) ? "kw" : LITERALS.has(w) ? "lit" : code[end] === "(" ? "fn" : "";
+    }
+    if (end <= i) end = i + 1; // plain text, one character at a time
+    push(cls, code.slice(i, end));
+    i = end;
+  }
+  return out;
+}
+
+const TOKEN_CLASSES = new Set(["com", "str", "num", "kw", "lit", "fn"]);
 
 // build turns parsed nodes into DOM nodes of doc, appended to parent.
 export function build(nodes, parent, doc) {
@@ -300,7 +444,28 @@ export function build(nodes, parent, doc) {
       el.setAttribute("rel", "noopener noreferrer nofollow");
     }
     if (n.t === "ol" && Number.isInteger(n.start)) el.setAttribute("start", String(n.start));
-    if (n.t === "pre" && n.lang && /^[\w+#.-]{1,32}$/.test(n.lang)) el.setAttribute("data-lang", n.lang);
+    if ((n.t === "th" || n.t === "td") && ALIGNS.has(n.align)) el.setAttribute("data-align", n.align);
+    if (n.t === "span" && TOKEN_CLASSES.has(n.cls)) el.setAttribute("class", "tok-" + n.cls);
+    if (n.t === "pre") {
+      const lang = n.lang && /^[\w+#.-]{1,32}$/.test(n.lang) ? n.lang : "";
+      if (lang) el.setAttribute("data-lang", lang);
+      // The code's text, highlighted: spans of the fixed token classes.
+      const code = doc.createElement("code");
+      const text = n.c[0] && typeof n.c[0] === "object" ? n.c[0].c.join("") : "";
+      for (const [cls, t] of highlight(text, lang)) {
+        if (!cls) {
+          code.appendChild(doc.createTextNode(t));
+          continue;
+        }
+        const span = doc.createElement("span");
+        span.setAttribute("class", "tok-" + cls);
+        span.appendChild(doc.createTextNode(t));
+        code.appendChild(span);
+      }
+      el.appendChild(code);
+      parent.appendChild(el);
+      continue;
+    }
     build(n.c, el, doc);
     parent.appendChild(el);
   }
