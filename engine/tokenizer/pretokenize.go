@@ -22,16 +22,27 @@ const (
 	preQwen2
 	// preSmolLM: every \p{N} is its own word, then preGPT2 on the rest.
 	preSmolLM
+	// The regex cascades of cascade.go.
+	preDefault
+	preFalcon
+	preDeepSeekLLM
+	preDeepSeekCoder
+	preDeepSeekV3
+	preBloom
+	preViking
 )
 
 // preKinds maps tokenizer.ggml.pre values to scanners, grouped as llama.cpp
-// groups them. "default" uses the GPT-2 regex (llama.cpp's own default is a
-// four-regex cascade that no model in use needs).
+// groups them; a vocab that names none gets llama.cpp's default cascade.
 var preKinds = map[string]preKind{
-	"": preGPT2, "default": preGPT2, "gpt2": preGPT2, "gpt-2": preGPT2, "mpt": preGPT2, "olmo": preGPT2, "jais": preGPT2,
-	"llama3": preLlama3, "llama-v3": preLlama3, "llama-bpe": preLlama3, "falcon3": preLlama3, "dbrx": preLlama3, "smaug-bpe": preLlama3,
-	"qwen2": preQwen2, "deepseek-r1-qwen": preQwen2, "megrez": preQwen2,
+	"": preDefault, "default": preDefault,
+	"gpt2": preGPT2, "gpt-2": preGPT2, "mpt": preGPT2, "olmo": preGPT2, "jais": preGPT2, "phi-2": preGPT2, "roberta-bpe": preGPT2,
+	"gigachat": preGPT2, "jina-es": preGPT2, "jina-de": preGPT2, "jina-v1-en": preGPT2, "jina-v2-es": preGPT2, "jina-v2-de": preGPT2, "jina-v2-code": preGPT2,
+	"llama3": preLlama3, "llama-v3": preLlama3, "llama-bpe": preLlama3, "falcon3": preLlama3, "dbrx": preLlama3, "smaug-bpe": preLlama3, "chatglm-bpe": preLlama3,
+	"qwen2": preQwen2, "deepseek-r1-qwen": preQwen2, "megrez": preQwen2, "stablelm2": preQwen2,
 	"smollm": preSmolLM, "starcoder": preSmolLM, "refact": preSmolLM, "command-r": preSmolLM, "codeshell": preSmolLM, "exaone": preSmolLM, "minerva-7b": preSmolLM,
+	"falcon": preFalcon, "deepseek-llm": preDeepSeekLLM, "deepseek-coder": preDeepSeekCoder, "deepseek-v3": preDeepSeekV3,
+	"poro-chat": preBloom, "bloom": preBloom, "gpt3-finnish": preBloom, "viking": preViking,
 }
 
 func preNames() []string {
@@ -65,6 +76,9 @@ func (p preKind) split(s string, dst []string) []string {
 			i += n
 		}
 		return splitGPT2(s[start:], dst)
+	}
+	if c, ok := cascades[p]; ok {
+		return splitCascade(c, s, dst)
 	}
 	return splitGPT2(s, dst)
 }
