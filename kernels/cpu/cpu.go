@@ -98,8 +98,6 @@ type Backend struct {
 	// xd4 holds the same scales interleaved for each group of four rows,
 	// the layout the x4 kernels read.
 	xd4 []float32
-	// xs holds each block's q4Sums, for dotQ4s.
-	xs []float32
 	// xc holds the signed tile layout's corrections.
 	xc []int32
 	// wrow holds a weight row converted to F32 for ops that take a small

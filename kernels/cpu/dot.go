@@ -21,6 +21,9 @@ import (
 // they read the four rows' scales interleaved by block (xd4[4b+j] is row
 // j's scale of block b), so one vector load fetches a block's four scales.
 var (
+	// Every dot product below is computed as canon.go defines it, so an
+	// output is the same bits whichever kernel computes it.
+	//
 	// dotF32 returns Σ a[i]·b[i]; len(b) ≥ len(a).
 	dotF32 func(a, b []float32) float32
 	// dotF32x4 sets out[j] = Σ w[i]·x[j*len(w)+i] for j < 4.
@@ -34,13 +37,10 @@ var (
 	// dotQ8x4 does dotQ8 for four activation rows of nb blocks each, with
 	// the rows' scales interleaved.
 	dotQ8x4 func(w []byte, xq []int8, xd []float32, nb int, out *[4]float32)
-	// dotQ4, dotQ4x4: the same for a Q4_0 weight row.
-	dotQ4   func(w []byte, xq []int8, xd []float32) float32
-	dotQ4x4 func(w []byte, xq []int8, xd []float32, nb int, out *[4]float32)
-	// dotQ4s, when not nil, is dotQ4 for a row whose block sums xs
-	// (q4Sums) are at hand: the VNNI kernel takes the nibbles unsigned and
-	// corrects for their offset of 8 through xs.
-	dotQ4s func(w []byte, xq []int8, xd, xs []float32) float32
+	// dotQ4, dotQ4Rows, dotQ4x4: the same for Q4_0 weight rows.
+	dotQ4     func(w []byte, xq []int8, xd []float32) float32
+	dotQ4Rows func(w []byte, rb int, xq []int8, xd []float32, out []float32)
+	dotQ4x4   func(w []byte, xq []int8, xd []float32, nb int, out *[4]float32)
 	// axpy does y[i] += a·x[i]; len(x) ≥ len(y).
 	axpy func(y []float32, a float32, x []float32)
 	// f16Row converts len(dst) F16 values from src.
@@ -53,7 +53,7 @@ var (
 func useAsm(on bool) bool {
 	dotF32, dotF32x4 = dotF32Go, dotF32x4Go
 	dotQ8, dotQ8x4, dotQ8Rows = dotQ8Go, dotQ8x4Go, dotQ8RowsGo
-	dotQ4, dotQ4x4 = dotQ4Go, dotQ4x4Go
+	dotQ4, dotQ4x4, dotQ4Rows = dotQ4Go, dotQ4x4Go, dotQ4RowsGo
 	axpy, f16Row = axpyGo, f16RowGo
 	dotsF32, axpysF32 = dotsF32Go, axpysF32Go
 	useVecGo()
@@ -89,33 +89,33 @@ func f16(b []byte) float32 {
 	return f16Table[binary.LittleEndian.Uint16(b)]
 }
 
+// dotF32Go and dotF32x4Go are the canonical F32 dot product (canon.go).
 func dotF32Go(a, b []float32) float32 {
 	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
+	m := len(a) &^ 7
+	var acc [2][8]float32
+	for i := 0; i < m; i += 8 {
+		c := &acc[(i/8)&1]
+		for l := range 8 {
+			c[l] = fma32(a[i+l], b[i+l], c[l])
+		}
 	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
+	var v [8]float32
+	for l := range v {
+		v[l] = acc[0][l] + acc[1][l]
 	}
-	return (s0 + s1) + (s2 + s3)
+	s := hsum8(&v)
+	for i := m; i < len(a); i++ {
+		s = fma32(a[i], b[i], s)
+	}
+	return s
 }
 
 func dotF32x4Go(w, x []float32, out *[4]float32) {
 	k := len(w)
-	x0, x1, x2, x3 := x[:k], x[k:2*k], x[2*k:3*k], x[3*k:4*k]
-	var s0, s1, s2, s3 float32
-	for i, v := range w {
-		s0 += v * x0[i]
-		s1 += v * x1[i]
-		s2 += v * x2[i]
-		s3 += v * x3[i]
+	for j := range 4 {
+		out[j] = dotF32Go(w, x[j*k:(j+1)*k])
 	}
-	out[0], out[1], out[2], out[3] = s0, s1, s2, s3
 }
 
 const (
@@ -123,19 +123,26 @@ const (
 	q4Bytes = 2 + kernels.QK/2
 )
 
+// The quantized Go kernels are the canonical arithmetic (canon.go): per
+// block an exact integer sum, then qblock.
+
 func dotQ8Go(w []byte, xq []int8, xd []float32) float32 {
-	var sum float32
+	var acc float32
 	for b, dx := range xd {
 		blk := w[b*q8Bytes : (b+1)*q8Bytes]
-		q := blk[2:]
-		x := xq[b*32 : b*32+32]
-		var s int32
-		for i := range 32 {
-			s += int32(int8(q[i])) * int32(x[i])
-		}
-		sum += float32(s) * (f16(blk) * dx)
+		acc = qblock(acc, q8BlockSum(blk, xq[b*32:b*32+32]), f16(blk), dx)
 	}
-	return sum
+	return acc
+}
+
+func q8BlockSum(blk []byte, x []int8) int32 {
+	q := blk[2 : 2+32]
+	x = x[:32]
+	var s int32
+	for i := range 32 {
+		s += int32(int8(q[i])) * int32(x[i])
+	}
+	return s
 }
 
 func dotQ8RowsGo(w []byte, rb int, xq []int8, xd []float32, out []float32) {
@@ -149,54 +156,46 @@ func dotQ8x4Go(w []byte, xq []int8, xd []float32, nb int, out *[4]float32) {
 	var s [4]float32
 	for b := range nb {
 		blk := w[b*q8Bytes : (b+1)*q8Bytes]
-		dw := f16(blk)
-		q := blk[2 : 2+32]
 		for j := range 4 {
-			x := xq[j*k+b*32 : j*k+b*32+32]
-			var acc int32
-			for i := range 32 {
-				acc += int32(int8(q[i])) * int32(x[i])
-			}
-			s[j] += float32(acc) * (dw * xd[4*b+j])
+			s[j] = qblock(s[j], q8BlockSum(blk, xq[j*k+b*32:]), f16(blk), xd[4*b+j])
 		}
 	}
 	*out = s
 }
 
 func dotQ4Go(w []byte, xq []int8, xd []float32) float32 {
-	var sum float32
+	var acc float32
 	for b, dx := range xd {
 		blk := w[b*q4Bytes : (b+1)*q4Bytes]
-		q := blk[2 : 2+16]
-		x := xq[b*32 : b*32+32]
-		var s int32
-		for i := range 16 {
-			s += (int32(q[i]&15) - 8) * int32(x[i])
-			s += (int32(q[i]>>4) - 8) * int32(x[i+16])
-		}
-		sum += float32(s) * (f16(blk) * dx)
+		acc = qblock(acc, q4BlockSum(blk, xq[b*32:b*32+32]), f16(blk), dx)
 	}
-	return sum
+	return acc
+}
+
+func q4BlockSum(blk []byte, x []int8) int32 {
+	q := blk[2 : 2+16]
+	x = x[:32]
+	var s int32
+	for i := range 16 {
+		s += (int32(q[i]&15) - 8) * int32(x[i])
+		s += (int32(q[i]>>4) - 8) * int32(x[i+16])
+	}
+	return s
+}
+
+func dotQ4RowsGo(w []byte, rb int, xq []int8, xd []float32, out []float32) {
+	for r := range out {
+		out[r] = dotQ4Go(w[r*rb:], xq, xd)
+	}
 }
 
 func dotQ4x4Go(w []byte, xq []int8, xd []float32, nb int, out *[4]float32) {
 	k := nb * 32
 	var s [4]float32
-	var v [32]int32
 	for b := range nb {
 		blk := w[b*q4Bytes : (b+1)*q4Bytes]
-		dw := f16(blk)
-		for i, c := range blk[2 : 2+16] {
-			v[i] = int32(c&15) - 8
-			v[i+16] = int32(c>>4) - 8
-		}
 		for j := range 4 {
-			x := xq[j*k+b*32 : j*k+b*32+32]
-			var acc int32
-			for i := range 32 {
-				acc += v[i] * int32(x[i])
-			}
-			s[j] += float32(acc) * (dw * xd[4*b+j])
+			s[j] = qblock(s[j], q4BlockSum(blk, xq[j*k+b*32:]), f16(blk), xd[4*b+j])
 		}
 	}
 	*out = s
@@ -286,18 +285,6 @@ func quantRowQ8Go(xq []int8, xd []float32, x []float32) {
 			// software path on baseline amd64.
 			q[i] = int8((f*id + roundMagic) - roundMagic)
 		}
-	}
-}
-
-// q4Sums sets xs[b] = 8·xd[b]·Σ xq of block b: what taking 8 off every
-// Q4_0 nibble takes off block b's dot product with the row, before d_w.
-func q4Sums(xs []float32, xq []int8, xd []float32) {
-	for b, d := range xd {
-		var s int32
-		for _, q := range xq[b*kernels.QK : (b+1)*kernels.QK] {
-			s += int32(q)
-		}
-		xs[b] = 8 * d * float32(s)
 	}
 }
 

@@ -10,7 +10,7 @@ var haveAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 func setAsm() {
 	dotF32, dotF32x4 = dotF32Asm, dotF32x4Asm
 	dotQ8, dotQ8x4, dotQ8Rows = dotQ8Asm, dotQ8x4Asm, dotQ8RowsAsm
-	dotQ4, dotQ4x4 = dotQ4Asm, dotQ4x4Asm
+	dotQ4, dotQ4x4, dotQ4Rows = dotQ4Asm, dotQ4x4Asm, dotQ4RowsAsm
 	axpy, f16Row = axpyAsm, f16RowAsm
 	dotsF32, axpysF32 = dotsF32Asm, axpysF32Asm
 	setAttnAsm()
@@ -51,13 +51,13 @@ func dotF32AVX(a, b *float32, n int) float32
 func dotF32x4AVX(w, x *float32, stride, n int, out *[4]float32)
 
 //go:noescape
-func dotQ8RowsAVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, nrows int)
+func dotQ8R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
+
+//go:noescape
+func dotQ4R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
 
 //go:noescape
 func dotQ8x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
-
-//go:noescape
-func dotQ4AVX(w *byte, xq *int8, xd *float32, nb int) float32
 
 //go:noescape
 func dotQ4x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
@@ -80,7 +80,7 @@ func dotF32Asm(a, b []float32) float32 {
 		s = dotF32AVX(&a[0], &b[0], m)
 	}
 	for i := m; i < n; i++ {
-		s += a[i] * b[i]
+		s = fma32(a[i], b[i], s)
 	}
 	return s
 }
@@ -95,35 +95,66 @@ func dotF32x4Asm(w, x []float32, out *[4]float32) {
 		*out = [4]float32{}
 	}
 	for i := m; i < k; i++ {
-		out[0] += w[i] * x[i]
-		out[1] += w[i] * x[k+i]
-		out[2] += w[i] * x[2*k+i]
-		out[3] += w[i] * x[3*k+i]
+		for j := range out {
+			out[j] = fma32(w[i], x[j*k+i], out[j])
+		}
 	}
 }
 
 func dotQ8Asm(w []byte, xq []int8, xd []float32) float32 {
-	nb := len(xd)
-	if nb == 0 {
-		return 0
-	}
-	_, _ = w[nb*q8Bytes-1], xq[nb*32-1]
-	var out float32
-	dotQ8RowsAVX(&w[0], 0, &xq[0], &xd[0], nb, &out, 1)
-	return out
+	var out [1]float32
+	dotQ8RowsAsm(w, 0, xq, xd, out[:])
+	return out[0]
 }
 
 func dotQ8RowsAsm(w []byte, rb int, xq []int8, xd []float32, out []float32) {
-	nb := len(xd)
-	if len(out) == 0 {
+	rowsR8(dotQ8R8AVX, q8Bytes, w, rb, xq, xd, out)
+}
+
+func dotQ4Asm(w []byte, xq []int8, xd []float32) float32 {
+	var out [1]float32
+	dotQ4RowsAsm(w, 0, xq, xd, out[:])
+	return out[0]
+}
+
+func dotQ4RowsAsm(w []byte, rb int, xq []int8, xd []float32, out []float32) {
+	rowsR8(dotQ4R8AVX, q4Bytes, w, rb, xq, xd, out)
+}
+
+// rowsR8 runs an eight-row kernel over len(out) weight rows: whole groups
+// of eight in one call; a last partial group as the eight rows ending at
+// the last (results kept for the new ones), or, with fewer than eight rows
+// in all, each row alone as all eight lanes (stride 0). Lanes never mix,
+// so a row's result is the same in any of these.
+func rowsR8(kern func(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int),
+	blockBytes int, w []byte, rb int, xq []int8, xd []float32, out []float32) {
+	n, nb := len(out), len(xd)
+	if n == 0 {
 		return
 	}
 	if nb == 0 {
 		clear(out)
 		return
 	}
-	_, _ = w[(len(out)-1)*rb+nb*q8Bytes-1], xq[nb*32-1]
-	dotQ8RowsAVX(&w[0], rb, &xq[0], &xd[0], nb, &out[0], len(out))
+	_, _ = w[(n-1)*rb+nb*blockBytes-1], xq[nb*32-1]
+	g := n / 8
+	if g > 0 {
+		kern(&w[0], rb, &xq[0], &xd[0], nb, &out[0], g)
+	}
+	t := n - 8*g
+	if t == 0 {
+		return
+	}
+	var o [8]float32
+	if g > 0 {
+		kern(&w[(n-8)*rb], rb, &xq[0], &xd[0], nb, &o[0], 1)
+		copy(out[8*g:], o[8-t:])
+		return
+	}
+	for r := range n {
+		kern(&w[r*rb], 0, &xq[0], &xd[0], nb, &o[0], 1)
+		out[r] = o[0]
+	}
 }
 
 func dotQ8x4Asm(w []byte, xq []int8, xd []float32, nb int, out *[4]float32) {
@@ -133,15 +164,6 @@ func dotQ8x4Asm(w []byte, xq []int8, xd []float32, nb int, out *[4]float32) {
 	}
 	_, _, _ = w[nb*q8Bytes-1], xq[4*nb*32-1], xd[4*nb-1]
 	dotQ8x4AVX(&w[0], &xq[0], &xd[0], nb, out)
-}
-
-func dotQ4Asm(w []byte, xq []int8, xd []float32) float32 {
-	nb := len(xd)
-	if nb == 0 {
-		return 0
-	}
-	_, _ = w[nb*q4Bytes-1], xq[nb*32-1]
-	return dotQ4AVX(&w[0], &xq[0], &xd[0], nb)
 }
 
 func dotQ4x4Asm(w []byte, xq []int8, xd []float32, nb int, out *[4]float32) {

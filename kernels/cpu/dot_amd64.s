@@ -30,14 +30,6 @@
 	VPMADDUBSW t, Y6, t \
 	VPMADDWD   Y15, t, t
 
-// QSCALE adds int32 lanes t, scaled by d_w (Y4) times the scale at d, to
-// acc; Y8 is clobbered.
-#define QSCALE(d, t, acc) \
-	VCVTDQ2PS    t, t \
-	VBROADCASTSS d, Y8 \
-	VMULPS       Y4, Y8, Y8 \
-	VFMADD231PS  Y8, t, acc
-
 // QX4SETUP loads the x4 kernels' arguments: SI weight blocks, DI row 0's
 // int8 values (rows R8 bytes apart, row 3 at R10), DX the four rows' scales
 // interleaved by block, CX the block count.
@@ -53,10 +45,11 @@
 	VPCMPEQW Y15, Y15, Y15 \
 	VPSRLW   $15, Y15, Y15
 
-// QX4ROWS adds the block's four dot products to Y0, whose lanes are
-// [r0 r1 r2 r3 | r0 r1 r2 r3]: three horizontal adds fold the rows' partial
-// sums into one vector, so conversion and scaling happen once per block,
-// not once per row. Y4 holds d_w in every lane.
+// QX4ROWS adds the block's four dot products to X0, lane j = row j: three
+// horizontal adds and one add of the halves fold each row's eight partial
+// sums into its exact block sum, which is then converted, scaled and fused
+// into the row's accumulator once per block, as canon.go defines. Y4 holds
+// d_w in every lane.
 #define QX4ROWS \
 	QROW((DI), Y7) \
 	QROW((DI)(R8*1), Y8) \
@@ -65,14 +58,14 @@
 	VPHADDD        Y8, Y7, Y7 \
 	VPHADDD        Y10, Y9, Y9 \
 	VPHADDD        Y9, Y7, Y7 \
-	VCVTDQ2PS      Y7, Y7 \
-	VBROADCASTF128 (DX), Y11 \
-	VMULPS         Y4, Y11, Y11 \
-	VFMADD231PS    Y11, Y7, Y0
+	VEXTRACTI128   $1, Y7, X8 \
+	VPADDD         X8, X7, X7 \
+	VCVTDQ2PS      X7, X7 \
+	VMOVUPS        (DX), X11 \
+	VMULPS         X4, X11, X11 \
+	VFMADD231PS    X11, X7, X0
 
 #define QX4STORE \
-	VEXTRACTF128 $1, Y0, X1 \
-	VADDPS       X1, X0, X0 \
 	MOVQ         out+32(FP), AX \
 	VMOVUPS      X0, (AX) \
 	VZEROUPPER
@@ -87,6 +80,14 @@
 	VPSUBB      Y12, Y5, Y5 \
 	VPSIGNB     Y5, Y5, Y6
 
+#define Q4CONSTS11 \
+	MOVL         $0x0f0f0f0f, AX \
+	VMOVD        AX, X12 \
+	VPBROADCASTD X12, Y12 \
+	MOVL         $0x08080808, AX \
+	VMOVD        AX, X11 \
+	VPBROADCASTD X11, Y11
+
 #define Q4CONSTS \
 	MOVL         $0x08080808, AX \
 	VMOVD        AX, X12 \
@@ -95,50 +96,129 @@
 	VMOVD        AX, X13 \
 	VPBROADCASTD X13, Y13
 
+// The batch-1 kernels take eight weight rows at a time, one lane each:
+// every row's block sum is formed exactly in integers and folded, like the
+// x4 and tile kernels do, into its own accumulator lane once per block
+// (canon.go), so a row's result does not depend on which kernel ran it.
+// Weight row i of the group is at SI + i·R8 for i < 4 and R10 + (i−4)·R8
+// after (R9 = 3·R8); DI is the activation block, DX its scale, Y14 the
+// block's 32 int8 values, Y15 int16 ones, Y13 the eight results.
+
+// QR8 leaves in V the eight int32 partial sums of the Q8_0 weight block at
+// wq times the activation block; T is scratch.
+#define QR8(wq, V, T) \
+	VMOVDQU    wq, V \
+	VPSIGNB    V, Y14, T \
+	VPSIGNB    V, V, V \
+	VPMADDUBSW T, V, V \
+	VPMADDWD   Y15, V, V
+
+// QR4 is QR8 for the Q4_0 block at wq (XV is V's low half); Y12 holds
+// bytes of 0x0F and Y11 bytes of 8.
+#define QR4(wq, XV, V, XT, T) \
+	VMOVDQU     wq, XV \
+	VPSRLW      $4, XV, XT \
+	VINSERTI128 $1, XT, V, V \
+	VPAND       Y12, V, V \
+	VPSUBB      Y11, V, V \
+	VPSIGNB     V, Y14, T \
+	VPSIGNB     V, V, V \
+	VPMADDUBSW  T, V, V \
+	VPMADDWD    Y15, V, V
+
+// R8FOLD folds the eight rows' partial sums in Y0-Y7 into their exact
+// block sums, lane i = row i, in Y1 (as floats); Y2 is clobbered.
+#define R8FOLD \
+	VPHADDD    Y1, Y0, Y0 \
+	VPHADDD    Y3, Y2, Y2 \
+	VPHADDD    Y2, Y0, Y0 \
+	VPHADDD    Y5, Y4, Y4 \
+	VPHADDD    Y7, Y6, Y6 \
+	VPHADDD    Y6, Y4, Y4 \
+	VPERM2I128 $0x20, Y4, Y0, Y1 \
+	VPERM2I128 $0x31, Y4, Y0, Y2 \
+	VPADDD     Y2, Y1, Y1 \
+	VCVTDQ2PS  Y1, Y1
+
+// R8SCALE fuses the block sums in Y1, times d_w of each row (the F16s at
+// the rows' current blocks) times the activation's scale, into Y13.
+#define R8SCALE \
+	MOVWLZX      (SI), AX \
+	VMOVD        AX, X2 \
+	VPINSRW      $1, (SI)(R8*1), X2, X2 \
+	VPINSRW      $2, (SI)(R8*2), X2, X2 \
+	VPINSRW      $3, (SI)(R9*1), X2, X2 \
+	VPINSRW      $4, (R10), X2, X2 \
+	VPINSRW      $5, (R10)(R8*1), X2, X2 \
+	VPINSRW      $6, (R10)(R8*2), X2, X2 \
+	VPINSRW      $7, (R10)(R9*1), X2, X2 \
+	VCVTPH2PS    X2, Y2 \
+	VBROADCASTSS (DX), Y3 \
+	VMULPS       Y3, Y2, Y2 \
+	VFMADD231PS  Y2, Y1, Y13
+
+// R8GROUP starts a group of eight rows at R12.
+#define R8GROUP \
+	MOVQ   R12, SI \
+	LEAQ   (R12)(R8*4), R10 \
+	MOVQ   xq+16(FP), DI \
+	MOVQ   xd+24(FP), DX \
+	MOVQ   nb+32(FP), CX \
+	VXORPS Y13, Y13, Y13
+
+// R8SETUP loads the arguments common to both kernels.
+#define R8SETUP \
+	MOVQ     w+0(FP), R12 \
+	MOVQ     rb+8(FP), R8 \
+	LEAQ     (R8)(R8*2), R9 \
+	MOVQ     out+40(FP), BX \
+	MOVQ     ngroups+48(FP), R11 \
+	VPCMPEQW Y15, Y15, Y15 \
+	VPSRLW   $15, Y15, Y15
+
+// R8NEXT stores a group's results and moves on to the next group, looping
+// to label while groups are left.
+#define R8NEXT(label) \
+	VMOVUPS Y13, (BX) \
+	ADDQ    $32, BX \
+	LEAQ    (R12)(R8*8), R12 \
+	DECQ    R11 \
+	JNZ     label
+
 // func dotF32AVX(a, b *float32, n int) float32
+// Chunk c of eight goes to accumulator c mod 2 (canon.go), then the same
+// horizontal tree as HSUM4.
 TEXT ·dotF32AVX(SB), NOSPLIT, $0-28
 	MOVQ a+0(FP), SI
 	MOVQ b+8(FP), DI
 	MOVQ n+16(FP), CX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
 
-f32loop32:
-	CMPQ CX, $32
+f32loop16:
+	CMPQ CX, $16
 	JL   f32loop8
 	VMOVUPS (SI), Y4
 	VMOVUPS 32(SI), Y5
-	VMOVUPS 64(SI), Y6
-	VMOVUPS 96(SI), Y7
 	VFMADD231PS (DI), Y4, Y0
 	VFMADD231PS 32(DI), Y5, Y1
-	VFMADD231PS 64(DI), Y6, Y2
-	VFMADD231PS 96(DI), Y7, Y3
-	ADDQ $128, SI
-	ADDQ $128, DI
-	SUBQ $32, CX
-	JMP  f32loop32
+	ADDQ $64, SI
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JMP  f32loop16
 
 f32loop8:
 	CMPQ CX, $8
 	JL   f32done
 	VMOVUPS (SI), Y4
 	VFMADD231PS (DI), Y4, Y0
-	ADDQ $32, SI
-	ADDQ $32, DI
-	SUBQ $8, CX
-	JMP  f32loop8
 
 f32done:
-	VADDPS Y1, Y0, Y0
-	VADDPS Y3, Y2, Y2
-	VADDPS Y2, Y0, Y0
+	VADDPS  Y1, Y0, Y0
+	VHADDPS Y0, Y0, Y0
+	VHADDPS Y0, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS  X1, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
 	VZEROUPPER
 	MOVSS X0, ret+24(FP)
 	RET
@@ -203,72 +283,67 @@ f32x4done:
 	VZEROUPPER
 	RET
 
-// Q8BLOCK adds the Q8_0 weight block at SI+w times the activation block at
-// DI+x (scale at DX+d) to acc: the sign of each weight moves onto its
-// activation so VPMADDUBSW can take the weights' absolute values unsigned.
-// S (SX its low half), W and T are scratch; Y15 holds int16 ones.
-#define Q8BLOCK(w, x, d, SX, S, W, T, acc) \
-	VPBROADCASTW w(SI), SX \
-	VCVTPH2PS    SX, SX \
-	VMULSS       d(DX), SX, SX \
-	VBROADCASTSS SX, S \
-	VMOVDQU      w+2(SI), W \
-	VMOVDQU      x(DI), T \
-	VPSIGNB      W, T, T \
-	VPSIGNB      W, W, W \
-	VPMADDUBSW   T, W, T \
-	VPMADDWD     Y15, T, T \
-	VCVTDQ2PS    T, T \
-	VFMADD231PS  S, T, acc
-
-// func dotQ8RowsAVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, nrows int)
+// func dotQ8R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
 // out[r] = the dot product of Q8_0 weight row r (rows rb bytes apart) with
-// one quantized activation row, for r < nrows ≥ 1: one call for a chunk of
-// weight rows rather than one per row, which at batch 1 cost a Go call and
-// its bounds checks for every 816 bytes streamed.
-TEXT ·dotQ8RowsAVX(SB), NOSPLIT, $0-56
-	MOVQ     w+0(FP), R8
-	MOVQ     out+40(FP), R10
-	MOVQ     nrows+48(FP), R9
-	VPCMPEQW Y15, Y15, Y15
-	VPSRLW   $15, Y15, Y15 // int16 ones
+// one quantized activation row, for r < 8·ngroups; nb ≥ 1, ngroups ≥ 1.
+TEXT ·dotQ8R8AVX(SB), NOSPLIT, $0-56
+	R8SETUP
 
-q8row:
-	MOVQ   R8, SI
-	MOVQ   xq+16(FP), DI
-	MOVQ   xd+24(FP), DX
-	MOVQ   nb+32(FP), CX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
+q8r8group:
+	R8GROUP
 
-q8loop2:
-	CMPQ CX, $2
-	JL   q8tail
-	Q8BLOCK(0, 0, 0, X4, Y4, Y5, Y7, Y0)
-	Q8BLOCK(34, 32, 4, X6, Y6, Y8, Y9, Y1)
+q8r8block:
+	VMOVDQU (DI), Y14
+	QR8(2(SI), Y0, Y8)
+	QR8(2(SI)(R8*1), Y1, Y9)
+	QR8(2(SI)(R8*2), Y2, Y10)
+	QR8(2(SI)(R9*1), Y3, Y11)
+	QR8(2(R10), Y4, Y8)
+	QR8(2(R10)(R8*1), Y5, Y9)
+	QR8(2(R10)(R8*2), Y6, Y10)
+	QR8(2(R10)(R9*1), Y7, Y11)
+	R8FOLD
+	R8SCALE
+	ADDQ $34, SI
+	ADDQ $34, R10
+	ADDQ $32, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  q8r8block
 
-	ADDQ $68, SI
-	ADDQ $64, DI
-	ADDQ $8, DX
-	SUBQ $2, CX
-	JMP  q8loop2
+	R8NEXT(q8r8group)
+	VZEROUPPER
+	RET
 
-q8tail:
-	TESTQ CX, CX
-	JE    q8done
-	Q8BLOCK(0, 0, 0, X4, Y4, Y5, Y7, Y0)
+// func dotQ4R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
+// dotQ8R8AVX for Q4_0 weight rows.
+TEXT ·dotQ4R8AVX(SB), NOSPLIT, $0-56
+	R8SETUP
+	Q4CONSTS11
 
-q8done:
-	VADDPS Y1, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS  X1, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
-	VMOVSS X0, (R10)
-	ADDQ   $4, R10
-	ADDQ   rb+8(FP), R8
-	DECQ   R9
-	JNZ    q8row
+q4r8group:
+	R8GROUP
+
+q4r8block:
+	VMOVDQU (DI), Y14
+	QR4(2(SI), X0, Y0, X8, Y8)
+	QR4(2(SI)(R8*1), X1, Y1, X9, Y9)
+	QR4(2(SI)(R8*2), X2, Y2, X10, Y10)
+	QR4(2(SI)(R9*1), X3, Y3, X8, Y8)
+	QR4(2(R10), X4, Y4, X9, Y9)
+	QR4(2(R10)(R8*1), X5, Y5, X10, Y10)
+	QR4(2(R10)(R8*2), X6, Y6, X8, Y8)
+	QR4(2(R10)(R9*1), X7, Y7, X9, Y9)
+	R8FOLD
+	R8SCALE
+	ADDQ $18, SI
+	ADDQ $18, R10
+	ADDQ $32, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  q4r8block
+
+	R8NEXT(q4r8group)
 	VZEROUPPER
 	RET
 
@@ -308,56 +383,6 @@ q4x4loop:
 	JNZ  q4x4loop
 
 	QX4STORE
-	RET
-
-// func dotQ4AVX(w *byte, xq *int8, xd *float32, nb int) float32
-TEXT ·dotQ4AVX(SB), NOSPLIT, $0-36
-	MOVQ w+0(FP), SI
-	MOVQ xq+8(FP), DI
-	MOVQ xd+16(FP), DX
-	MOVQ nb+24(FP), CX
-	VXORPS    Y0, Y0, Y0
-	VXORPS    Y1, Y1, Y1
-	VPCMPEQW  Y15, Y15, Y15
-	VPSRLW    $15, Y15, Y15
-	Q4CONSTS
-
-q4loop2:
-	CMPQ CX, $2
-	JL   q4tail
-	VPBROADCASTW (SI), X4
-	VCVTPH2PS    X4, Y4
-	Q4W(2(SI))
-	QROW((DI), Y7)
-	QSCALE((DX), Y7, Y0)
-	VPBROADCASTW 18(SI), X4
-	VCVTPH2PS    X4, Y4
-	Q4W(20(SI))
-	QROW(32(DI), Y9)
-	QSCALE(4(DX), Y9, Y1)
-	ADDQ $36, SI
-	ADDQ $64, DI
-	ADDQ $8, DX
-	SUBQ $2, CX
-	JMP  q4loop2
-
-q4tail:
-	TESTQ CX, CX
-	JE    q4done
-	VPBROADCASTW (SI), X4
-	VCVTPH2PS    X4, Y4
-	Q4W(2(SI))
-	QROW((DI), Y7)
-	QSCALE((DX), Y7, Y0)
-
-q4done:
-	VADDPS Y1, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS  X1, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
-	VZEROUPPER
-	MOVSS X0, ret+32(FP)
 	RET
 
 // func axpyAVX(y *float32, a float32, x *float32, n int)

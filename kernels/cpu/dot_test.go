@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"testing"
 
@@ -21,6 +22,12 @@ func asmKernels(t *testing.T) {
 	initTables()
 }
 
+// sameBits reports whether have and want are the same float32 (any NaN
+// matching any NaN): the kernels follow one arithmetic (canon.go).
+func sameBits(have, want float32) bool {
+	return math.Float32bits(have) == math.Float32bits(want) || have != have && want != want
+}
+
 func closeTo(have, want, mag float32) bool {
 	return math.Abs(float64(have-want)) <= 1e-5*float64(mag)+1e-6
 }
@@ -33,7 +40,7 @@ func TestDotF32Asm(t *testing.T) {
 	for _, n := range floatLens {
 		a, b := randVec(r, n), randVec(r, n+3)
 		have, want := dotF32(a, b), dotF32Go(a, b)
-		if !closeTo(have, want, absDot(a, b)) {
+		if !sameBits(have, want) {
 			t.Errorf("dotF32 n=%d: have %g; want %g", n, have, want)
 		}
 		w, x := randVec(r, n), randVec(r, 4*n)
@@ -42,7 +49,7 @@ func TestDotF32Asm(t *testing.T) {
 		dotF32x4(w, x, &h4)
 		dotF32x4Go(w, x, &w4)
 		for j := range 4 {
-			if !closeTo(h4[j], w4[j], absDot(w, x[j*n:])) {
+			if !sameBits(h4[j], w4[j]) || !sameBits(w4[j], dotF32Go(w, x[j*n:(j+1)*n])) {
 				t.Errorf("dotF32x4 n=%d row %d: have %g; want %g", n, j, h4[j], w4[j])
 			}
 		}
@@ -113,9 +120,8 @@ func TestQuantDotAsm(t *testing.T) {
 					for i := range xd {
 						xd[i] = r.Float32() * 0.02
 					}
-					mag := float32(nb) * 32 * 128 * 127 * 0.02 * 2
 					have, want := k.one(w, xq[:nb*32], xd[:nb]), k.oneGo(w, xq[:nb*32], xd[:nb])
-					if !closeTo(have, want, mag) {
+					if !sameBits(have, want) {
 						t.Errorf("one row: have %g; want %g", have, want)
 					}
 					var h4, w4 [4]float32
@@ -123,7 +129,7 @@ func TestQuantDotAsm(t *testing.T) {
 					k.four(w, xq, xd, nb, &h4)
 					k.fourGo(w, xq, xd, nb, &w4)
 					for j := range 4 {
-						if !closeTo(h4[j], w4[j], mag) {
+						if !sameBits(h4[j], w4[j]) || !sameBits(w4[j], k.oneGo(w, xq[j*nb*32:(j+1)*nb*32], xd4col(xd, j))) {
 							t.Errorf("x4 row %d: have %g; want %g", j, h4[j], w4[j])
 						}
 					}
@@ -237,10 +243,9 @@ func TestTileKernels(t *testing.T) {
 							want[j*tileRows+l] = k.one(w[j*stride:j*stride+rb], q, d)
 						}
 					}
-					mag := float32(nb) * 32 * 128 * 127 * 0.02 * 2
 					check := func(name string, have *[tileOut]float32) {
 						for i := range have {
-							if !closeTo(have[i], want[i], mag) {
+							if !sameBits(have[i], want[i]) {
 								t.Errorf("%s: out[%d] (weight row %d, row %d): have %g; want %g", name, i, i/tileRows, i%tileRows, have[i], want[i])
 							}
 						}
@@ -262,7 +267,7 @@ func TestTileKernels(t *testing.T) {
 						// Stride 0: one row, as all four.
 						tileStoreKernel(k.dt)(w[:rb], 0, act, nb, 1, st[:], tileW, tileRows, 1)
 						for i, v := range st {
-							if want0 := want[i/tileW]; !closeTo(v, want0, mag) {
+							if want0 := want[i/tileW]; !sameBits(v, want0) {
 								t.Errorf("stride 0: out[%d]: have %g; want %g", i, v, want0)
 							}
 						}
@@ -340,4 +345,50 @@ func TestQuantRowQ8Rounding(t *testing.T) {
 			}
 		}
 	}
+}
+
+// xd4col returns row j's scales from the x4 kernels' interleaved ones.
+func xd4col(xd4 []float32, j int) []float32 {
+	out := make([]float32, len(xd4)/4)
+	for b := range out {
+		out[b] = xd4[4*b+j]
+	}
+	return out
+}
+
+// TestFMA32 checks the Go fused multiply-add against exact arithmetic
+// rounded once, on random operands and on ones built to land the float64
+// sum exactly halfway between two float32s.
+func TestFMA32(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	exact := func(a, b, c float32) float32 {
+		x := new(big.Float).SetPrec(2000).SetFloat64(float64(a))
+		x.Mul(x, new(big.Float).SetPrec(2000).SetFloat64(float64(b)))
+		x.Add(x, new(big.Float).SetPrec(2000).SetFloat64(float64(c)))
+		f, _ := x.Float32()
+		return f
+	}
+	check := func(a, b, c float32) {
+		if have, want := fma32(a, b, c), exact(a, b, c); !sameBits(have, want) {
+			t.Fatalf("fma32(%g, %g, %g) = %g; want %g", a, b, c, have, want)
+		}
+	}
+	for range 200000 {
+		a := math.Float32frombits(r.Uint32() & 0x3fffffff) // finite, no overflow
+		b := math.Float32frombits(r.Uint32() & 0x3fffffff)
+		c := math.Float32frombits(r.Uint32() & 0xbfffffff)
+		check(a, b, c)
+		check(a, b, -c)
+		check(float32(r.IntN(1<<20)-1<<19), r.Float32()*1e-3, r.Float32()*10-5)
+	}
+	// c = 1; a·b = 2⁻²⁴ (half an ulp of 1) plus a sliver far below the
+	// float64 sum's last bit: the sum rounds to exactly halfway, and only
+	// the sliver says to round up.
+	a := float32(1 + 0x1p-23)
+	b := float32(0x1p-24)
+	check(a, b, 1)
+	check(-a, b, -1)
+	check(a, -b, 1)
+	check(0, 5, -0.0)
+	check(-0.0, 5, 0)
 }

@@ -4,8 +4,6 @@ package cpu
 
 import (
 	"golang.org/x/sys/cpu"
-
-	"github.com/specgate/specgate/kernels"
 )
 
 // haveVNNI reports whether this CPU runs the tiled AVX-512 VNNI kernels in
@@ -16,7 +14,6 @@ var haveVNNI = haveAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
 
 func setVNNI() {
 	q8TileStore, q4TileStore = q8TileStoreAsm, q4TileStoreAsm
-	dotQ4s = dotQ4SAsm
 }
 
 //go:noescape
@@ -58,16 +55,4 @@ func checkTileStore(w []byte, stride, blockBytes int, a tileAct, nb, groups int,
 	}
 	_, _, _ = w[(ntiles*tileW-1)*stride+nb*blockBytes-1], a.xp[groups*nb*tileBlock-1], a.xd[groups*nb*tileRows-1]
 	_ = out[(nrows-1)*ostride+ntiles*tileW-1]
-}
-
-//go:noescape
-func dotQ4S1VNNI(w *byte, xq *int8, xd, xs *float32, nb int) float32
-
-func dotQ4SAsm(w []byte, xq []int8, xd, xs []float32) float32 {
-	nb := len(xd)
-	if nb == 0 {
-		return 0
-	}
-	_, _, _ = w[nb*q4Bytes-1], xq[nb*kernels.QK-1], xs[nb-1]
-	return dotQ4S1VNNI(&w[0], &xq[0], &xd[0], &xs[0], nb)
 }

@@ -57,13 +57,7 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 			b.xd4 = make([]float32, n4)
 		}
 		t.xq, t.xd, t.xd4 = b.xq[:n*k], b.xd[:n*nb], b.xd4[:(n+3)/4*4*nb]
-		if wt.dt == kernels.Q4_0 && dotQ4s != nil {
-			if cap(b.xs) < n*nb {
-				b.xs = make([]float32, n*nb)
-			}
-			t.xs = b.xs[:n*nb]
-		}
-		b.qx = quantTask{xq: t.xq, xd: t.xd, xd4: t.xd4, xs: t.xs, x: xt}
+		b.qx = quantTask{xq: t.xq, xd: t.xd, xd4: t.xd4, x: xt}
 		b.pool.run(&b.qx, n, max(1, 16384/k))
 	}
 	grain := m
@@ -168,7 +162,6 @@ type quantTask struct {
 	b       *Backend
 	xq      []int8
 	xd, xd4 []float32
-	xs      []float32 // q4Sums, when not nil
 	x       *Tensor
 	act     tileAct // the tile layout, when act.xp is not nil
 }
@@ -189,9 +182,6 @@ func (t *quantTask) run(wk, lo, hi int) {
 	for r := lo; r < hi; r++ {
 		xd := t.xd[r*nb : (r+1)*nb]
 		quantRowQ8(t.xq[r*k:(r+1)*k], xd, t.x.row(r))
-		if t.xs != nil {
-			q4Sums(t.xs[r*nb:(r+1)*nb], t.xq[r*k:(r+1)*k], xd)
-		}
 		g := t.xd4[r/4*4*nb:]
 		for b, d := range xd {
 			g[4*b+r%4] = d
@@ -204,7 +194,6 @@ type matmulTask struct {
 	dst, x, w *Tensor
 	xq        []int8
 	xd, xd4   []float32
-	xs        []float32 // q4Sums of the rows, for dotQ4s
 	// tile, when not nil, is the tiled kernel, and act the activations
 	// in its layout.
 	tile tileStoreFunc
@@ -222,13 +211,17 @@ func (t *matmulTask) run(wk, lo, hi int) {
 	o4 := &t.b.scratch[wk].o4
 	for r0 := 0; r0 < n; r0 += xTile {
 		r1 := min(n, r0+xTile)
-		if t.w.dt == kernels.Q8_0 {
+		if t.w.dt == kernels.Q8_0 || t.w.dt == kernels.Q4_0 {
 			// Rows the x4 kernels do not take, each against the whole
 			// chunk of weight rows in one call.
 			nb, rb := k/kernels.QK, t.w.rowBytes
+			rows := dotQ8Rows
+			if t.w.dt == kernels.Q4_0 {
+				rows = dotQ4Rows
+			}
 			rq := r0 + (r1-r0)&^3
 			for r := rq; r < r1; r++ {
-				dotQ8Rows(t.w.raw[lo*rb:], rb, t.xq[r*k:(r+1)*k], t.xd[r*nb:(r+1)*nb], out[r*m+lo:r*m+hi])
+				rows(t.w.raw[lo*rb:], rb, t.xq[r*k:(r+1)*k], t.xd[r*nb:(r+1)*nb], out[r*m+lo:r*m+hi])
 			}
 			r1 = rq
 		}
@@ -237,21 +230,13 @@ func (t *matmulTask) run(wk, lo, hi int) {
 			case kernels.Q8_0, kernels.Q4_0:
 				nb := k / kernels.QK
 				wr := t.w.rawRow(o)
-				dot, dot4 := dotQ8, dotQ8x4
+				dot4 := dotQ8x4
 				if t.w.dt == kernels.Q4_0 {
-					dot, dot4 = dotQ4, dotQ4x4
+					dot4 = dotQ4x4
 				}
-				r := r0
-				for ; r+4 <= r1; r += 4 {
+				for r := r0; r+4 <= r1; r += 4 {
 					dot4(wr, t.xq[r*k:(r+4)*k], t.xd4[r*nb:(r+4)*nb], nb, o4)
 					out[r*m+o], out[(r+1)*m+o], out[(r+2)*m+o], out[(r+3)*m+o] = o4[0], o4[1], o4[2], o4[3]
-				}
-				for ; r < r1; r++ {
-					if t.xs != nil {
-						out[r*m+o] = dotQ4s(wr, t.xq[r*k:(r+1)*k], t.xd[r*nb:(r+1)*nb], t.xs[r*nb:(r+1)*nb])
-						continue
-					}
-					out[r*m+o] = dot(wr, t.xq[r*k:(r+1)*k], t.xd[r*nb:(r+1)*nb])
 				}
 			default:
 				var wr []float32

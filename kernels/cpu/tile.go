@@ -178,7 +178,8 @@ func q4TileGo(w []byte, stride int, a tileAct, nb int, out *[tileOut]float32) {
 
 // tileBlockDot adds weight row j's block b (32 values q, scale dw) times the
 // tile's eight rows of that block to s[8j:8j+8]: the kernels' integer sums,
-// less xc in the signed layout and 128·Σq in the other, scaled.
+// less xc in the signed layout and 128·Σq in the other, scaled as
+// canon.go defines.
 func tileBlockDot(s *[tileOut]float32, j int, q *[32]int32, a tileAct, b int, dw float32) {
 	blk := a.xp[b*tileBlock : (b+1)*tileBlock]
 	for l := range tileRows {
@@ -195,7 +196,7 @@ func tileBlockDot(s *[tileOut]float32, j int, q *[32]int32, a tileAct, b int, dw
 		if a.xc != nil {
 			acc -= a.xc[b*tileRows+l]
 		}
-		s[8*j+l] += float32(acc) * (dw * a.xd[b*tileRows+l])
+		s[8*j+l] = qblock(s[8*j+l], acc, dw, a.xd[b*tileRows+l])
 	}
 }
 
@@ -214,13 +215,11 @@ const (
 	tilesAsm                 // the VNNI tile kernels, where the CPU has them
 )
 
-// useTiles sets q8TileStore and q4TileStore (and, with the VNNI kernels,
-// dotQ4s) for mode and reports whether tiled
-// kernels are now in use. Like useAsm it must not be called while a backend
+// useTiles sets q8TileStore and q4TileStore for mode and reports whether
+// tiled kernels are now in use. Like useAsm it must not be called while a backend
 // is running.
 func useTiles(mode tileMode) bool {
 	q8TileStore, q4TileStore = nil, nil
-	dotQ4s = nil
 	switch {
 	case mode == tilesGo:
 		q8TileStore, q4TileStore = tileStoreGo(q8TileGo), tileStoreGo(q4TileGo)

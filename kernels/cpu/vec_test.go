@@ -124,7 +124,6 @@ func TestTileStoreKernels(t *testing.T) {
 				}
 			}
 			const ostride = maxTiles*tileW + 3
-			mag := float32(nb) * 32 * 128 * 127 * 0.02 * 2
 			for ntiles := 1; ntiles <= maxTiles; ntiles++ {
 				one := make([]float32, 16*ostride)
 				asm(w, stride, act, nb, 1, one, ostride, tileRows, ntiles)
@@ -139,7 +138,7 @@ func TestTileStoreKernels(t *testing.T) {
 						ref(w, stride, act, nb, groups, want, ostride, nrows, ntiles)
 						for i := range have {
 							stored := i/ostride < nrows && i%ostride < ntiles*tileW
-							if stored && (have[i] != one[i] || !closeTo(have[i], want[i], mag)) || !stored && have[i] != -1 {
+							if stored && (have[i] != one[i] || !sameBits(have[i], want[i])) || !stored && have[i] != -1 {
 								t.Fatalf("%v nb=%d groups=%d nrows=%d ntiles=%d: out[%d] = %g; one group gives %g, Go %g",
 									dt, nb, groups, nrows, ntiles, i, have[i], one[i], want[i])
 							}
@@ -151,67 +150,42 @@ func TestTileStoreKernels(t *testing.T) {
 	}
 }
 
-// TestDotQ4S checks the VNNI Q4_0 row kernel, which takes 8 off the
-// nibbles through the activation's block sums, against the Go kernel.
-func TestDotQ4S(t *testing.T) {
-	initTables()
-	defer useAsm(true)
-	if useAsm(true); dotQ4s == nil {
-		t.Skip("no VNNI kernels on this CPU")
-	}
-	r := rand.New(rand.NewPCG(17, 18))
-	for _, nb := range []int{0, 1, 2, 3, 5, 24, 97} {
-		for _, extreme := range []bool{false, true} {
-			w := randBlocks(r, kernels.Q4_0, nb, extreme)
-			xq, xd, xs := make([]int8, nb*32), make([]float32, nb), make([]float32, nb)
-			for i := range xq {
-				xq[i] = int8(r.IntN(255) - 127)
-				if extreme {
-					xq[i] = []int8{127, -127, 0}[r.IntN(3)]
-				}
-			}
-			for i := range xd {
-				xd[i] = r.Float32() * 0.02
-			}
-			q4Sums(xs, xq, xd)
-			mag := float32(nb) * 32 * 128 * 8 * 0.02 * 2
-			if have, want := dotQ4s(w, xq, xd, xs), dotQ4Go(w, xq, xd); !closeTo(have, want, mag) {
-				t.Errorf("nb=%d extreme=%v: have %g; want %g", nb, extreme, have, want)
-			}
-		}
-	}
-}
-
-// TestDotQ8Rows checks the many-row Q8_0 kernel against the one-row Go
-// kernel, rows padded apart, and that it writes only its len(out) results.
-func TestDotQ8Rows(t *testing.T) {
+// TestDotRows checks the many-row kernels against the one-row Go
+// kernels, bit for bit, rows padded apart, over whole groups of eight and
+// partial ones, and that they write only their len(out) results.
+func TestDotRows(t *testing.T) {
 	asmKernels(t)
 	r := rand.New(rand.NewPCG(19, 20))
-	for _, nb := range []int{0, 1, 2, 3, 24} {
-		for _, rows := range []int{1, 2, 5} {
-			rb := nb*q8Bytes + 3
-			w := make([]byte, rows*rb)
-			for j := range rows {
-				copy(w[j*rb:], randBlocks(r, kernels.Q8_0, nb, j == 1))
-			}
-			xq, xd := make([]int8, nb*32), make([]float32, nb)
-			for i := range xq {
-				xq[i] = int8(r.IntN(255) - 127)
-			}
-			for i := range xd {
-				xd[i] = r.Float32() * 0.02
-			}
-			out := make([]float32, rows+1)
-			out[rows] = -1
-			dotQ8Rows(w, rb, xq, xd, out[:rows])
-			mag := float32(nb) * 32 * 128 * 127 * 0.02 * 2
-			for j := range rows {
-				if want := dotQ8Go(w[j*rb:], xq, xd); !closeTo(out[j], want, mag) {
-					t.Errorf("nb=%d rows=%d row %d: have %g; want %g", nb, rows, j, out[j], want)
+	for _, k := range []struct {
+		dt    kernels.DType
+		rows  func([]byte, int, []int8, []float32, []float32)
+		oneGo func([]byte, []int8, []float32) float32
+	}{{kernels.Q8_0, dotQ8Rows, dotQ8Go}, {kernels.Q4_0, dotQ4Rows, dotQ4Go}} {
+		for _, nb := range []int{0, 1, 2, 3, 24} {
+			for _, rows := range []int{1, 2, 5, 8, 13, 16, 19} {
+				rb := nb*k.dt.BlockBytes() + 3
+				w := make([]byte, rows*rb)
+				for j := range rows {
+					copy(w[j*rb:], randBlocks(r, k.dt, nb, j == 1))
 				}
-			}
-			if out[rows] != -1 {
-				t.Errorf("nb=%d rows=%d: wrote past its rows", nb, rows)
+				xq, xd := make([]int8, nb*32), make([]float32, nb)
+				for i := range xq {
+					xq[i] = int8(r.IntN(255) - 127)
+				}
+				for i := range xd {
+					xd[i] = r.Float32() * 0.02
+				}
+				out := make([]float32, rows+1)
+				out[rows] = -1
+				k.rows(w, rb, xq, xd, out[:rows])
+				for j := range rows {
+					if want := k.oneGo(w[j*rb:], xq, xd); !sameBits(out[j], want) {
+						t.Errorf("%v nb=%d rows=%d row %d: have %g; want %g", k.dt, nb, rows, j, out[j], want)
+					}
+				}
+				if out[rows] != -1 {
+					t.Errorf("%v nb=%d rows=%d: wrote past its rows", k.dt, nb, rows)
+				}
 			}
 		}
 	}
