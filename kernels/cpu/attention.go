@@ -147,9 +147,10 @@ type attnTask struct {
 	kv     *KV
 	layer  int
 	a      kernels.Attn
-	group  int // query heads per kv head
-	chunk  int // query heads per task: a whole number of groups
-	chunks int // tasks per item
+	tree   []kernels.TreeRow // TreeAttention's rows, or nil
+	group  int               // query heads per kv head
+	chunk  int               // query heads per task: a whole number of groups
+	chunks int               // tasks per item
 	scale  float32
 	items  []attnItem
 	// A long row's parts leave their unnormalised outputs (chunk·HeadDim
@@ -197,12 +198,22 @@ func (b *Backend) Attention(dst, q kernels.Tensor, c kernels.KVCache, layer int,
 		panic(fmt.Sprintf("cpu: Attention: %d heads, %d kv heads of %d for q %d×%d, cache width %d, %d rows",
 			a.Heads, a.KVHeads, a.HeadDim, qt.rows, qt.cols, kv.spec.Width, len(a.Rows)))
 	}
-	work := 0
 	for i, r := range a.Rows {
 		if r.Len < 0 || int(r.Len) > len(r.Table)*kv.spec.BlockSize {
 			panic(fmt.Sprintf("cpu: Attention: row %d has length %d and %d blocks of %d", i, r.Len, len(r.Table), kv.spec.BlockSize))
 		}
-		work += int(r.Len)
+	}
+	b.attend(d, qt, kv, layer, a, nil)
+}
+
+// attend runs Attention, or TreeAttention when tree is not nil: a tree
+// row is the row of length Prefix+len(Slots) whose positions from Prefix
+// on are its slots, computed exactly as Attention computes a row, so a
+// draft token verified in a tree gets the bits it would get decoded alone.
+func (b *Backend) attend(d, qt *Tensor, kv *KV, layer int, a kernels.Attn, tree []kernels.TreeRow) {
+	work := 0
+	for i := range a.Rows {
+		work += rowLen(a, tree, i)
 	}
 	scale := a.Scale
 	if scale == 0 {
@@ -211,8 +222,8 @@ func (b *Backend) Attention(dst, q kernels.Tensor, c kernels.KVCache, layer int,
 	bs := kv.spec.BlockSize
 	span := max(1, attnPart/bs) * bs
 	items, parts := b.attnItems[:0], 0
-	for r, row := range a.Rows {
-		n, lo := int(row.Len), 0
+	for r := range a.Rows {
+		n, lo := rowLen(a, tree, r), 0
 		if a.Window > 0 && n > int(a.Window) {
 			lo = n - int(a.Window)
 		}
@@ -238,7 +249,7 @@ func (b *Backend) Attention(dst, q kernels.Tensor, c kernels.KVCache, layer int,
 			chunks++
 		}
 	}
-	t := attnTask{b: b, dst: d, q: qt, kv: kv, layer: layer, a: a, group: group,
+	t := attnTask{b: b, dst: d, q: qt, kv: kv, layer: layer, a: a, tree: tree, group: group,
 		chunk: a.Heads / chunks, chunks: chunks, scale: scale, items: items}
 	if parts > 0 {
 		no, nm := parts*a.Heads*a.HeadDim, parts*a.Heads
@@ -300,7 +311,7 @@ func (t *attnTask) merge() {
 
 func (t *attnTask) run(wk, lo, hi int) {
 	a := &t.a
-	hd, bs, w := a.HeadDim, t.kv.spec.BlockSize, t.kv.spec.Width
+	hd, w := a.HeadDim, t.kv.spec.Width
 	f16 := t.kv.f16()
 	var K, V []float32
 	var K16, V16 []uint16
@@ -314,7 +325,6 @@ func (t *attnTask) run(wk, lo, hi int) {
 		it, c := t.items[item/t.chunks], item%t.chunks
 		r, h0 := it.r, c*t.chunk
 		nh := t.chunk
-		row := a.Rows[r]
 		p0, n := it.p0, it.p1-it.p0 // the item's positions, from p0
 		qrow, orow := t.q.row(r), t.dst.row(r)
 		if n == 0 {
@@ -337,12 +347,13 @@ func (t *attnTask) run(wk, lo, hi int) {
 		for i, x := range qrow[h0*hd : (h0+nh)*hd] {
 			qs[i] = x * t.scale
 		}
-		// A block's positions are consecutive slots: the F16 kernels take
-		// them in one call, the F32 ones one position at a time.
-		// Positions (from p0, a block boundary) are indexed from 0 here.
+		// A run of consecutive slots (a block's, or one tree slot): the
+		// F16 kernels take it in one call, the F32 ones one position at a
+		// time. Positions (from p0) are indexed from 0 here.
 		kv0 := (h0 / t.group) * hd
-		for p := 0; p < n; p += bs {
-			base, e := t.slot(row.Table[(p0+p)/bs])*w, min(n, p+bs)
+		for p, e, base := 0, 0, 0; p < n; p = e {
+			base, e = t.span(r, p0+p, p0+n)
+			e -= p0
 			if f16 {
 				dotsF16(qs, K16[base+kv0:base+(e-p)*w], hd, t.group, w, s[p*nh:e*nh])
 				continue
@@ -373,8 +384,9 @@ func (t *attnTask) run(wk, lo, hi int) {
 			copy(t.ps[j:j+nh], sum)
 		}
 		clear(out)
-		for p := 0; p < n; p += bs {
-			base, e := t.slot(row.Table[(p0+p)/bs])*w, min(n, p+bs)
+		for p, e, base := 0, 0, 0; p < n; p = e {
+			base, e = t.span(r, p0+p, p0+n)
+			e -= p0
 			if f16 {
 				axpysF16(out, s[p*nh:e*nh], V16[base+kv0:base+(e-p)*w], hd, t.group, w)
 				continue
@@ -397,6 +409,30 @@ func (t *attnTask) run(wk, lo, hi int) {
 			}
 		}
 	}
+}
+
+// rowLen is the number of positions row r attends to.
+func rowLen(a kernels.Attn, tree []kernels.TreeRow, r int) int {
+	if tree != nil {
+		return int(tree[r].Prefix) + len(tree[r].Slots)
+	}
+	return int(a.Rows[r].Len)
+}
+
+// span returns the element offset of row r's position p in the layer and the
+// end (at most end) of the run of consecutive slots it starts: up to the
+// end of its block, or of the tree row's prefix; a tree slot alone.
+func (t *attnTask) span(r, p, end int) (base, e int) {
+	bs, w := t.kv.spec.BlockSize, t.kv.spec.Width
+	if t.tree != nil {
+		tr := t.tree[r]
+		if pre := int(tr.Prefix); p >= pre {
+			return int(tr.Slots[p-pre]) * w, p + 1
+		} else {
+			end = min(end, pre)
+		}
+	}
+	return (t.slot(t.a.Rows[r].Table[p/bs]) + p%bs) * w, min(end, (p/bs+1)*bs)
 }
 
 // slot returns the first slot of block blk, checking it exists.

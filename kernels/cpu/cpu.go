@@ -80,9 +80,7 @@ type Backend struct {
 	// partial results.
 	attnItems []attnItem
 	attnPart  []float32
-	// treeRuns backs TreeAttention's runs of rows with one prefix.
-	treeRuns []treeRows
-	rows     rowTask
+	rows      rowTask
 	// kact, kq and kmm are MatMul's for the types of kquant.go.
 	kact kAct
 	kq   kQuantTask

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -46,6 +47,61 @@ func TestConformance(t *testing.T) {
 		useTiles(tilesGo)
 		kernelstest.Run(t, open(t, 2))
 	})
+}
+
+// TestBatchInvariance runs the bit-for-bit batch checks on every kernel
+// set, and checks that they all compute the Go kernels' bits: a model's
+// output is then the same on any CPU, in any batch.
+func TestBatchInvariance(t *testing.T) {
+	modes := []struct {
+		name string
+		set  func()
+	}{
+		{"asm", func() { useAsm(true) }},
+		{"go_kernels", func() { useAsm(false) }},
+		{"x4_kernels", func() { useAsm(true); useTiles(tilesOff) }},
+		{"go_tiles", func() { useAsm(false); useTiles(tilesGo) }},
+	}
+	defer useAsm(true)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			m.set()
+			for seed := range uint64(3) {
+				t.Run(fmt.Sprint(seed), func(t *testing.T) {
+					kernelstest.BatchInvariance(t, open(t, 1+int(seed)%3), seed)
+				})
+			}
+		})
+	}
+	// The same random batch through every kernel set: one set of bits.
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, dt := range kernelstest.WeightTypes {
+		const n, m, k = 13, 37, 96
+		data, err := kernels.Quantize(dt, randVals(r, m*k, 0.5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		xs := randVals(r, n*k, 2)
+		var ref []float32
+		for _, mode := range modes {
+			mode.set()
+			b := open(t, 2)
+			w, err := b.Weights(dt, m, k, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, d := b.Alloc(n, k), b.Alloc(n, m)
+			b.Upload(x, xs)
+			b.MatMul(d, x, w)
+			have := make([]float32, n*m)
+			b.Download(have, d)
+			if ref == nil {
+				ref = have
+			} else if !slices.Equal(have, ref) {
+				t.Errorf("%v: the %s kernels' MatMul differs from the asm kernels'", dt, mode.name)
+			}
+		}
+	}
 }
 
 func TestRegistered(t *testing.T) {

@@ -184,11 +184,9 @@ func testTreeChainIsCausal(t *testing.T, dt kernels.DType) {
 	h1, h2 := make([]float32, chain*64), make([]float32, chain*64)
 	b.Download(h1, d1)
 	b.Download(h2, d2)
-	want := make([]float64, len(h2))
-	for i, v := range h2 {
-		want[i] = float64(v)
+	if !slices.Equal(h1, h2) {
+		t.Errorf("TreeAttention and causal Attention differ:\n%v\n%v", h1, h2)
 	}
-	checkClose(t, "TreeAttention vs Attention", h1, want)
 }
 
 func TestCopySlots(t *testing.T) {
