@@ -33,7 +33,7 @@ func BenchmarkMatMul(b *testing.B) {
 	for _, dt := range []kernels.DType{kernels.F32, kernels.F16, kernels.Q8_0, kernels.Q4_0} {
 		for _, s := range []struct{ m, k int }{{768, 768}, {3072, 768}} {
 			w, size := benchWeights(b, be, dt, s.m, s.k)
-			for _, n := range []int{1, 8} {
+			for _, n := range []int{1, 8, 32} {
 				b.Run(fmt.Sprintf("%v/%dx%d/n=%d", dt, s.m, s.k, n), func(b *testing.B) {
 					x, dst := be.Alloc(n, s.k), be.Alloc(n, s.m)
 					be.Upload(x, make([]float32, n*s.k))

@@ -48,7 +48,7 @@
 // QX4ROWS adds the block's four dot products to X0, lane j = row j: three
 // horizontal adds and one add of the halves fold each row's eight partial
 // sums into its exact block sum, which is then converted, scaled and fused
-// into the row's accumulator once per block, as canon.go defines. Y4 holds
+// into the row's accumulator once per block, as canon.go defines. X4 holds
 // d_w in every lane.
 #define QX4ROWS \
 	QROW((DI), Y7) \
@@ -353,7 +353,7 @@ TEXT ·dotQ8x4AVX(SB), NOSPLIT, $0-40
 
 q8x4loop:
 	VPBROADCASTW (SI), X4
-	VCVTPH2PS    X4, Y4
+	VCVTPH2PS    X4, X4
 	VMOVDQU      2(SI), Y5
 	VPSIGNB      Y5, Y5, Y6
 	QX4ROWS
@@ -373,7 +373,7 @@ TEXT ·dotQ4x4AVX(SB), NOSPLIT, $0-40
 
 q4x4loop:
 	VPBROADCASTW (SI), X4
-	VCVTPH2PS    X4, Y4
+	VCVTPH2PS    X4, X4
 	Q4W(2(SI))
 	QX4ROWS
 	ADDQ $18, SI
