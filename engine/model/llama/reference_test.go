@@ -98,7 +98,7 @@ func checkSynthRef(t *testing.T, m model.Model, ref synthRef, tol float64) {
 			worst = math.Max(worst, math.Abs(float64(logits[int(e[0])])-e[1]))
 		}
 		want := ref.GreedyIDs[step]
-		if got := argmax(logits); got != want && top[0][1]-top[1][1] >= nearTie {
+		if got := argmax(logits); got != want && top[0][1]-top[1][1] >= nearTie && !withinDrift(logits, ref.Top5[step], got, want, 10*tol) {
 			t.Errorf("%q step %d: greedy %d; want %d (margin %.3g; top5 %s)", ref.Prompt, step, got, want, top[0][1]-top[1][1], fmtTop(logits, top))
 			return
 		}
@@ -111,6 +111,38 @@ func checkSynthRef(t *testing.T, m model.Model, ref synthRef, tol float64) {
 	if worst > 10*tol {
 		t.Errorf("%q: top-5 logits along the greedy path differ by up to %.4g; want ≤ %.4g", ref.Prompt, worst, 10*tol)
 	}
+}
+
+// withinDrift reports whether a greedy step that chose got where the
+// reference chose want is still within the drift the path allows: both
+// tokens' logits within drift of the reference's (a token outside the
+// reference's top five must be below its fifth). Random-weight models
+// amplify rounding, so a kernel whose arithmetic differs from llama.cpp's
+// in the last bit may legitimately flip a step whose margin is inside that
+// drift; a wrong kernel moves logits far beyond it.
+func withinDrift(logits []float32, top [][2]float64, got, want int32, drift float64) bool {
+	refOf := func(id int32) (float64, bool) {
+		for _, e := range top {
+			if int32(e[0]) == id {
+				return e[1], true
+			}
+		}
+		return 0, false
+	}
+	for _, id := range []int32{got, want} {
+		r, ok := refOf(id)
+		if !ok {
+			r = top[len(top)-1][1]
+			if float64(logits[id])-r > drift {
+				return false
+			}
+			continue
+		}
+		if math.Abs(float64(logits[id])-r) > drift {
+			return false
+		}
+	}
+	return true
 }
 
 func fmtTop(logits []float32, top [][2]float64) string {
