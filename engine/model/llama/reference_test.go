@@ -31,26 +31,40 @@ type synthRef struct {
 // An F32 file must match to 1e-2. A quantized file must match within a
 // tenth of what quantization moves llama.cpp's own logits (its reference
 // against the F32 file's reference), which only the same arithmetic as
-// ggml's quantized dot products reaches; where no F32 file ships (gemma2)
-// the bound is a tenth of the smallest such movement of the other files.
+// ggml's quantized dot products reaches.
+//
+// Gemma 2 ships no F32 file, and its 26 layers (the others have 2) make its
+// logits chaotic at a level no tolerance of a tenth can hold: moving the
+// embedding scale by 3e-7 moves our own Q8_0 logits by 0.3, as one
+// activation crossing a rounding boundary of its int8 or half-precision
+// GELU lookup does. Its quantized files are held to 1 (the logits spread
+// over ±30), and their greedy paths, along which our logits drift by up to
+// 1.7 from llama.cpp's after 20 steps, up to the first step whose top two
+// are within 2; TestGemma2F32 checks Gemma 2 closely.
 func TestSynthArchitectures(t *testing.T) {
 	for _, tc := range []struct {
 		file, f32 string
+		// tol, when set, is the bound instead of one derived from the
+		// F32 file, and the greedy path is followed only up to the first
+		// step whose top two are within 2·tol.
+		tol float64
 	}{
-		{"synth-llama-f32", ""},
-		{"synth-llama-q8_0", "synth-llama-f32"},
-		{"synth-llama3rope-f32", ""},
-		{"synth-qwen2-f32", ""},
-		{"synth-qwen2-q8_0", "synth-qwen2-f32"},
-		{"synth-qwen2-q4_k_m", "synth-qwen2-f32"},
-		{"synth-phi3-f32", ""},
-		{"synth-phi3-q8_0", "synth-phi3-f32"},
-		{"synth-phi3-q4_k_m", "synth-phi3-f32"},
+		{file: "synth-llama-f32"},
+		{file: "synth-llama-q8_0", f32: "synth-llama-f32"},
+		{file: "synth-llama3rope-f32"},
+		{file: "synth-qwen2-f32"},
+		{file: "synth-qwen2-q8_0", f32: "synth-qwen2-f32"},
+		{file: "synth-qwen2-q4_k_m", f32: "synth-qwen2-f32"},
+		{file: "synth-phi3-f32"},
+		{file: "synth-phi3-q8_0", f32: "synth-phi3-f32"},
+		{file: "synth-phi3-q4_k_m", f32: "synth-phi3-f32"},
+		{file: "synth-gemma2-q8_0", tol: 1},
+		{file: "synth-gemma2-q4_k_m", tol: 1},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			refs := readJSONL[synthRef](t, testmodels.Ref(t, filepath.Join("synth", tc.file+".jsonl")))
 			var base []synthRef
-			if tc.f32 != "" && tc.f32 != "-" {
+			if tc.f32 != "" {
 				base = readJSONL[synthRef](t, testmodels.Ref(t, filepath.Join("synth", tc.f32+".jsonl")))
 			}
 			m := load(t, filepath.Join("synth", tc.file+".gguf"), 2)
@@ -58,14 +72,14 @@ func TestSynthArchitectures(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, ref := range refs {
-				tol := 1e-2
+				tol, tie, stop := 1e-2, nearTie, false
 				switch {
+				case tc.tol != 0:
+					tol, tie, stop = tc.tol, 2*tc.tol, true
 				case base != nil:
 					tol = maxDiff(ref.Last, base[i].Last) / 10
-				case tc.f32 == "-":
-					tol = 0.07
 				}
-				checkSynthRef(t, m, ref, tol)
+				checkSynthRef(t, m, ref, tol, tie, stop)
 			}
 		})
 	}
@@ -75,7 +89,11 @@ func TestSynthArchitectures(t *testing.T) {
 // legitimately go either way.
 const nearTie = 0.01
 
-func checkSynthRef(t *testing.T, m model.Model, ref synthRef, tol float64) {
+// checkSynthRef compares m with one reference line: the prompt's logits
+// within tol, then, feeding the reference's greedy ids, each step's top
+// five within 10·tol and its argmax wherever the reference's top two are
+// tie or more apart. With stop, the path ends at the first step under tie.
+func checkSynthRef(t *testing.T, m model.Model, ref synthRef, tol, tie float64, stop bool) {
 	t.Helper()
 	ids := m.Tokenizer().Encode(ref.Prompt)
 	if !equal(ids, ref.PromptIDs) {
@@ -98,7 +116,10 @@ func checkSynthRef(t *testing.T, m model.Model, ref synthRef, tol float64) {
 			worst = math.Max(worst, math.Abs(float64(logits[int(e[0])])-e[1]))
 		}
 		want := ref.GreedyIDs[step]
-		if got := argmax(logits); got != want && top[0][1]-top[1][1] >= nearTie && !withinDrift(logits, ref.Top5[step], got, want, 10*tol) {
+		if stop && top[0][1]-top[1][1] < tie {
+			break
+		}
+		if got := argmax(logits); got != want && top[0][1]-top[1][1] >= tie && !withinDrift(logits, ref.Top5[step], got, want, 10*tol) {
 			t.Errorf("%q step %d: greedy %d; want %d (margin %.3g; top5 %s)", ref.Prompt, step, got, want, top[0][1]-top[1][1], fmtTop(logits, top))
 			return
 		}
@@ -151,4 +172,24 @@ func fmtTop(logits []float32, top [][2]float64) string {
 		fmt.Fprintf(&b, "[%d have %.4f want %.4f]", int(e[0]), logits[int(e[0])], e[1])
 	}
 	return b.String()
+}
+
+// TestArchitecturesBatchExact checks that each architecture's sequences
+// decode the same alone as together in one batch: the new ops (soft-caps,
+// the sliding window, GeGLU, fused weights) compute a row the same way in
+// any batch. The long prompt takes Gemma 2 past its window of 16. The
+// files are Q4_K_M ones, whose matmuls compute a row the same way at any
+// batch size (the F32 and Q8_0 kernels' batched paths round differently
+// from their single-row ones).
+func TestArchitecturesBatchExact(t *testing.T) {
+	long := make([]int32, 20)
+	for i := range long {
+		long[i] = int32(3 + i*17%500)
+	}
+	for _, file := range []string{"synth-phi3-q4_k_m", "synth-gemma2-q4_k_m", "synth-qwen2-q4_k_m"} {
+		t.Run(file, func(t *testing.T) {
+			m := load(t, filepath.Join("synth", file+".gguf"), 2)
+			checkBatchExact(t, m, [][]int32{long, {1, 403, 407}, long[:17]})
+		})
+	}
 }
