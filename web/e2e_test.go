@@ -25,6 +25,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model"
@@ -45,9 +46,29 @@ const ArtifactsEnv = "SPECGATE_ARTIFACTS"
 // Messages that the test's generator routes to its fakes; anything else
 // goes to the real engine.
 const (
-	slowMarker = "slow"
-	xssMarker  = "markup"
+	slowMarker   = "slow"
+	xssMarker    = "markup"
+	stuckMarker  = "stuck"   // a few words, then nothing: its server died
+	fastMarker   = "flood"   // many long lines as fast as possible
+	refuseMarker = "refuse"  // the engine refuses the request
+	failMarker   = "explode" // the engine fails after a few words
+	tableMarker  = "table"   // a Markdown table and a code block
 )
+
+// tableReply is an answer with a table and highlighted code.
+var tableReply = []string{
+	"Scores:\n\n| Name | Score |\n|:-----|------:|\n| Ada | 10 |\n| Bob | 7 |\n\n",
+	"```go\nfunc main() {\n\treturn \"<b>hi</b>\" // done\n}\n```\n",
+}
+
+// floodReply is an answer far taller than the window, in big pieces.
+func floodReply() []string {
+	var out []string
+	for i := range 60 {
+		out = append(out, fmt.Sprintf("Line %d of a long answer that keeps going and going so that it wraps.\n\n", i))
+	}
+	return out
+}
 
 // xssReply is model output that would run script if the page ever let
 // model text become markup. It streams in pieces that split the tags.
@@ -78,6 +99,15 @@ type testGenerator struct {
 	gateway.Generator
 	release chan struct{}
 	once    sync.Once
+
+	mu   sync.Mutex // protects the field below
+	last engine.Request
+}
+
+func (g *testGenerator) lastRequest() engine.Request {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.last
 }
 
 func (g *testGenerator) releaseHeld() { g.once.Do(func() { close(g.release) }) }
@@ -87,9 +117,22 @@ func (g *testGenerator) Submit(ctx context.Context, r engine.Request) (gateway.E
 	if n := len(r.Messages); n > 0 {
 		last = r.Messages[n-1].Content
 	}
+	g.mu.Lock()
+	g.last = r
+	g.mu.Unlock()
 	switch {
 	case strings.Contains(last, xssMarker):
 		return &scriptedStream{ctx: ctx, deltas: xssReply}, nil
+	case strings.Contains(last, tableMarker):
+		return &scriptedStream{ctx: ctx, deltas: tableReply}, nil
+	case strings.Contains(last, fastMarker):
+		return &scriptedStream{ctx: ctx, deltas: floodReply()}, nil
+	case strings.Contains(last, failMarker):
+		return &scriptedStream{ctx: ctx, deltas: []string{"Half an ", "answer"}, fail: &engine.Error{Code: engine.CodeInternal, Message: "the engine failed on purpose"}}, nil
+	case strings.Contains(last, stuckMarker):
+		return &scriptedStream{ctx: ctx, deltas: []string{"These words ", "arrived before ", "the crash"}, stuck: g.release}, nil
+	case strings.Contains(last, refuseMarker):
+		return nil, &engine.Error{Code: engine.CodeQueueFull, Message: "the queue is full", Temporary: true}
 	case strings.Contains(last, slowMarker):
 		s, err := g.Generator.Submit(ctx, r)
 		if err != nil {
@@ -138,21 +181,36 @@ func (s *heldStream) Recv(ctx context.Context) (engine.Event, error) {
 	return ev, nil
 }
 
-// scriptedStream plays fixed deltas, then stops.
+// scriptedStream plays fixed deltas, then stops; with fail set it ends
+// with that error; with stuck set it then sends nothing until stuck is
+// closed (a generation whose server died: cancel does not reach it).
 type scriptedStream struct {
 	ctx    context.Context
 	deltas []string
+	fail   error
+	stuck  <-chan struct{}
 	i      int
 	ended  bool
 }
 
 func (s *scriptedStream) Recv(ctx context.Context) (engine.Event, error) {
+	if s.stuck != nil && !s.ended && s.i == len(s.deltas) {
+		select {
+		case <-s.stuck:
+		case <-ctx.Done():
+		}
+		s.ended = true
+		return engine.Event{Final: &engine.Final{FinishReason: engine.FinishCancelled}}, nil
+	}
 	switch {
 	case s.ended:
 		return engine.Event{}, io.EOF
 	case s.ctx.Err() != nil:
 		s.ended = true
 		return engine.Event{Final: &engine.Final{FinishReason: engine.FinishCancelled}}, nil
+	case s.i == len(s.deltas) && s.fail != nil:
+		s.ended = true
+		return engine.Event{Final: &engine.Final{FinishReason: engine.FinishError, Err: s.fail}}, nil
 	case s.i == len(s.deltas):
 		s.ended = true
 		return engine.Event{Final: &engine.Final{FinishReason: engine.FinishStop, Usage: engine.Usage{PromptTokens: 4, CompletionTokens: s.i}}}, nil
@@ -168,13 +226,24 @@ type chatServer struct {
 	token string
 	gen   *testGenerator
 	gw    *gateway.Server
+	model gateway.ModelInfo
+	// sign makes a token for another user of the tenant.
+	sign func(user string) string
 }
 
-func startChatServer(t *testing.T) *chatServer {
+// startChatServer serves on the shared test Redis, or on redisSrv when it
+// is set (a private server the test may kill).
+func startChatServer(t *testing.T, redisSrv ...*testredis.Server) *chatServer {
 	t.Helper()
 	path := testmodels.Path(t, testmodels.Stories260K)
-	rdb := testredis.Client(t)
-	prefix := testredis.Prefix(t)
+	var rdb *redis.Client
+	prefix := ""
+	if len(redisSrv) > 0 {
+		rdb = redisSrv[0].Client()
+	} else {
+		rdb = testredis.Client(t)
+		prefix = testredis.Prefix(t)
+	}
 	be, err := kernels.Open("cpu", kernels.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -189,11 +258,16 @@ func startChatServer(t *testing.T) *chatServer {
 	}
 	t.Cleanup(func() { _ = eng.Close() })
 	gen := &testGenerator{Generator: gateway.Adapt(eng.Submit, eng.Cancel), release: make(chan struct{})}
+	c := m.Config()
+	info := gateway.ModelInfo{Name: "stories260K", Arch: c.Arch, Context: c.Context, Quantization: c.WeightType.String()}
 	gw, err := gateway.New(gateway.Options{
-		Redis:     rdb,
-		Prefix:    prefix,
-		Generator: gen,
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Redis:          rdb,
+		Prefix:         prefix,
+		Generator:      gen,
+		Model:          &info,
+		ModelName:      info.Name,
+		PersistTimeout: 2 * time.Second,
+		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -221,15 +295,18 @@ func startChatServer(t *testing.T) *chatServer {
 	if _, err := gw.Tenants().Create(context.Background(), tenants.Tenant{ID: "webco", Priority: tenants.Interactive, Keys: []tenants.Key{key}}); err != nil {
 		t.Fatal(err)
 	}
-	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
-		"sub": "tester", "aud": "specgate", "exp": time.Now().Add(10 * time.Minute).Unix(),
-	})
-	tok.Header["kid"] = key.ID
-	signed, err := tok.SignedString(key.Secret)
-	if err != nil {
-		t.Fatal(err)
+	sign := func(user string) string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+			"sub": user, "aud": "specgate", "exp": time.Now().Add(10 * time.Minute).Unix(),
+		})
+		tok.Header["kid"] = key.ID
+		signed, err := tok.SignedString(key.Secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return signed
 	}
-	return &chatServer{url: hs.URL + "/", token: signed, gen: gen, gw: gw}
+	return &chatServer{url: hs.URL + "/", token: sign("tester"), gen: gen, gw: gw, model: info, sign: sign}
 }
 
 // browser starts a headless Chromium with a fresh profile and returns a
@@ -551,6 +628,286 @@ func TestBrowserChat(t *testing.T) {
 	// A tap on the dimmed chat beside the sidebar closes it.
 	b.do("close the chats", chromedp.MouseClickXY(375, 400))
 	b.waitJS("the sidebar to close", `document.getElementById("sidebar").getBoundingClientRect().right <= 0`)
+
+	if errs := b.pageErrors(); errs != "" {
+		t.Errorf("have uncaught page errors; want none%s", errs)
+	}
+	t.Logf("browser flow took %v", time.Since(start).Round(time.Millisecond))
+}
+
+// waitAnswer waits until the page shows n answers and the last has ended.
+func (b *browser) waitAnswer(what string, n int) bubble {
+	b.t.Helper()
+	b.waitJS(what, fmt.Sprintf(`%s.length === %d && %s.dataset.state !== "streaming"`, jsAssistants, n, jsLast))
+	all := b.assistants()
+	return all[len(all)-1]
+}
+
+// setInput replaces the composer's text as typing would.
+func (b *browser) setInput(text string) {
+	b.t.Helper()
+	b.do("set the input", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(
+		`(() => { const i = document.querySelector('[data-testid=message-input]'); i.value = %q; i.dispatchEvent(new Event("input")); })()`, text)))
+}
+
+func (b *browser) reload() {
+	b.t.Helper()
+	b.do("reload", chromedp.Reload())
+	b.waitJS("connected after reload", jsConnected)
+}
+
+const jsNote = jsLast + `.querySelector('[data-testid=message-note]')?.textContent ?? ""`
+
+// TestBrowserChatItems walks through what users of a chat UI expect, each
+// as a user would do it: the model's name, a system prompt, regenerate and
+// edit kept as versions on the server, tables and highlighted code with a
+// copy button, following a fast answer, refusals that lose nothing, an
+// error that survives a reload, a sign-in link pasted into an open tab,
+// answers cut by a dead server, Redis going away and coming back, and the
+// layout at desktop and phone sizes.
+func TestBrowserChatItems(t *testing.T) {
+	exe := findChromium(t)
+	rs := testredis.Start(t)
+	srv := startChatServer(t, rs)
+	art := artifactsDir(t)
+	b := startBrowser(t, exe, art)
+	ctx := context.Background()
+	start := time.Now()
+
+	b.do("open the sign-in link", chromedp.Navigate(srv.url+"#token="+srv.token))
+	b.waitJS("connected", jsConnected)
+	if h := evalJS[string](b, `location.hash`); h != "" {
+		t.Errorf("have hash %q after sign-in; want the token out of the address bar", h)
+	}
+	// A dead server's answer is given up after 1.5 s instead of 45 s.
+	b.do("shorten the stall timeout", chromedp.Evaluate[chromedp.Void](`localStorage.setItem("specgate.stallMs", "1500")`))
+	b.reload()
+
+	// The model is named in the top bar.
+	model := evalJS[string](b, `document.querySelector('[data-testid=model-info]').textContent`)
+	for _, want := range []string{srv.model.Name, srv.model.Arch, srv.model.Quantization, fmt.Sprint(srv.model.Context)} {
+		if !strings.Contains(model, want) {
+			t.Errorf("have model %q; want it to name %q", model, want)
+		}
+	}
+
+	// A system prompt and settings for the new chat go with it to the
+	// server and, through the chat template, to the model.
+	b.do("settings",
+		chromedp.Click(chromedp.CSS(`[data-testid=settings] summary`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid=set-system]`)),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid=set-system]`), "You tell short stories."),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid=set-max-tokens]`), "30"),
+		chromedp.Click(chromedp.CSS(`[data-testid=settings] summary`)),
+	)
+	b.sendAndFinish("Once upon a time there was a cat")
+	sid := evalJS[string](b, `localStorage.getItem("specgate.session")`)
+	req := srv.gen.lastRequest()
+	if len(req.Messages) < 2 || req.Messages[0].Role != "system" || req.Messages[0].Content != "You tell short stories." || req.MaxTokens != 30 {
+		t.Fatalf("have engine request %+v; want the system prompt first and max_tokens 30", req)
+	}
+	if v, err := srv.gw.Sessions().Get(ctx, "webco", "tester", sid); err != nil || v.System != "You tell short stories." || v.Params == nil || v.Params.MaxTokens != 30 {
+		t.Fatalf("have stored session %+v, %v; want its system prompt and settings", v, err)
+	}
+
+	// Regenerate replaces the answer on the server; the old one is the
+	// previous version of the turn, a click away.
+	old := b.sendAndFinish("The cat saw a dog")
+	b.do("regenerate", chromedp.Click(chromedp.CSS(`[data-testid=message][data-role=assistant]:last-of-type [data-testid=regenerate]`)))
+	b.waitJS("the version pager", `document.querySelector('[data-testid=branch-label]')?.textContent === "2/2"`)
+	regen := b.assistants()
+	if len(regen) != 2 || regen[1].State != "done" {
+		t.Fatalf("have %+v after regenerate; want two answers", regen)
+	}
+	stored := func() *gateway.SessionView {
+		t.Helper()
+		v, err := srv.gw.Sessions().Get(ctx, "webco", "tester", sid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := stored(); len(v.Messages) != 4 || v.Messages[2].Content != "The cat saw a dog" || len(v.Branches) != 1 || v.Branches[0].Count != 2 {
+		t.Fatalf("have stored %+v; want the question once and two versions of its answer", v)
+	}
+	b.do("previous version", chromedp.Click(chromedp.CSS(`[data-testid=branch-prev]`)))
+	b.waitJS("version 1", `document.querySelector('[data-testid=branch-label]')?.textContent === "1/2"`)
+	b.reload()
+	b.waitJS("version 1 after reload", `document.querySelector('[data-testid=branch-label]')?.textContent === "1/2" && `+jsUsers+`.length === 2`)
+	if got := b.assistants(); normalize(got[1].Text) != normalize(old.Text) {
+		t.Errorf("have %q as version 1; want the first answer %q", got[1].Text, old.Text)
+	}
+	// Edit the second question: a third version of that turn.
+	b.do("edit",
+		chromedp.Click(chromedp.CSS(`[data-testid=message][data-role=user]:nth-last-of-type(2) [data-testid=edit]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid=edit-input]`)),
+		chromedp.SetValue(chromedp.CSS(`[data-testid=edit-input]`), "The cat saw a bird"),
+		chromedp.Click(chromedp.CSS(`[data-testid=edit-send]`)),
+	)
+	b.waitJS("the edited turn", `document.querySelector('[data-testid=branch-label]')?.textContent === "3/3" && `+jsLast+`.dataset.state === "done"`)
+	if users := evalJS[[]string](b, jsUsers+`.map(u => u.querySelector('[data-testid=message-body]').textContent)`); len(users) != 2 || users[1] != "The cat saw a bird" {
+		t.Fatalf("have questions %q; want the edited one second", users)
+	}
+	if v := stored(); len(v.Messages) != 4 || v.Messages[2].Content != "The cat saw a bird" || v.Branches[0].Count != 3 {
+		t.Fatalf("have stored %+v; want the edit as the third version", v)
+	}
+	b.screenshot(art, "branches-desktop.png")
+
+	// Tables and highlighted code with a copy button; markup stays text.
+	b.sendAndFinish("Show a table")
+	cells := evalJS[[]string](b, jsLast+` && [...`+jsLast+`.querySelectorAll('table th, table td')].map(c => c.textContent + "|" + (c.dataset.align || ""))`)
+	if want := []string{"Name|left", "Score|right", "Ada|left", "10|right", "Bob|left", "7|right"}; strings.Join(cells, ",") != strings.Join(want, ",") {
+		t.Errorf("have table cells %q; want %q", cells, want)
+	}
+	if n := evalJS[int](b, jsLast+`.querySelectorAll('pre code span.tok-kw, pre code span.tok-str, pre code span.tok-com').length`); n < 3 {
+		t.Errorf("have %d highlighted tokens; want keywords, strings and comments marked", n)
+	}
+	if n := evalJS[int](b, `document.querySelectorAll('#messages b, #messages script').length`); n != 0 {
+		t.Errorf("have %d elements made from model text; want none", n)
+	}
+	b.do("copy the code", chromedp.Click(chromedp.CSS(`[data-testid=message][data-role=assistant]:last-of-type [data-testid=code-copy]`)))
+	b.waitJS("copied", jsLast+`.querySelector('[data-testid=code-copy]').dataset.copied === "true"`)
+	b.screenshot(art, "table-code-desktop.png")
+
+	// A fast answer, many lines a frame: the view follows it to the end.
+	b.sendAndFinish("Give me a flood of text")
+	if gap := evalJS[float64](b, `(() => { const m = document.getElementById("messages"); return m.scrollHeight - m.scrollTop - m.clientHeight })()`); gap > 2 {
+		t.Errorf("have the view %v px above the end of a fast answer; want it followed", gap)
+	}
+
+	// An answer cut by an engine error keeps its text and says why, also
+	// after a reload; notes and stats of earlier answers stay too.
+	b.send("Now explode")
+	failed := b.waitAnswer("the failed answer", 5)
+	if failed.State != "error" || !strings.Contains(failed.Text, "Half an answer") || !strings.Contains(evalJS[string](b, jsNote), "the engine failed on purpose") {
+		t.Fatalf("have %+v, note %q; want the partial text and the error", failed, evalJS[string](b, jsNote))
+	}
+	stats := evalJS[int](b, `document.querySelectorAll('[data-testid=message-stats]').length`)
+	b.reload()
+	b.waitJS("the history", jsAssistants+`.length === 5`)
+	if note := evalJS[string](b, jsNote); !strings.Contains(note, "the engine failed on purpose") {
+		t.Errorf("have note %q after reload; want the error text", note)
+	}
+	if n := evalJS[int](b, `document.querySelectorAll('[data-testid=message-stats]').length`); n < stats || n < 4 {
+		t.Errorf("have %d answers with stats after reload; want %d", n, stats)
+	}
+
+	// A refused request is not history: the question goes back to the
+	// input and the reason is said once.
+	b.send("Please refuse this")
+	b.waitJS("the refusal", `!document.getElementById("banner").hidden && document.getElementById("banner-text").textContent.includes("the queue is full")`)
+	if in := evalJS[string](b, `document.querySelector('[data-testid=message-input]').value`); in != "Please refuse this" {
+		t.Errorf("have input %q; want the refused question back", in)
+	}
+	for _, when := range []string{"after the refusal", "after a reload"} {
+		if n := evalJS[int](b, jsUsers+`.filter(u => u.textContent.includes("refuse")).length`); n != 0 {
+			t.Errorf("%s: have the refused question on the page %d times; want 0", when, n)
+		}
+		if when == "after the refusal" {
+			b.reload()
+			b.waitJS("the history", jsAssistants+`.length === 5`)
+		}
+	}
+	for _, m := range stored().Messages {
+		if strings.Contains(m.Content, "refuse") {
+			t.Fatalf("have the refused question stored: %+v", m)
+		}
+	}
+	b.setInput("")
+
+	// A sign-in link pasted into the open tab signs in at once.
+	b.do("paste another user's link", chromedp.Navigate(srv.url+"#token="+srv.sign("second")))
+	b.waitJS("the second user", `document.querySelector('[data-testid=whoami]').textContent.startsWith("second") && `+jsConnected)
+	if n := evalJS[int](b, `document.querySelectorAll('[data-testid=session-item]').length`); n != 0 {
+		t.Errorf("have %d chats for a new user; want 0", n)
+	}
+	b.do("back to the first user", chromedp.Navigate(srv.url+"#token="+srv.token))
+	b.waitJS("the first user", `document.querySelector('[data-testid=whoami]').textContent.startsWith("tester") && `+jsConnected+` && document.querySelectorAll('[data-testid=session-item]').length === 1`)
+
+	// An answer whose server died mid-way does not stream forever: it is
+	// marked, with its text, also after a reload; Stop keeps the text too.
+	b.do("new chat", chromedp.Click(chromedp.CSS(`[data-testid=new-session]`)))
+	b.send("Tell a stuck story")
+	cut := b.waitAnswer("the cut answer", 1)
+	if cut.State != "interrupted" || !strings.Contains(cut.Text, "before the crash") {
+		t.Fatalf("have %+v; want the answer marked interrupted with its text", cut)
+	}
+	b.send("Another stuck story")
+	b.waitJS("the second cut answer's text", jsLast+`?.textContent.includes("before the crash") && `+jsAssistants+`.length === 2`)
+	b.do("stop", chromedp.Click(chromedp.CSS(`[data-testid=stop]`)))
+	stopped := b.waitAnswer("the stopped answer", 2)
+	if stopped.State != "cancelled" || !strings.Contains(stopped.Text, "before the crash") || evalJS[string](b, jsNote) != "Stopped." {
+		t.Fatalf("have %+v, note %q; want it stopped with its text", stopped, evalJS[string](b, jsNote))
+	}
+	b.reload()
+	b.waitJS("the cut answers after reload", jsAssistants+`.length === 2`)
+	for i, a := range b.assistants() {
+		if a.State == "streaming" || !strings.Contains(a.Text, "before the crash") {
+			t.Errorf("answer %d after reload: have %+v; want its text, not streaming", i, a)
+		}
+	}
+	if idle := evalJS[bool](b, `!document.querySelector('[data-testid=send]').hidden`); !idle {
+		t.Errorf("have Stop offered after reload; want Send")
+	}
+	b.screenshot(art, "interrupted-desktop.png")
+
+	// Redis goes away: starting a chat keeps the text and says so once;
+	// a reload does not sign out; Redis back, the page reconnects and the
+	// kept text goes out.
+	rs.Kill()
+	b.do("new chat", chromedp.Click(chromedp.CSS(`[data-testid=new-session]`)))
+	b.send("Hello while the store is down")
+	b.waitJS("the banner", `!document.getElementById("banner").hidden && document.getElementById("banner-text").textContent.includes("Could not start a chat")`)
+	banner := evalJS[string](b, `document.getElementById("banner-text").textContent`)
+	time.Sleep(1500 * time.Millisecond)
+	if again := evalJS[string](b, `document.getElementById("banner-text").textContent`); again != banner || evalJS[int](b, `document.querySelectorAll('[data-testid=banner]:not([hidden])').length`) != 1 {
+		t.Errorf("have banner %q then %q; want one banner", banner, again)
+	}
+	if in := evalJS[string](b, `document.querySelector('[data-testid=message-input]').value`); in != "Hello while the store is down" {
+		t.Errorf("have input %q; want the text kept", in)
+	}
+	b.screenshot(art, "redis-down-desktop.png")
+	b.do("reload while Redis is down", chromedp.Reload())
+	b.waitJS("a temporary refusal", `document.querySelector('[data-testid=conn-status]').dataset.state === "reconnecting" && document.querySelector('[data-testid=conn-status]').textContent.includes("unavailable")`)
+	if signedOut := evalJS[bool](b, `!document.getElementById("signin").hidden || !localStorage.getItem("specgate.token")`); signedOut {
+		t.Fatalf("have the page signed out while Redis is down; want it to keep the sign-in and retry")
+	}
+	rs.Restart()
+	b.waitJS("reconnected after Redis returns", jsConnected)
+	b.do("send the kept text", chromedp.Click(chromedp.CSS(`[data-testid=send]`)))
+	b.waitAnswer("the answer after the outage", 1)
+
+	// Layout: titles use the sidebar's width; the settings card keeps clear
+	// of the edges at desktop and phone sizes.
+	cutTitles := evalJS[[]string](b, `[...document.querySelectorAll('[data-testid=session-open]')].filter(o => o.clientWidth < o.closest('.session-list').clientWidth - 24).map(o => o.textContent)`)
+	if len(cutTitles) > 0 {
+		t.Errorf("have titles %q narrower than the sidebar; want the full width for titles", cutTitles)
+	}
+	b.do("open settings", chromedp.Click(chromedp.CSS(`[data-testid=settings] summary`)))
+	b.waitJS("settings open", `document.querySelector('[data-testid=settings]').open`)
+	checkCard := func(size string) {
+		t.Helper()
+		margins := evalJS[[]float64](b, `(() => { const c = document.querySelector('.settings-grid').getBoundingClientRect(); const m = document.querySelector('.main').getBoundingClientRect(); return [c.left - m.left, m.right - c.right, document.documentElement.scrollWidth - innerWidth] })()`)
+		if margins[0] < 6 || margins[1] < 6 || margins[2] > 0 {
+			t.Errorf("%s: have the settings card %v px from the left and %v px from the right edge, page %v px too wide; want it clear of both", size, margins[0], margins[1], margins[2])
+		}
+	}
+	checkCard("1280 px")
+	b.screenshot(art, "settings-desktop.png")
+	b.do("phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
+	b.waitJS("the phone layout", `innerWidth === 390 && document.getElementById("sidebar").getBoundingClientRect().right <= 0`)
+	checkCard("390 px")
+	b.screenshot(art, "settings-phone.png")
+	b.do("close settings", chromedp.Click(chromedp.CSS(`[data-testid=settings] summary`)))
+	b.do("open the chat with versions", chromedp.Click(chromedp.ID("sidebar-toggle")))
+	b.waitJS("the sidebar", `document.getElementById("sidebar").getBoundingClientRect().left === 0`)
+	b.screenshot(art, "sidebar-phone.png")
+	b.do("open it", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-testid=session-item][data-session-id=%q] [data-testid=session-open]`, sid))))
+	b.waitJS("its history", jsAssistants+`.length === 5 && document.getElementById("sidebar").getBoundingClientRect().right <= 0`)
+	if overflow := evalJS[bool](b, `document.documentElement.scrollWidth > innerWidth`); overflow {
+		t.Errorf("have a page wider than the phone; want tables and code to scroll inside their answer")
+	}
+	b.screenshot(art, "chat-phone-table.png")
 
 	if errs := b.pageErrors(); errs != "" {
 		t.Errorf("have uncaught page errors; want none%s", errs)

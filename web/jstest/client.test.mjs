@@ -214,7 +214,7 @@ test("a silent answer is given up after stallMs, keeping its text", () => {
   assert.equal(stalled.length, 0);
   now += 2;
   c.checkStalls();
-  assert.deepEqual(stalled, [{ request: req, session: "s1", text: "half" }]);
+  assert.deepEqual(stalled, [{ request: req, session: "s1", text: "half", stopped: false }]);
   assert.equal(c.inflight.size, 0);
   assert.ok(sock2.sent.some((f) => f.type === "cancel" && f.request === req));
 });
@@ -226,4 +226,25 @@ test("a regenerate frame has no content", () => {
   sock().recv({ type: "ready" });
   const req = c.chat("s1", "", {}, { replace: "r_old" });
   assert.deepEqual(sock().sent.at(-1), { type: "chat", session: "s1", request: req, replace: "r_old" });
+});
+
+test("a stop that nothing answers ends the request within 5 s", () => {
+  let now = 0;
+  FakeSocket.all = [];
+  const c = new ChatClient({ url: "ws://h/v1/ws", token: "tok", WebSocketImpl: FakeSocket, timers: fakeTimers(), stallMs: 45000, now: () => now });
+  const stalled = [];
+  c.on("stalled", (r) => stalled.push(r));
+  c.start();
+  const sock = FakeSocket.all.at(-1);
+  sock.open();
+  sock.recv({ type: "ready" });
+  const req = c.chat("s1", "x");
+  sock.recv({ type: "delta", request: req, seq: 1, text: "part" });
+  c.cancel(req);
+  now += 4999;
+  c.checkStalls();
+  assert.equal(stalled.length, 0);
+  now += 1;
+  c.checkStalls();
+  assert.deepEqual(stalled, [{ request: req, session: "s1", text: "part", stopped: true }]);
 });

@@ -15,6 +15,8 @@ const ORPHANS_KEY = "specgate.orphans";
 // How long an answer may get nothing while connected before the page marks
 // it interrupted (ms); a tuning knob, stored so tests can shorten it.
 const STALL_KEY = "specgate.stallMs";
+// The composer's unsent text, so a reload (or an outage) loses nothing.
+const DRAFT_KEY = "specgate.draft";
 
 const $ = (id) => document.getElementById(id);
 const el = (tag, props = {}, ...children) => {
@@ -124,6 +126,7 @@ function signOut() {
   store.set(SESSION_KEY, null);
   store.set("specgate.inflight", null);
   store.set(ORPHANS_KEY, null);
+  store.set(DRAFT_KEY, null);
   state.current = null;
   state.sessions = [];
   renderSessions();
@@ -197,9 +200,9 @@ function connect(token) {
   });
   c.on("stalled", (r) => {
     // The generation died with its server: keep the text, say so.
-    const note = "Interrupted: the server stopped sending this answer.";
+    const note = r.stopped ? "Stopped." : "Interrupted: the server stopped sending this answer.";
     saveOrphan(r.request, r.session, r.text, note);
-    finishBubble(r.request, { finish_reason: "interrupted", text: r.text, note });
+    finishBubble(r.request, { finish_reason: r.stopped ? "cancelled" : "interrupted", text: r.text, note });
   });
   c.on("reqerror", (e) => {
     if (e.code === "not_found" && state.bubbles.has(e.request)) {
@@ -259,6 +262,9 @@ function onFrame(f) {
     }
     case "error":
       if (f.request) break; // handled per request
+      // A refusal before ready is the connection status's to show (a
+      // temporary one retries by itself).
+      if (!state.client?.ready) break;
       if (state.awaitingCreate) {
         // The chat could not be created: send() reports it, once.
         const { reject } = state.awaitingCreate;
@@ -636,6 +642,7 @@ function refuseBubble(b, e) {
   const input = $("message-input");
   if (!input.value.trim() && b.content) {
     input.value = b.content;
+    store.set(DRAFT_KEY, b.content);
     autosize();
   }
   showBanner(`Not sent: ${e.message || e.code}${e.temporary ? " Try again in a moment." : ""}`, "error");
@@ -842,6 +849,8 @@ async function send() {
     }
   }
   if (input.value === content) input.value = "";
+  store.set(DRAFT_KEY, input.value || null);
+  if ($("banner").dataset.kind === "error") $("banner").hidden = true; // this one went out
   autosize();
   const user = addMessage("user", content);
   const request = state.client.chat(state.current, content, params);
@@ -945,7 +954,10 @@ function init() {
   input.addEventListener("input", () => {
     autosize();
     updateComposer();
+    store.set(DRAFT_KEY, input.value || null);
   });
+  input.value = store.get(DRAFT_KEY) || "";
+  autosize();
   $("stop-button").addEventListener("click", stop);
   $("banner-close").addEventListener("click", () => ($("banner").hidden = true));
   $("sidebar-toggle").addEventListener("click", () => ($("app").dataset.sidebar === "open" ? closeSidebar() : openSidebar()));

@@ -38,9 +38,10 @@ export function wsURL(loc) {
 //            of already seen seqs are dropped)
 //   done     the done frame, with .session and .text (the whole answer)
 //   reqerror the error frame of an in-flight request, with .session, .text
-//   stalled  {request, session, text}: an in-flight answer got nothing for
-//            stallMs while connected (its generation died with a server);
-//            the client stops tracking it
+//   stalled  {request, session, text, stopped}: an in-flight answer got
+//            nothing for stallMs while connected (its generation died with a
+//            server), or nothing ended it within 5 s of a cancel; the client
+//            stops tracking it
 //
 // Refusals split in two: a bad token (unauthorized, forbidden) signs out;
 // anything temporary (the error frame says temporary, code unavailable or
@@ -282,7 +283,12 @@ export class ChatClient {
     return request;
   }
 
+  // cancel asks the server to stop a request. If nothing ends it within
+  // a few seconds (its server died), the client gives up on it (stalled,
+  // with stopped: true) and the UI keeps its text.
   cancel(request) {
+    const r = this.inflight.get(request);
+    if (r) r.stopAt = this.now();
     this.send({ type: "cancel", request });
   }
 
@@ -319,11 +325,13 @@ export class ChatClient {
     if (!this.ready) return; // offline time is the reconnect's, not a stall
     const now = this.now();
     for (const [request, r] of [...this.inflight]) {
-      if (now - (r.last || now) < this.stallMs) continue;
+      const stopped = r.stopAt != null;
+      const silent = stopped ? now - Math.max(r.stopAt, r.last || 0) : now - (r.last || now);
+      if (silent < (stopped ? Math.min(this.stallMs, 5000) : this.stallMs)) continue;
       this.inflight.delete(request);
       this.saveInflight();
-      this.rawSend({ type: "cancel", request });
-      this.emit("stalled", { request, session: r.session, text: r.text });
+      if (!stopped) this.rawSend({ type: "cancel", request });
+      this.emit("stalled", { request, session: r.session, text: r.text, stopped });
     }
   }
 
