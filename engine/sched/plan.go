@@ -1,6 +1,8 @@
 package sched
 
 import (
+	"cmp"
+	"math"
 	"slices"
 	"time"
 )
@@ -25,21 +27,31 @@ import (
 // After a chunk with Logits, the caller samples and calls Append (or Remove
 // when the sequence ends) before the next Schedule.
 func (s *Scheduler) Schedule(now time.Time, r Resources) Plan {
+	s.steps++
 	p := planner{s: s, now: now, budget: r.Tokens, free: r.FreeBlocks, hostFree: r.FreeHostBlocks, at: map[*seq]int{}}
 	run := slices.Clone(s.running)
-	// Priority order; the last entry is the preemption victim.
+	// Priority order; the last entry is the preemption victim. Aging
+	// counts here too: a sequence that waited its way up a class is not
+	// the victim of a fresher request of that class.
+	lv := map[*seq]Class{}
+	for _, q := range run {
+		lv[q] = s.level(q, now)
+	}
 	slices.SortFunc(run, func(a, b *seq) int {
-		if a.class != b.class {
-			return int(a.class - b.class)
+		if lv[a] != lv[b] {
+			return int(lv[a] - lv[b])
 		}
 		if c := a.started.Compare(b.started); c != 0 {
 			return c
 		}
 		return compareStr(a.id, b.id)
 	})
-	p.run = run
+	p.run, p.lv = run, lv
+	if r.Target > 0 && r.Target <= r.Tokens && p.saturated(r.Target) {
+		p.budget, p.share = r.Target, true
+	}
 	if r.InteractiveFirst {
-		p.runAll(func(q *seq) bool { return q.class == Interactive })
+		p.runAll(func(q *seq) bool { return lv[q] == Interactive })
 		p.admit(Interactive)
 	}
 	p.runAll(func(*seq) bool { return true })
@@ -47,28 +59,157 @@ func (s *Scheduler) Schedule(now time.Time, r Resources) Plan {
 	return p.commit()
 }
 
+// saturated reports whether the running sequences' pending tokens do not
+// fit target tokens and belong to more than one tenant.
+func (p *planner) saturated(target int) bool {
+	n := 0
+	var one *tenant
+	many := false
+	for _, q := range p.run {
+		n += q.total - q.kv
+		if one == nil {
+			one = q.t
+		} else if q.t != one {
+			many = true
+		}
+	}
+	return many && n > target
+}
+
 // runAll plans the running sequences that accept allows: decodes first,
-// then prefill chunks, each in priority order.
+// then prefill chunks, each in priority order. In a saturated step whose
+// running work does not fit, the tokens are shared by weight instead (see
+// fair); one token is kept for admissions when requests wait, so new
+// requests keep moving.
 func (p *planner) runAll(accept func(*seq) bool) {
+	var cands []*seq
+	demand := 0
+	for _, q := range p.run {
+		pending := q.total - q.kv
+		if _, planned := p.at[q]; planned || p.gone[q] || !accept(q) || pending <= 0 {
+			continue
+		}
+		cands = append(cands, q)
+		demand += pending
+	}
+	if p.share {
+		room := p.budget
+		if p.s.waiting > 0 && room > 1 {
+			room--
+		}
+		if demand > room {
+			alloc := p.fair(cands, room)
+			for _, decode := range [2]bool{true, false} {
+				for _, q := range cands {
+					pending := q.total - q.kv
+					if n := alloc[q]; n > 0 && (pending == 1) == decode && !p.gone[q] && p.budget > 0 {
+						p.runChunk(q, n, decode)
+					}
+				}
+			}
+			return
+		}
+	}
 	for _, decode := range [2]bool{true, false} {
-		for _, q := range p.run {
+		for _, q := range cands {
 			if p.budget == 0 {
 				break
 			}
 			pending := q.total - q.kv
-			if _, planned := p.at[q]; planned || p.gone[q] || !accept(q) || pending <= 0 || (pending == 1) != decode {
+			if _, planned := p.at[q]; planned || p.gone[q] || (pending == 1) != decode {
 				continue
 			}
-			p.runChunk(q, pending)
+			p.runChunk(q, pending, decode)
 		}
 	}
+}
+
+// fair shares n tokens among the running sequences cands (in priority
+// order), whose pending tokens come to more than n: the levels in order,
+// and inside the level that does not fit whole, one token at a time to the
+// tenant with the least tokens served per weight. A tenant spends its
+// tokens on its decodes first (the sequence that ran least recently
+// first), then on its prefills in priority order. A tenant back from idle
+// is first brought to within one Quantum of the others, so it cannot bank
+// its idle time. It returns the tokens each sequence gets.
+func (p *planner) fair(cands []*seq, n int) map[*seq]int {
+	alloc := map[*seq]int{}
+	for lvl := Interactive; lvl < numClasses && n > 0; lvl++ {
+		var group []*seq
+		need := 0
+		for _, q := range cands {
+			if p.lv[q] == lvl {
+				group = append(group, q)
+				need += q.total - q.kv
+			}
+		}
+		if need <= n {
+			for _, q := range group {
+				alloc[q] = q.total - q.kv
+			}
+			n -= need
+			continue
+		}
+		var ts []*tenant
+		per := map[*tenant][]*seq{}
+		for _, q := range group {
+			if per[q.t] == nil {
+				ts = append(ts, q.t)
+			}
+			per[q.t] = append(per[q.t], q)
+		}
+		slices.SortFunc(ts, func(a, b *tenant) int { return compareStr(a.name, b.name) })
+		lead := math.Inf(-1)
+		for _, t := range ts {
+			lead = math.Max(lead, t.vt)
+		}
+		vt := make([]float64, len(ts))
+		for i, t := range ts {
+			t.vt = math.Max(t.vt, lead-float64(p.s.cfg.Quantum)/t.lim.Weight)
+			vt[i] = t.vt
+			slices.SortStableFunc(per[t], func(a, b *seq) int {
+				da, db := a.total-a.kv == 1, b.total-b.kv == 1
+				switch {
+				case da != db && da:
+					return -1
+				case da != db:
+					return 1
+				case da:
+					return cmp.Compare(a.lastRun, b.lastRun)
+				}
+				return 0
+			})
+		}
+		for ; n > 0; n-- {
+			best := -1
+			for i, t := range ts {
+				if len(per[t]) > 0 && (best < 0 || vt[i] < vt[best]) {
+					best = i
+				}
+			}
+			if best < 0 {
+				break
+			}
+			t := ts[best]
+			q := per[t][0]
+			alloc[q]++
+			if alloc[q] == q.total-q.kv {
+				per[t] = per[t][1:]
+			}
+			vt[best] += 1 / t.lim.Weight
+		}
+		break
+	}
+	return alloc
 }
 
 type planner struct {
 	s                      *Scheduler
 	now                    time.Time
 	budget, free, hostFree int
-	run                    []*seq // running at the start of the step, priority order
+	share                  bool           // the step is saturated: decodes are shared by weight
+	run                    []*seq         // running at the start of the step, priority order
+	lv                     map[*seq]Class // the level of each of run
 	plan                   Plan
 	at                     map[*seq]int // index of a sequence's chunk in plan.Run
 	gone                   map[*seq]bool
@@ -77,7 +218,7 @@ type planner struct {
 
 // runChunk plans up to pending tokens of a running sequence, preempting
 // lower-priority sequences (or, for a decode, itself) when blocks run out.
-func (p *planner) runChunk(q *seq, pending int) {
+func (p *planner) runChunk(q *seq, pending int, decode bool) {
 	bs := p.s.cfg.BlockSize
 	n := min(pending, p.budget)
 	held := p.s.blocks(q.kv)
@@ -86,7 +227,7 @@ func (p *planner) runChunk(q *seq, pending int) {
 		if need <= p.free {
 			break
 		}
-		if pending > 1 {
+		if !decode {
 			// A prefill chunk may shrink to what fits.
 			if fit := (held+p.free)*bs - q.kv; fit > 0 {
 				n = fit
@@ -95,7 +236,7 @@ func (p *planner) runChunk(q *seq, pending int) {
 		}
 		v := p.victim(func(v *seq) bool { return v != q }, q)
 		if v == nil {
-			if pending > 1 {
+			if !decode {
 				return // wait: a higher-priority sequence holds the blocks
 			}
 			v = q // a decode that cannot grow gives way itself
@@ -159,6 +300,7 @@ func (p *planner) add(q *seq, n int, resume bool) {
 	p.at[q] = len(p.plan.Run)
 	p.plan.Run = append(p.plan.Run, Chunk{ID: q.id, Start: q.kv, N: n, Logits: end == q.total, Resume: resume, Blocks: blocks})
 	q.t.deficit[q.class] -= float64(n)
+	q.t.vt += float64(n) / q.t.lim.Weight
 }
 
 // admit starts waiting requests of classes up to last while the budget,
@@ -178,8 +320,11 @@ func (p *planner) admit(last Class) {
 			continue
 		}
 		// Make room: a running slot, then blocks, taking them from
-		// strictly lower classes only.
-		lower := func(v *seq) bool { return v.class > q.class }
+		// strictly lower classes only, and among those only from
+		// sequences that have not aged to q's level: an aged sequence
+		// keeps what it waited for.
+		ql := s.level(q, p.now)
+		lower := func(v *seq) bool { return v.class > q.class && p.lv[v] > ql }
 		for running >= s.cfg.MaxRunning {
 			v := p.victim(lower, nil)
 			if v == nil {
@@ -226,27 +371,41 @@ func (p *planner) pick(skip map[*tenant]bool, last Class) *seq {
 	s := p.s
 	ok := func(t *tenant) bool { return !skip[t] }
 	best, bestRank := Class(-1), 0.0
-	for _, c := range Classes[:last+1] {
-		var oldest time.Time
-		found := false
+	for _, c := range Classes {
+		rank, found := 0.0, false
 		for _, t := range s.rings[c].ts {
 			if !ok(t) || len(t.queue[c]) == 0 {
 				continue
 			}
-			if a := t.queue[c][0].arrived; !found || a.Before(oldest) {
-				oldest, found = a, true
+			if r := s.rank(t.queue[c][0], p.now); !found || r < rank {
+				rank, found = r, true
 			}
 		}
-		if !found {
+		// A class past last takes part once its oldest request has aged
+		// into last: an aged request is not held back by a step that
+		// serves the higher class first.
+		if !found || (c > last && rank > float64(last)) {
 			continue
 		}
-		rank := float64(c) - float64(p.now.Sub(oldest))/float64(s.cfg.AgingAfter)
 		if best < 0 || rank < bestRank {
 			best, bestRank = c, rank
 		}
 	}
 	if best < 0 {
 		return nil
+	}
+	if p.share {
+		// A saturated step shares tokens by weight among running
+		// sequences, so what a tenant needs is running sequences in
+		// proportion to its weight: the slot goes to the tenant with the
+		// fewest per weight.
+		var pick *tenant
+		for _, t := range s.rings[best].ts {
+			if ok(t) && len(t.queue[best]) > 0 && (pick == nil || float64(t.running)/t.lim.Weight < float64(pick.running)/pick.lim.Weight) {
+				pick = t
+			}
+		}
+		return pick.queue[best][0]
 	}
 	t := s.rings[best].next(best, s.cfg.Quantum, ok)
 	if t == nil {
@@ -264,6 +423,8 @@ func (p *planner) take(q *seq) {
 	if q.started.IsZero() {
 		q.started = p.now
 	}
+	q.stopWaiting(p.now)
+	p.lv[q] = s.level(q, p.now)
 	s.running = append(s.running, q)
 	p.admitted = append(p.admitted, q)
 }
@@ -279,6 +440,9 @@ func (p *planner) commit() Plan {
 		if !pr.Swap {
 			v.kv = 0
 		}
+		if v.since.IsZero() {
+			v.since = p.now
+		}
 		s.push(v, true)
 	}
 	run := p.plan.Run[:0]
@@ -289,9 +453,29 @@ func (p *planner) commit() Plan {
 		q := s.seqs[c.ID]
 		q.kv = c.Start + c.N
 		q.swapped = false
+		q.lastRun = s.steps
+		q.stopWaiting(p.now)
 		run = append(run, c)
 	}
 	p.plan.Run = run
+	// A running sequence with work the step left out waits, and ages,
+	// like a queued one, while its whole level is left out: a level that
+	// ran is sharing by weight, which is no starvation.
+	ran := [numClasses]bool{}
+	for _, c := range run {
+		ran[p.lv[s.seqs[c.ID]]] = true
+	}
+	for _, q := range s.running {
+		switch {
+		case q.lastRun == s.steps:
+		case q.total > q.kv && !ran[p.lv[q]]:
+			if q.since.IsZero() {
+				q.since = p.now
+			}
+		default:
+			q.stopWaiting(p.now)
+		}
+	}
 	return p.plan
 }
 

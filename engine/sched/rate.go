@@ -33,3 +33,13 @@ func (w *window) used(now time.Time) int {
 	}
 	return total
 }
+
+// sub takes back n tokens counted in the second of at, if that second is
+// still in the window.
+func (w *window) sub(at time.Time, n int) {
+	s := at.Unix()
+	i := int(((s % 60) + 60) % 60)
+	if w.sec[i] == s {
+		w.n[i] = max(w.n[i]-n, 0)
+	}
+}

@@ -53,8 +53,13 @@ var (
 	// ErrQueueFull: the global waiting queue is at its cap.
 	ErrQueueFull = errors.New("sched: queue full")
 	// ErrOverQuota: a tenant cap (queued requests, tokens per minute)
-	// would be exceeded.
+	// would be exceeded. The refusal wraps one of the two below, which
+	// say which cap.
 	ErrOverQuota = errors.New("sched: over quota")
+	// ErrTokensPerMinute: the tenant's tokens per minute are spent.
+	ErrTokensPerMinute = fmt.Errorf("%w: tokens per minute", ErrOverQuota)
+	// ErrTenantQueue: the tenant has as many requests waiting as it may.
+	ErrTenantQueue = fmt.Errorf("%w: tenant queue", ErrOverQuota)
 	// ErrDuplicate: a live request already has this ID.
 	ErrDuplicate = errors.New("sched: duplicate request id")
 	// ErrInvalid: the request cannot be scheduled as given.
@@ -72,7 +77,11 @@ type Limits struct {
 	// MaxQueued caps the tenant's waiting requests; more are refused.
 	MaxQueued int
 	// TokensPerMinute caps prompt plus completion tokens over the last
-	// minute; a request whose prompt would exceed it is refused.
+	// minute. A request is refused when its prompt does not fit what is
+	// left; an admitted one reserves its completion cap (Request.Reserve)
+	// at once, so requests admitted together cannot overshoot, and what it
+	// did not use is given back when it ends. The cap is exceeded by at
+	// most the reservation of the last request admitted.
 	TokensPerMinute int
 }
 
@@ -89,7 +98,9 @@ type Config struct {
 	// 1.5×AgingAfter is ahead of a fresh request one class above it.
 	AgingAfter time.Duration
 	// Quantum is the tokens a tenant of weight 1 is credited per deficit
-	// round robin round (256).
+	// round robin round (256). It is also how far ahead of the others a
+	// tenant returning from idle may be served while the step budget is
+	// shared, so a tenant cannot bank its idle time.
 	Quantum int
 	// Defaults fill a tenant's zero Limits.
 	Defaults Limits
@@ -137,14 +148,29 @@ type Request struct {
 	// sample: the prompt (plus any tokens replayed after a failover).
 	Tokens int
 	// Charge is how many tokens count against the tenant's tokens per
-	// minute at admission (usually the prompt length).
+	// minute at admission (usually the prompt length); the request is
+	// refused when they do not fit.
 	Charge int
+	// Reserve is how many more tokens (the completion cap) are counted
+	// against the tenant's tokens per minute at admission, ahead of
+	// Append; Remove gives back what Append did not use.
+	Reserve int
 }
 
 // Resources are what one step may use.
 type Resources struct {
 	// Tokens is the step's token budget (decode and prefill together).
 	Tokens int
+	// Target is the tokens a step may hold to meet the latency target
+	// (0: Tokens). When the running sequences' pending tokens do not fit
+	// it and belong to more than one tenant, the step is saturated: it
+	// holds at most Target tokens, shared among tenants by weight (tokens
+	// served over weight, the least served first; within a tenant,
+	// decodes before prefill, the sequence that ran least recently
+	// first). So weights govern throughput whenever the engine is
+	// time-bound, not only when running slots run out. Otherwise every
+	// decode runs, up to Tokens.
+	Target int
 	// FreeBlocks and FreeHostBlocks are the unused blocks of the device
 	// pool and the host tier.
 	FreeBlocks, FreeHostBlocks int
@@ -209,6 +235,7 @@ type Scheduler struct {
 	rings   [numClasses]ring
 	running []*seq // in no particular order
 	waiting int
+	steps   int64 // Schedule calls so far
 }
 
 type seq struct {
@@ -217,11 +244,23 @@ type seq struct {
 	class   Class
 	arrived time.Time
 	started time.Time // first admission; zero until then
-	total   int       // known tokens
-	kv      int       // tokens whose K/V are cached (on device, or on host when swapped)
-	running bool
-	swapped bool
-	preempt int // times preempted
+	// waited is the time spent waiting before the current wait: in the
+	// queue, and as a running sequence the step budget left out. since
+	// is when the current wait began (zero while it is not waiting).
+	// Together they age the sequence (see rank).
+	waited time.Duration
+	since  time.Time
+	// lastRun is the scheduler step in which the sequence last ran.
+	lastRun int64
+	// reserve is the completion tokens reserved against the tenant's
+	// tokens per minute at reservedAt; appended counts what was used.
+	reserve, appended int
+	reservedAt        time.Time
+	total             int // known tokens
+	kv                int // tokens whose K/V are cached (on device, or on host when swapped)
+	running           bool
+	swapped           bool
+	preempt           int // times preempted
 }
 
 type tenant struct {
@@ -233,6 +272,10 @@ type tenant struct {
 	running int
 	queued  int
 	rate    window
+	// vt is the tokens the tenant was served divided by its weight: the
+	// virtual time by which running sequences share a step budget that
+	// cannot hold them all.
+	vt float64
 }
 
 // New returns an empty scheduler.
@@ -264,10 +307,12 @@ func (s *Scheduler) limits(l Limits) Limits {
 }
 
 // Enqueue admits r to the waiting queue or refuses it at once with an error
-// wrapping ErrQueueFull, ErrOverQuota, ErrDuplicate or ErrInvalid. An
-// admitted request's Charge counts against its tenant's tokens per minute.
+// wrapping ErrQueueFull, ErrOverQuota (ErrTenantQueue or
+// ErrTokensPerMinute), ErrDuplicate or ErrInvalid. An admitted request's
+// Charge and Reserve count against its tenant's tokens per minute. The
+// messages name figures but no tenant: callers may show them.
 func (s *Scheduler) Enqueue(now time.Time, r Request) error {
-	if r.ID == "" || r.Tokens <= 0 || r.Class < 0 || r.Class >= numClasses || r.Charge < 0 {
+	if r.ID == "" || r.Tokens <= 0 || r.Class < 0 || r.Class >= numClasses || r.Charge < 0 || r.Reserve < 0 {
 		return fmt.Errorf("%w: id %q, %d tokens, class %v", ErrInvalid, r.ID, r.Tokens, r.Class)
 	}
 	if _, dup := s.seqs[r.ID]; dup {
@@ -283,15 +328,15 @@ func (s *Scheduler) Enqueue(now time.Time, r Request) error {
 		return fmt.Errorf("%w: %d requests waiting", ErrQueueFull, s.waiting)
 	}
 	if t.lim.MaxQueued > 0 && t.queued >= t.lim.MaxQueued {
-		return fmt.Errorf("%w: tenant %q has %d requests waiting (cap %d)", ErrOverQuota, r.Tenant, t.queued, t.lim.MaxQueued)
+		return fmt.Errorf("%w: %d requests already waiting (limit %d)", ErrTenantQueue, t.queued, t.lim.MaxQueued)
 	}
 	if tpm := t.lim.TokensPerMinute; tpm > 0 {
 		if used := t.rate.used(now); used+r.Charge > tpm {
-			return fmt.Errorf("%w: tenant %q used %d of %d tokens per minute; this request needs %d", ErrOverQuota, r.Tenant, used, tpm, r.Charge)
+			return fmt.Errorf("%w: %d of %d tokens per minute in use or reserved; this prompt needs %d", ErrTokensPerMinute, used, tpm, r.Charge)
 		}
 	}
-	t.rate.add(now, r.Charge)
-	q := &seq{id: r.ID, t: t, class: r.Class, arrived: now, total: r.Tokens}
+	t.rate.add(now, r.Charge+r.Reserve)
+	q := &seq{id: r.ID, t: t, class: r.Class, arrived: now, since: now, total: r.Tokens, reserve: r.Reserve, reservedAt: now}
 	s.seqs[r.ID] = q
 	s.push(q, false)
 	return nil
@@ -343,6 +388,11 @@ func (s *Scheduler) Remove(id string) bool {
 	} else {
 		s.unqueue(q)
 	}
+	// Give back the reservation's unused part where it was counted; once
+	// that second has left the window there is nothing to give back.
+	if unused := q.reserve - min(q.appended, q.reserve); unused > 0 {
+		q.t.rate.sub(q.reservedAt, unused)
+	}
 	// The tenant record stays, idle or not: its rate window and deficit
 	// are what its next request is judged by, and tenants are few.
 	return true
@@ -361,14 +411,17 @@ func (s *Scheduler) stop(q *seq) {
 
 // Append records n tokens sampled for a running sequence: they become known
 // tokens to feed through the model next, and count against its tenant's
-// tokens per minute. It reports whether the ID was known.
+// tokens per minute beyond what the request reserved. It reports whether
+// the ID was known.
 func (s *Scheduler) Append(now time.Time, id string, n int) bool {
 	q := s.seqs[id]
 	if q == nil || n <= 0 {
 		return q != nil
 	}
 	q.total += n
-	q.t.rate.add(now, n)
+	covered := max(min(n, q.reserve-q.appended), 0)
+	q.appended += n
+	q.t.rate.add(now, n-covered)
 	return true
 }
 
@@ -414,6 +467,33 @@ func (s *Scheduler) Stats() Stats {
 		}
 	}
 	return st
+}
+
+// rank is q's effective priority: its class, less one for every AgingAfter
+// it has waited (in the queue, or running but left out of steps). A lower
+// rank is served first and preempted last, so an aged request is admitted
+// ahead of fresher ones of a higher class and then kept.
+func (s *Scheduler) rank(q *seq, now time.Time) float64 {
+	age := q.waited
+	if !q.since.IsZero() {
+		age += now.Sub(q.since)
+	}
+	return float64(q.class) - float64(age)/float64(s.cfg.AgingAfter)
+}
+
+// level is the class q is served with: its own, or a higher one it has
+// aged into.
+func (s *Scheduler) level(q *seq, now time.Time) Class {
+	r := math.Ceil(s.rank(q, now))
+	return Class(max(0, min(float64(q.class), r)))
+}
+
+// stopWaiting ends q's current wait, keeping its length for rank.
+func (q *seq) stopWaiting(now time.Time) {
+	if !q.since.IsZero() {
+		q.waited += now.Sub(q.since)
+		q.since = time.Time{}
+	}
 }
 
 func (s *Scheduler) blocks(tokens int) int {

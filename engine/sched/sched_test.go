@@ -126,6 +126,12 @@ type sim struct {
 	firstRun map[string]int
 	step     int
 	admits   []string // ids in the order they first ran
+	// target is Resources.Target of every step.
+	target int
+	debug  bool
+	// trace has a line per step: who ran how many tokens, who was
+	// preempted.
+	trace []string
 }
 
 type simSeq struct {
@@ -155,7 +161,36 @@ func (m *sim) submit(id, tenant string, class Class, prompt, want int, l Limits)
 func (m *sim) run() Plan {
 	m.t.Helper()
 	bs := m.s.cfg.BlockSize
-	p := m.s.Schedule(m.now, Resources{Tokens: m.budget, FreeBlocks: m.free, FreeHostBlocks: m.hostFree})
+	p := m.s.Schedule(m.now, Resources{Tokens: m.budget, Target: m.target, FreeBlocks: m.free, FreeHostBlocks: m.hostFree})
+	line := fmt.Sprintf("%3d:", m.step)
+	for _, c := range p.Run {
+		line += fmt.Sprintf(" %s+%d", c.ID, c.N)
+	}
+	for _, pr := range p.Preempt {
+		line += " !" + pr.ID
+	}
+	if m.debug {
+		ra, rb, wa, wb := 0, 0, 0, 0
+		for _, q := range m.s.running {
+			if q.t.name == "a" {
+				ra++
+			} else {
+				rb++
+			}
+		}
+		for _, q := range m.s.seqs {
+			if !q.running {
+				if q.t.name == "a" {
+					wa++
+				} else {
+					wb++
+				}
+			}
+		}
+		line += fmt.Sprintf("   [run a%d b%d wait a%d b%d]", ra, rb, wa, wb)
+		m.t.Log(line)
+	}
+	m.trace = append(m.trace, line)
 	for _, pr := range p.Preempt {
 		q := m.seqs[pr.ID]
 		if pr.Blocks != q.held {

@@ -1,0 +1,331 @@
+package sched
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden traces in testdata")
+
+// golden compares a step trace with testdata/name.golden (or rewrites it
+// with -update).
+func golden(t *testing.T, name string, trace []string) {
+	t.Helper()
+	have := strings.Join(trace, "\n") + "\n"
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(have), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if have != string(want) {
+		hl, wl := strings.Split(have, "\n"), strings.Split(string(want), "\n")
+		for i := range min(len(hl), len(wl)) {
+			if hl[i] != wl[i] {
+				t.Fatalf("trace differs from %s at line %d:\nhave %s\nwant %s", path, i+1, hl[i], wl[i])
+			}
+		}
+		t.Fatalf("trace has %d lines; %s has %d", len(hl), path, len(wl))
+	}
+}
+
+// flood keeps streams closed-loop interactive chats of tenant "i" going
+// (each ends after gen tokens and is replaced by a new one), besides one
+// batch request, until the batch request finishes or steps run out.
+func flood(t *testing.T, m *sim, streams, gen, steps int) (queue time.Duration, ok bool) {
+	t.Helper()
+	if err := m.submit("batch", "b", Batch, 8, gen, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	submitted := m.now
+	n := 0
+	live := func() int {
+		k := 0
+		for id := range m.seqs {
+			if id != "batch" {
+				k++
+			}
+		}
+		return k
+	}
+	for range steps {
+		for live() < streams {
+			if err := m.submit(fmt.Sprint("i", n), "i", Interactive, 8, gen, Limits{}); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		m.run()
+		if len(m.done) > 0 && m.done[len(m.done)-1] == "batch" || m.seqs["batch"] == nil {
+			at := m.firstRun["batch"]
+			return time.Duration(at) * m.dt, true
+		}
+	}
+	_ = submitted
+	return 0, false
+}
+
+func TestAgingProtectsFromPreemption(t *testing.T) {
+	// More interactive streams than running slots, so a fresh one always
+	// waits for a slot: the batch request must be admitted once it has
+	// aged to the interactive class (2×AgingAfter) and then keep its
+	// slot until it finishes, rather than be preempted by the next fresh
+	// interactive request.
+	const aging = 100 * time.Millisecond
+	for _, tt := range []struct {
+		name             string
+		streams, running int
+	}{
+		{"80 streams over 64 slots", 80, 64},
+		{"3 streams over 2 slots", 3, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newSim(t, Config{MaxRunning: tt.running, AgingAfter: aging}, 100000, 0, 512)
+			queue, ok := flood(t, m, tt.streams, 16, 2000)
+			if !ok {
+				t.Fatalf("batch request did not finish in %d steps under the flood", m.step)
+			}
+			// The oldest interactive request waiting ages too: the
+			// batch request goes first once it has waited 2×AgingAfter
+			// longer than that one, and the flood's requests wait at
+			// most one request's run for a slot.
+			if bound := 2*aging + 17*m.dt; queue < 2*aging || queue > bound {
+				t.Errorf("batch waited %v in the queue; want between 2×AgingAfter (%v) and %v", queue, 2*aging, bound)
+			}
+			if q := m.seqs["batch"]; q != nil {
+				t.Fatal("batch request is still live")
+			}
+			for _, line := range m.trace {
+				if strings.Contains(line, "!batch") {
+					t.Fatalf("the aged batch request was preempted: %s", line)
+				}
+			}
+			if tt.running == 2 {
+				golden(t, "aging_flood", m.trace)
+			}
+		})
+	}
+}
+
+func TestAgedRunningSequenceIsNotTheKVVictim(t *testing.T) {
+	// Blocks run short while an aged batch sequence and a fresh
+	// interactive one both grow: the fresh one gives way.
+	const aging = 100 * time.Millisecond
+	m := newSim(t, Config{BlockSize: 4, MaxRunning: 1, AgingAfter: aging}, 8, 0, 64)
+	m.submit("i0", "i", Interactive, 4, 25, Limits{})
+	m.submit("batch", "b", Batch, 8, 12, Limits{})
+	for m.seqs["i0"] != nil && m.step < 100 {
+		m.run()
+	}
+	m.s.cfg.MaxRunning = 2
+	m.submit("i1", "i", Interactive, 8, 12, Limits{})
+	var pre []string
+	for range 200 {
+		p := m.run()
+		for _, x := range p.Preempt {
+			pre = append(pre, x.ID)
+		}
+		if len(m.seqs) == 0 {
+			break
+		}
+	}
+	if len(pre) == 0 || pre[0] != "i1" {
+		t.Errorf("have preemptions %v; want the fresh interactive i1 first, not the aged batch", pre)
+	}
+	golden(t, "aged_kv_victim", m.trace)
+}
+
+// shares runs two closed-loop tenants of the given stream counts and
+// weights under a saturated step (Target tokens) and returns the tokens each
+// was served after a warm-up.
+func shares(t *testing.T, streams int, wa, wb float64, target, steps int) (a, b int, m *sim) {
+	t.Helper()
+	m = newSim(t, Config{Quantum: 64}, 1000000, 0, 512)
+	m.debug = testing.Verbose()
+	m.target = target
+	n := 0
+	count := map[string]int{}
+	refill := func() {
+		for k := range count {
+			delete(count, k)
+		}
+		for _, q := range m.seqs {
+			count[q.tenant]++
+		}
+		for _, ten := range []string{"a", "b"} {
+			w := map[string]float64{"a": wa, "b": wb}[ten]
+			for ; count[ten] < streams; count[ten]++ {
+				if err := m.submit(fmt.Sprint(ten, n), ten, Standard, 16, 32, Limits{Weight: w}); err != nil {
+					t.Fatal(err)
+				}
+				n++
+			}
+		}
+	}
+	for range steps / 5 {
+		refill()
+		m.run()
+	}
+	m.served = map[string]int{}
+	for range steps {
+		refill()
+		m.run()
+	}
+	return m.served["a"], m.served["b"], m
+}
+
+func TestWeightsGovernSaturatedSteps(t *testing.T) {
+	// The step holds fewer tokens than the decodes (16 against 32 or
+	// 64), whether or not running slots are short (none at 16+16, 32
+	// requests wait at 48+48): weights 1:3 must give 1:3.
+	for _, streams := range []int{16, 48} {
+		t.Run(fmt.Sprint(streams, "+", streams), func(t *testing.T) {
+			a, b, _ := shares(t, streams, 1, 3, 16, 3000)
+			ratio := float64(b) / float64(a)
+			if ratio < 3*0.9 || ratio > 3*1.1 {
+				t.Errorf("have tokens b/a = %d/%d = %.3f; want 3 within 10%%", b, a, ratio)
+			}
+		})
+	}
+	t.Run("not saturated", func(t *testing.T) {
+		// A target that holds every decode: nobody is held back.
+		a, b, _ := shares(t, 8, 1, 3, 512, 1000)
+		ratio := float64(b) / float64(a)
+		if ratio < 0.9 || ratio > 1.1 {
+			t.Errorf("have tokens b/a = %d/%d = %.3f; want 1 (every decode runs)", b, a, ratio)
+		}
+	})
+	t.Run("trace", func(t *testing.T) {
+		_, _, m := shares(t, 4, 1, 3, 5, 40)
+		golden(t, "weighted_decodes", m.trace)
+	})
+}
+
+func TestSaturatedStepIsWorkConserving(t *testing.T) {
+	// b (weight 3) has two decodes, a (weight 1) eight; a step of 8
+	// tokens gives b all it can use and a the rest rather than idle.
+	m := newSim(t, Config{}, 1000, 0, 512)
+	m.target = 8
+	for i := range 8 {
+		m.submit(fmt.Sprint("a", i), "a", Standard, 1, 100, Limits{Weight: 1})
+	}
+	for i := range 2 {
+		m.submit(fmt.Sprint("b", i), "b", Standard, 1, 100, Limits{Weight: 3})
+	}
+	for range 20 {
+		m.run()
+	}
+	m.served = map[string]int{}
+	for range 10 {
+		m.run()
+	}
+	if m.served["a"] != 60 || m.served["b"] != 20 {
+		t.Errorf("have %v over 10 steps of 8 tokens; want a 60, b 20", m.served)
+	}
+}
+
+func TestReturningTenantCannotBankIdleTime(t *testing.T) {
+	// b runs alone for a long while, then a arrives: a may be ahead by
+	// at most one Quantum before the 1:1 share resumes.
+	m := newSim(t, Config{Quantum: 32}, 100000, 0, 512)
+	m.target = 8
+	n := 0
+	refill := func(tenants ...string) {
+		live := map[string]int{}
+		for _, q := range m.seqs {
+			live[q.tenant]++
+		}
+		for _, ten := range tenants {
+			for ; live[ten] < 8; live[ten]++ {
+				m.submit(fmt.Sprint(ten, n), ten, Standard, 1, 1000, Limits{})
+				n++
+			}
+		}
+	}
+	for range 500 {
+		refill("b", "c")
+		m.run()
+	}
+	m.served = map[string]int{}
+	for range 100 {
+		refill("a", "b", "c")
+		m.run()
+	}
+	if d := m.served["a"] - m.served["b"]; d > 32+16 {
+		t.Errorf("have a ahead of b by %d tokens over 100 steps (%v); want at most a Quantum (32) and the catch-up prefill", d, m.served)
+	}
+}
+
+func TestTokenCapReservesMaxTokens(t *testing.T) {
+	// 12 chats at once from a tenant capped at 600 tokens per minute,
+	// 30 prompt tokens and max_tokens 64 each: each admission reserves
+	// 94, so 7 are admitted (the 7th's prompt still fits) and the rest
+	// refused with ErrTokensPerMinute.
+	s := mustNew(t, Config{})
+	lim := Limits{TokensPerMinute: 600}
+	admitted := 0
+	for i := range 12 {
+		err := s.Enqueue(t0, Request{ID: fmt.Sprint("r", i), Tenant: "t", Tokens: 30, Charge: 30, Reserve: 64, Limits: lim})
+		switch {
+		case err == nil:
+			admitted++
+		case !errors.Is(err, ErrTokensPerMinute) || !errors.Is(err, ErrOverQuota):
+			t.Fatalf("request %d: have %v; want ErrTokensPerMinute", i, err)
+		case strings.Contains(err.Error(), `"t"`):
+			t.Errorf("refusal %q names the tenant", err)
+		}
+	}
+	if admitted != 7 {
+		t.Fatalf("have %d admitted; want 7", admitted)
+	}
+	// Worst case: all use their max_tokens; the cap is exceeded by less
+	// than one request's max_tokens.
+	if used := s.tenants["t"].rate.used(t0); used > 600+64 {
+		t.Errorf("have %d tokens counted; want at most 600+64", used)
+	}
+	// They finish after 4 tokens each: the unused 60 of each come back,
+	// and new requests fit again in the same minute.
+	for i := range 7 {
+		id := fmt.Sprint("r", i)
+		s.Append(t0.Add(time.Second), id, 4)
+		s.Remove(id)
+	}
+	if used := s.tenants["t"].rate.used(t0.Add(2 * time.Second)); used != 7*(30+4) {
+		t.Errorf("have %d tokens counted after the refunds; want %d", used, 7*34)
+	}
+	if err := s.Enqueue(t0.Add(2*time.Second), Request{ID: "again", Tenant: "t", Tokens: 30, Charge: 30, Reserve: 64, Limits: lim}); err != nil {
+		t.Errorf("have %v after the refunds; want admitted", err)
+	}
+	// Tokens past the reservation still count.
+	s.Schedule(t0.Add(2*time.Second), Resources{Tokens: 100, FreeBlocks: 100})
+	s.Append(t0.Add(2*time.Second), "again", 70)
+	if used := s.tenants["t"].rate.used(t0.Add(2 * time.Second)); used != 7*34+30+70 {
+		t.Errorf("have %d after 70 tokens on a reservation of 64; want %d", used, 7*34+30+70)
+	}
+}
+
+func TestTenantQueueRefusalSaysWhich(t *testing.T) {
+	s := mustNew(t, Config{})
+	lim := Limits{MaxQueued: 1}
+	if err := s.Enqueue(t0, Request{ID: "a", Tenant: "t", Tokens: 1, Limits: lim}); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Enqueue(t0, Request{ID: "b", Tenant: "t", Tokens: 1, Limits: lim})
+	if !errors.Is(err, ErrTenantQueue) || !errors.Is(err, ErrOverQuota) || errors.Is(err, ErrTokensPerMinute) {
+		t.Errorf("have %v; want ErrTenantQueue (an ErrOverQuota)", err)
+	}
+}
