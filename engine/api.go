@@ -117,8 +117,9 @@ type Request struct {
 	Sample       sample.Params
 	// MaxTokens caps the completion; zero means what the context has
 	// left, at most Options.DefaultMaxTokens. A chat given as Messages
-	// that leaves too little room loses its oldest turns (see
-	// Options.DefaultMaxTokens) unless KeepTurns is set.
+	// that leaves too little room loses old turns (see
+	// Options.DefaultMaxTokens and Final.DroppedMessages) unless
+	// KeepTurns is set.
 	MaxTokens int
 	// KeepTurns refuses a chat given as Messages that does not fit the
 	// context with context_too_long instead of dropping its oldest turns:
@@ -166,6 +167,11 @@ type Stats struct {
 	TokensPerSecond float64         // completion tokens / decode time
 	AcceptedPerStep float64         // mean tokens committed per decode step
 	Preemptions     int
+	// Seed is the seed the request sampled with (Request.Sample.Seed), so
+	// that a client can reproduce the reply. Callers that take requests
+	// without a seed draw a fresh one rather than leave it zero, so that
+	// unseeded requests differ (the gateway does).
+	Seed uint64
 }
 
 // Final is the last event of a stream.
@@ -173,6 +179,10 @@ type Final struct {
 	FinishReason string
 	Usage        Usage
 	Stats        Stats
+	// DroppedMessages is how many of the request's Messages (never system
+	// messages or the last one) were left out of the prompt so that the
+	// conversation fits the context.
+	DroppedMessages int
 	// Err is set when FinishReason is "error".
 	Err error
 }
@@ -195,9 +205,19 @@ const (
 	CodeInternal       = "internal"
 )
 
-// Error is a typed refusal with a stable code.
+// Reasons refine an over_quota refusal: which of the tenant's caps it hit.
+const (
+	ReasonTokensPerMinute = "tokens_per_minute"
+	ReasonQueue           = "queue"       // the tenant's waiting requests
+	ReasonConcurrency     = "concurrency" // the tenant's concurrent requests
+)
+
+// Error is a typed refusal with a stable code. Message is for the client:
+// it names no internals.
 type Error struct {
-	Code    string
+	Code string
+	// Reason refines Code (see ReasonTokensPerMinute); may be empty.
+	Reason  string
 	Message string
 	// Temporary says retrying later may succeed (queue full, rate limit).
 	Temporary bool

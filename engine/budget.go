@@ -81,15 +81,20 @@ func (t *throughput) tokens(target time.Duration) int {
 	return int(min(n, 2*t.n+16))
 }
 
-// stepBudget is the token budget of the next step, and whether it plans
-// interactive work first (sched.Resources.InteractiveFirst).
+// stepBudget is the token budget of the next step, the tokens the latency
+// target allows (sched.Resources.Target; 0 when there is none), and
+// whether it plans interactive work first (sched.Resources.InteractiveFirst).
 //
 // A forward pass cannot be interrupted, so the step in flight is what a
 // newly arrived request waits for first: while more than one request is
 // live, under the step-latency target the budget is what the cost model
 // says fits MaxStepLatency, never less than the decodes (they all run)
 // plus minPrefill. What a batch load loses to it is the fixed cost per
-// step, at most a third of each step.
+// step, at most a third of each step. The target itself goes to the
+// scheduler too: when the running work of more than one tenant does not
+// fit it, the step holds the target and the scheduler shares it by
+// weight, decodes included, so weights govern throughput whenever the
+// engine is time-bound.
 //
 // When an interactive request waits for its first token, and the previous
 // step was not such a step, the step is for interactive work only: its
@@ -97,16 +102,16 @@ func (t *throughput) tokens(target time.Duration) int {
 // would only add steps before its first token), and interactive decodes.
 // Lower classes' decodes wait this one step, so that first token waits
 // for nothing but the pass in flight and its own.
-func (e *Engine) stepBudget() (int, bool) {
+func (e *Engine) stepBudget() (budget, target int, first bool) {
 	full := e.o.MaxBatchTokens
 	urgent := e.urgent
 	e.urgent = false
 	if e.o.MaxStepLatency <= 0 || len(e.seqs) <= 1 {
 		// Alone, a request has nothing to wait for it: shorter steps
 		// would only slow it down.
-		return full, false
+		return full, 0, false
 	}
-	target := full
+	target = full
 	if n := e.rate.tokens(e.o.MaxStepLatency); n > 0 {
 		target = min(n, full)
 	}
@@ -128,7 +133,7 @@ func (e *Engine) stepBudget() (int, bool) {
 	}
 	if interFirst > 0 && !urgent {
 		e.urgent = true
-		return min(full, interDecodes+interFirst), true
+		return min(full, interDecodes+interFirst), 0, true
 	}
-	return min(full, max(target, decodes+minPrefill)), false
+	return min(full, max(target, decodes+minPrefill)), max(target, minPrefill+1), false
 }

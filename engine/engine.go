@@ -105,9 +105,11 @@ type submission struct {
 	tokens []int32 // prompt, then req.Generated
 	prompt int
 	max    int // completion cap, Generated included
-	stream *Stream
-	reply  chan error
-	at     time.Time // when Submit was called: queue time starts here
+	// dropped is how many messages were left out to fit the context.
+	dropped int
+	stream  *Stream
+	reply   chan error
+	at      time.Time // when Submit was called: queue time starts here
 	// matcher is the guided-decoding cursor, past req.Generated; nil
 	// without a constraint.
 	matcher *guided.Matcher
@@ -417,6 +419,7 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 		room = max(min(e.o.DefaultMaxTokens, limit/4), 1)
 	}
 	prompt := r.Prompt
+	dropped := 0
 	if len(prompt) == 0 {
 		if len(r.Messages) == 0 {
 			return nil, bad("request has neither prompt tokens nor messages")
@@ -426,7 +429,7 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 			fit = math.MaxInt // rendered whole; the length checks below refuse it
 		}
 		var err error
-		if prompt, err = e.renderFitting(r.Messages, fit); err != nil {
+		if prompt, dropped, err = e.renderFitting(r.Messages, fit); err != nil {
 			return nil, err
 		}
 	}
@@ -469,45 +472,108 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 	// Only prompt tokens may be shared: the reply stays the tenant's.
 	r.SharedPrefix = min(r.SharedPrefix, len(prompt))
 	return &submission{
-		req: r, tokens: tokens, prompt: len(prompt), max: maxTok,
+		req: r, tokens: tokens, prompt: len(prompt), max: maxTok, dropped: dropped,
 		stream: newStream(r.ID, e.Cancel), reply: make(chan error, 1), at: e.clock.Now(),
 		matcher: matcher,
 	}, nil
 }
 
-// renderFitting renders msgs with the chat template and tokenizes them.
-// When the prompt is longer than fit tokens it drops the oldest messages
-// that are neither system messages nor the last one, one at a time, until
-// it fits or none is left to drop; what is left is returned as it is (the
-// caller refuses it when it is still too long).
-func (e *Engine) renderFitting(msgs []Message, fit int) ([]int32, error) {
+// renderFitting renders msgs with the chat template and tokenizes them,
+// and reports how many messages it left out. When the conversation is
+// longer than fit tokens, it drops old turns in large steps at cut points
+// that depend only on the messages before them: the system messages (and
+// so the template's head) stay, and the first exchange (a user message and
+// its reply, when they take at most a quarter of fit) stays as an anchor,
+// as attention sinks do; then the conversation goes on from the first
+// user message at or past k×fit/2 tokens of history, for the least k that
+// fits. A conversation only grows at its end, so turn after turn the cut
+// stays put until the history has grown by half the room again, and the
+// kept prompt starts the same way each turn: its KV stays in the prefix
+// cache. When the cut does move, the head and the anchor still match.
+// When even the last message alone is too long, that prompt is returned as
+// it is (the caller refuses it).
+func (e *Engine) renderFitting(msgs []Message, fit int) ([]int32, int, error) {
 	cm := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
 		cm[i] = chat.Message{Role: m.Role, Content: m.Content}
 	}
-	for {
-		prompt, err := e.render(cm)
-		if err != nil || len(prompt) <= fit {
-			return prompt, err
-		}
-		drop := -1
-		for i, m := range cm[:len(cm)-1] {
-			if m.Role != "system" {
-				drop = i
-				break
+	prompt, err := e.render(cm)
+	if err != nil || len(prompt) <= fit {
+		return prompt, 0, err
+	}
+	// at[i] is the history before message i in tokens, as its messages'
+	// texts tokenize alone plus the template's markup for one message: an
+	// estimate, but the same every turn, which is what keeps cuts put.
+	markup := 4
+	x := chat.Message{Role: "user", Content: "x"}
+	one, err1 := e.render([]chat.Message{x})
+	three, err3 := e.render([]chat.Message{x, {Role: "assistant", Content: "x"}, x})
+	if err1 == nil && err3 == nil {
+		markup = max((len(three)-len(one))/2-1, 1)
+	}
+	last := len(cm) - 1
+	at := make([]int, len(cm))
+	users := false
+	for i, m := range cm {
+		if i > 0 {
+			at[i] = at[i-1]
+			if cm[i-1].Role != "system" {
+				at[i] += len(e.tok.Encode(cm[i-1].Content)) + markup
 			}
 		}
-		if drop < 0 {
-			return prompt, nil
+		users = users || (m.Role == "user" && i > 0 && i < last)
+	}
+	// The anchor: the first exchange, when it is short.
+	anchor := -1
+	for i, m := range cm[:last] {
+		if m.Role == "system" {
+			continue
 		}
-		cm = append(cm[:drop], cm[drop+1:]...)
-		// A conversation goes on with a user turn after the system
-		// prompt: drop the assistant replies a dropped question leaves
-		// at the front.
-		for drop < len(cm)-1 && cm[drop].Role == "assistant" {
-			cm = append(cm[:drop], cm[drop+1:]...)
+		if m.Role == "user" && i+1 < last && cm[i+1].Role == "assistant" && at[i+2]-at[i] <= fit/4 {
+			anchor = i
+		}
+		break
+	}
+	// cut reports whether the conversation may go on at message i.
+	cut := func(i int) bool {
+		if i == last {
+			return true
+		}
+		return (anchor < 0 || i > anchor+1) && cm[i].Role != "system" && (cm[i].Role == "user" || !users)
+	}
+	step := max(fit/2, 1)
+	from := 0
+	for k := 1; from < last; k++ {
+		next := from
+		for next < last && (at[next] < k*step || !cut(next) || next == from) {
+			next++
+		}
+		from = next
+		kept := make([]chat.Message, 0, len(cm))
+		dropped := 0
+		for i, m := range cm[:from] {
+			if m.Role == "system" || (anchor >= 0 && (i == anchor || i == anchor+1)) {
+				kept = append(kept, m)
+			} else {
+				dropped++
+			}
+		}
+		kept = append(kept, cm[from:]...)
+		if prompt, err = e.render(kept); err != nil || len(prompt) <= fit {
+			return prompt, dropped, err
+		}
+		if from == last && anchor >= 0 {
+			// Too long with the anchor: give it up too.
+			anchor = -1
+			from = 0
+			k = 0
+			continue
+		}
+		if from == last {
+			return prompt, dropped, nil
 		}
 	}
+	return prompt, 0, nil
 }
 
 // render renders msgs with the chat template and tokenizes the text.

@@ -55,25 +55,31 @@ func TestRefusals(t *testing.T) {
 		pre  []Request // submitted first, all must succeed
 		r    Request
 		code string
+		// reason is the Error's Reason; over_quota refusals need one.
+		reason string
 	}{
-		{"empty", Options{}, nil, Request{ID: "x"}, CodeBadRequest},
-		{"token outside vocab", Options{}, nil, Request{Prompt: []int32{1, 64}}, CodeBadRequest},
-		{"negative max tokens", Options{}, nil, Request{Prompt: []int32{1}, MaxTokens: -1}, CodeBadRequest},
-		{"negative shared prefix", Options{}, nil, Request{Prompt: []int32{1}, SharedPrefix: -1}, CodeBadRequest},
-		{"bad priority", Options{}, nil, Request{Prompt: []int32{1}, Priority: 9}, CodeBadRequest},
-		{"unsupported schema", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Schema: []byte(`{"type":"integer","multipleOf":3}`)}}, CodeBadRequest},
-		{"bad regex", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Regex: "a("}}, CodeBadRequest},
-		{"two constraints", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Regex: "a", JSON: true}}, CodeBadRequest},
-		{"context too long", Options{MaxContext: 10}, nil, Request{Prompt: make([]int32, 8), MaxTokens: 3}, CodeContextTooLong},
-		{"prompt fills context", Options{MaxContext: 10}, nil, Request{Prompt: make([]int32, 10)}, CodeContextTooLong},
-		{"tenant max context", Options{}, nil, Request{Prompt: make([]int32, 8), MaxTokens: 3, Limits: TenantLimits{MaxContext: 10}}, CodeContextTooLong},
-		{"bigger than the pool", Options{KVBlocks: 2, BlockSize: 4}, nil, Request{Prompt: make([]int32, 8), MaxTokens: 1}, CodeContextTooLong},
-		{"duplicate id", Options{}, []Request{{ID: "a", Prompt: []int32{1}}}, Request{ID: "a", Prompt: []int32{1}}, CodeBadRequest},
-		{"queue full", Options{MaxQueued: 1}, []Request{{Prompt: []int32{1}}}, Request{Prompt: []int32{1}}, CodeQueueFull},
+		{"empty", Options{}, nil, Request{ID: "x"}, CodeBadRequest, ""},
+		{"token outside vocab", Options{}, nil, Request{Prompt: []int32{1, 64}}, CodeBadRequest, ""},
+		{"negative max tokens", Options{}, nil, Request{Prompt: []int32{1}, MaxTokens: -1}, CodeBadRequest, ""},
+		{"negative shared prefix", Options{}, nil, Request{Prompt: []int32{1}, SharedPrefix: -1}, CodeBadRequest, ""},
+		{"bad priority", Options{}, nil, Request{Prompt: []int32{1}, Priority: 9}, CodeBadRequest, ""},
+		{"unsupported schema", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Schema: []byte(`{"type":"integer","multipleOf":3}`)}}, CodeBadRequest, ""},
+		{"bad regex", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Regex: "a("}}, CodeBadRequest, ""},
+		{"two constraints", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Regex: "a", JSON: true}}, CodeBadRequest, ""},
+		{"context too long", Options{MaxContext: 10}, nil, Request{Prompt: make([]int32, 8), MaxTokens: 3}, CodeContextTooLong, ""},
+		{"prompt fills context", Options{MaxContext: 10}, nil, Request{Prompt: make([]int32, 10)}, CodeContextTooLong, ""},
+		{"tenant max context", Options{}, nil, Request{Prompt: make([]int32, 8), MaxTokens: 3, Limits: TenantLimits{MaxContext: 10}}, CodeContextTooLong, ""},
+		{"bigger than the pool", Options{KVBlocks: 2, BlockSize: 4}, nil, Request{Prompt: make([]int32, 8), MaxTokens: 1}, CodeContextTooLong, ""},
+		{"duplicate id", Options{}, []Request{{ID: "a", Prompt: []int32{1}}}, Request{ID: "a", Prompt: []int32{1}}, CodeBadRequest, ""},
+		{"queue full", Options{MaxQueued: 1}, []Request{{Prompt: []int32{1}}}, Request{Prompt: []int32{1}}, CodeQueueFull, ""},
 		{"tenant queue cap", Options{}, []Request{{Tenant: "t", Prompt: []int32{1}, Limits: TenantLimits{MaxQueued: 1}}},
-			Request{Tenant: "t", Prompt: []int32{1}, Limits: TenantLimits{MaxQueued: 1}}, CodeOverQuota},
+			Request{Tenant: "t", Prompt: []int32{1}, Limits: TenantLimits{MaxQueued: 1}}, CodeOverQuota, ReasonQueue},
 		{"tokens per minute", Options{Limits: TenantLimits{TokensPerMinute: 10}}, []Request{{Tenant: "t", Prompt: make([]int32, 8), MaxTokens: 1}},
-			Request{Tenant: "t", Prompt: make([]int32, 3), MaxTokens: 1}, CodeOverQuota},
+			Request{Tenant: "t", Prompt: make([]int32, 3), MaxTokens: 1}, CodeOverQuota, ReasonTokensPerMinute},
+		// The first request's max_tokens are reserved at admission: the
+		// second's prompt no longer fits.
+		{"tokens per minute reserves max tokens", Options{Limits: TenantLimits{TokensPerMinute: 20}}, []Request{{Tenant: "t", Prompt: make([]int32, 2), MaxTokens: 16}},
+			Request{Tenant: "t", Prompt: make([]int32, 3), MaxTokens: 1}, CodeOverQuota, ReasonTokensPerMinute},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,6 +96,15 @@ func TestRefusals(t *testing.T) {
 			}
 			if temp := tt.code == CodeQueueFull || tt.code == CodeOverQuota; ee.Temporary != temp {
 				t.Errorf("have Temporary %v; want %v", ee.Temporary, temp)
+			}
+			if ee.Reason != tt.reason {
+				t.Errorf("have reason %q; want %q", ee.Reason, tt.reason)
+			}
+			// The message is the client's: no scheduler or tenant names.
+			for _, leak := range []string{"sched", `"t"`, "tenant \""} {
+				if strings.Contains(ee.Message, leak) {
+					t.Errorf("have message %q; want no %s in it", ee.Message, leak)
+				}
 			}
 		})
 	}

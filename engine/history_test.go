@@ -3,8 +3,10 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLongChatHistory(t *testing.T) {
@@ -81,5 +83,63 @@ func TestLongChatHistory(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestTrimmedHistoryKeepsItsPrefix(t *testing.T) {
+	// A 40-turn chat at a context that holds a few turns: once the
+	// history no longer fits, old turns go in large steps, so most
+	// turns' prompts begin with the whole of the previous turn's prompt,
+	// every turn's prompt begins with at least a block the prefix cache
+	// holds, and Final says how many messages were left out.
+	m := newFakeModel(t)
+	e, clk := testEngine(t, m, Options{MaxContext: 512})
+	msgs := []Message{{Role: "system", Content: "be brief"}}
+	var prev []int32
+	full, kept, cutMoved := 0, 0, 0
+	for i := range 40 {
+		msgs = append(msgs, Message{Role: "user", Content: fmt.Sprintf("q%d %s", i, strings.Repeat("xy ", 10))})
+		st, err := submitNow(e, Request{Messages: msgs, MaxTokens: 8})
+		if err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		drive(t, e, clk, time.Millisecond, 100)
+		r := collect(t, st)
+		sub, _ := e.prepare(Request{Messages: msgs, MaxTokens: 8})
+		p := sub.tokens[:sub.prompt]
+		if r.final.DroppedMessages != sub.dropped {
+			t.Fatalf("turn %d: Final says %d dropped; prepare %d", i, r.final.DroppedMessages, sub.dropped)
+		}
+		if r.final.Usage.PromptTokens > 512-8 {
+			t.Fatalf("turn %d: prompt of %d tokens", i, r.final.Usage.PromptTokens)
+		}
+		if r.final.DroppedMessages > 0 {
+			full++
+			// The reply's tokens need not come back the same from its
+			// text (the fake vocabulary spells), so the prompt is what
+			// must carry over.
+			if slices.Equal(p[:min(len(prev), len(p))], prev) {
+				kept++
+			} else {
+				cutMoved++
+			}
+			if r.final.Usage.CachedTokens == 0 {
+				t.Errorf("turn %d: no cached tokens", i)
+			}
+		}
+		msgs = append(msgs, Message{Role: "assistant", Content: r.text})
+		prev = slices.Clone(p)
+	}
+	if full < 20 {
+		t.Fatalf("have %d turns with dropped messages; want the context to fill early (at least 20)", full)
+	}
+	if kept < cutMoved {
+		t.Errorf("have %d turns that kept the previous prompt and %d that cut anew; want most to keep it", kept, cutMoved)
+	}
+	text := m.tok.Decode(prev)
+	for _, want := range []string{"bebrief", "q0xy", "q39xy"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the last prompt %q lost %q (the system prompt, the anchor, the question)", text, want)
+		}
 	}
 }

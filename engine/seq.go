@@ -18,6 +18,7 @@ type sequence struct {
 	prompt   int     // prompt tokens at the front of tokens
 	replayed int     // Request.Generated tokens after the prompt
 	max      int     // completion cap, replayed tokens included
+	dropped  int     // messages left out of the prompt (Final.DroppedMessages)
 	stopToks []int32
 
 	table []int32 // device blocks in position order

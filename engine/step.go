@@ -22,6 +22,10 @@ func (e *Engine) enqueue(now time.Time, sub *submission) error {
 		Limits: schedLimits(r.Limits),
 		Tokens: len(sub.tokens),
 		Charge: sub.prompt,
+		// The completion cap is reserved now and what is not generated
+		// is refunded at the end, so requests admitted together cannot
+		// overshoot the tenant's tokens per minute.
+		Reserve: sub.max - len(r.Generated),
 	})
 	if err != nil {
 		return refusal(err)
@@ -33,6 +37,7 @@ func (e *Engine) enqueue(now time.Time, sub *submission) error {
 		prompt:   sub.prompt,
 		replayed: len(r.Generated),
 		max:      sub.max,
+		dropped:  sub.dropped,
 		stopToks: r.StopTokens,
 		sampler:  sample.New(r.Sample),
 		matcher:  sub.matcher,
@@ -52,16 +57,23 @@ func (e *Engine) enqueue(now time.Time, sub *submission) error {
 	return nil
 }
 
+// refusal turns the scheduler's refusal into the client's: a stable code
+// and reason, and a message that names neither the tenant nor the
+// scheduler.
 func refusal(err error) error {
 	switch {
 	case errors.Is(err, sched.ErrQueueFull):
-		return &Error{Code: CodeQueueFull, Message: err.Error(), Temporary: true}
+		return &Error{Code: CodeQueueFull, Message: "the server has too many requests waiting; retry later", Temporary: true}
+	case errors.Is(err, sched.ErrTokensPerMinute):
+		return &Error{Code: CodeOverQuota, Reason: ReasonTokensPerMinute, Message: "tokens per minute exceeded; retry later", Temporary: true}
 	case errors.Is(err, sched.ErrOverQuota):
-		return &Error{Code: CodeOverQuota, Message: err.Error(), Temporary: true}
-	case errors.Is(err, sched.ErrDuplicate), errors.Is(err, sched.ErrInvalid):
-		return &Error{Code: CodeBadRequest, Message: err.Error()}
+		return &Error{Code: CodeOverQuota, Reason: ReasonQueue, Message: "too many requests waiting for this tenant; retry later", Temporary: true}
+	case errors.Is(err, sched.ErrDuplicate):
+		return &Error{Code: CodeBadRequest, Message: "a live request already has this id"}
+	case errors.Is(err, sched.ErrInvalid):
+		return &Error{Code: CodeBadRequest, Message: "the request cannot be scheduled"}
 	}
-	return &Error{Code: CodeInternal, Message: err.Error()}
+	return &Error{Code: CodeInternal, Message: "request refused"}
 }
 
 // step runs one scheduling round and one forward pass at time now, and
@@ -78,9 +90,9 @@ func (e *Engine) step(now time.Time) bool {
 		e.gauges(now, true)
 		return false
 	}
-	budget, first := e.stepBudget()
+	budget, target, first := e.stepBudget()
 	e.count.StepTokens = budget
-	plan := e.sched.Schedule(now, sched.Resources{Tokens: budget, FreeBlocks: e.allocatable(), FreeHostBlocks: e.swapRoom(), InteractiveFirst: first})
+	plan := e.sched.Schedule(now, sched.Resources{Tokens: budget, Target: target, FreeBlocks: e.allocatable(), FreeHostBlocks: e.swapRoom(), InteractiveFirst: first})
 	for _, p := range plan.Preempt {
 		e.preempt(e.seqs[p.ID], p)
 	}
@@ -449,7 +461,7 @@ func (e *Engine) end(s *sequence, now time.Time, reason string, err error) {
 	if reason != FinishStop && reason != FinishLength {
 		s.held, s.heldToks = "", nil // a cancelled stream ends where it was
 	}
-	st := Stats{Total: now.Sub(s.submitted), InterToken: s.inter, Preemptions: s.preemptions}
+	st := Stats{Total: now.Sub(s.submitted), InterToken: s.inter, Preemptions: s.preemptions, Seed: s.req.Sample.Seed}
 	if !s.scheduled.IsZero() {
 		st.Queue = s.scheduled.Sub(s.submitted)
 	}
@@ -462,10 +474,11 @@ func (e *Engine) end(s *sequence, now time.Time, reason string, err error) {
 		st.AcceptedPerStep = float64(s.committed) / float64(max(s.steps, 1))
 	}
 	f := &Final{
-		FinishReason: reason,
-		Usage:        Usage{PromptTokens: s.prompt, CompletionTokens: gen, CachedTokens: s.cached},
-		Stats:        st,
-		Err:          err,
+		FinishReason:    reason,
+		Usage:           Usage{PromptTokens: s.prompt, CompletionTokens: gen, CachedTokens: s.cached},
+		Stats:           st,
+		DroppedMessages: s.dropped,
+		Err:             err,
 	}
 	if reason == FinishError && err == nil {
 		f.Err = &Error{Code: CodeInternal, Message: "request failed"}
