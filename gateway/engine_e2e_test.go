@@ -67,3 +67,33 @@ func TestRealModelEndToEnd(t *testing.T) {
 		t.Fatalf("have %q; want %q again", again, text)
 	}
 }
+
+// TestRealModelSeedIsDrawnAndReported: sampled chats without a seed differ,
+// done reports the seed each drew, and sending it back gives the same reply.
+func TestRealModelSeedIsDrawnAndReported(t *testing.T) {
+	_, eng := storiesEngine(t)
+	e := newEnv(t, nil, "", func(o *Options) { o.Generator = Adapt(eng.Submit, eng.Cancel) })
+	c := e.login("alice")
+	chat := func(id string, params map[string]any) (string, ServerFrame) {
+		sid := c.createSession(id)
+		c.send(map[string]any{"type": "chat", "session": sid, "request": id, "content": "Once upon a time", "params": params})
+		text, _, done, errs := c.collect(id)
+		if len(errs) > 0 || done.Stats == nil {
+			t.Fatalf("%s: have %+v, errors %v", id, done, errs)
+		}
+		return text, done
+	}
+	sampled := map[string]any{"max_tokens": 32, "temperature": 1}
+	t1, d1 := chat("a", sampled)
+	t2, d2 := chat("b", sampled)
+	if d1.Stats.Seed == 0 || d2.Stats.Seed == 0 || d1.Stats.Seed == d2.Stats.Seed {
+		t.Fatalf("have seeds %d and %d; want two fresh nonzero seeds", d1.Stats.Seed, d2.Stats.Seed)
+	}
+	if t1 == t2 {
+		t.Errorf("have the same reply %q twice without a seed; want them to differ", t1)
+	}
+	again, d3 := chat("c", map[string]any{"max_tokens": 32, "temperature": 1, "seed": d1.Stats.Seed})
+	if again != t1 || d3.Stats.Seed != d1.Stats.Seed {
+		t.Errorf("have %q with seed %d; want %q again", again, d3.Stats.Seed, t1)
+	}
+}

@@ -23,7 +23,8 @@ const (
 	CodeExpired = "expired"
 )
 
-// Reasons refine unauthorized and forbidden errors (and close frames).
+// Reasons refine unauthorized, forbidden and over_quota errors (and close
+// frames).
 // Stable: add, never rename.
 const (
 	ReasonMissingToken     = "missing_token"
@@ -42,6 +43,10 @@ const (
 	ReasonAuthTimeout      = "auth_timeout"
 	ReasonNotAuthenticated = "not_authenticated"
 	ReasonTooManyConns     = "too_many_connections"
+	// Reasons of over_quota refusals of a chat: which cap.
+	ReasonConcurrency     = engine.ReasonConcurrency     // concurrent requests
+	ReasonTokensPerMinute = engine.ReasonTokensPerMinute // tokens per minute
+	ReasonQueue           = engine.ReasonQueue           // requests waiting in the engine
 	// Close reasons that are not errors of a request.
 	ReasonSlowConsumer = "slow_consumer"
 	ReasonShutdown     = "shutdown"
@@ -99,7 +104,7 @@ func clientError(err error) *Error {
 		default:
 			code = CodeInternal
 		}
-		return &Error{Code: code, Message: ee.Message, Temporary: ee.Temporary}
+		return &Error{Code: code, Reason: ee.Reason, Message: ee.Message, Temporary: ee.Temporary}
 	}
 	if errors.Is(err, engine.ErrClosed) {
 		return unavailable("engine stopped")

@@ -85,11 +85,17 @@ func TestEngineRefusalIsTyped(t *testing.T) {
 	e := newEnv(t, nil, "", nil)
 	c := e.login("alice")
 	sid := c.createSession("")
-	for _, code := range []string{engine.CodeQueueFull, engine.CodeOverQuota, engine.CodeContextTooLong} {
-		e.gen.refuse = &engine.Error{Code: code, Message: "no", Temporary: code != engine.CodeContextTooLong}
-		c.send(map[string]any{"type": "chat", "session": sid, "request": "r-" + code, "content": "x"})
-		if f := c.read(); f.Type != TypeError || f.Code != code || f.Request != "r-"+code {
-			t.Fatalf("have %+v; want error %s", f, code)
+	for _, ee := range []*engine.Error{
+		{Code: engine.CodeQueueFull, Message: "no", Temporary: true},
+		{Code: engine.CodeOverQuota, Reason: engine.ReasonTokensPerMinute, Message: "no", Temporary: true},
+		{Code: engine.CodeOverQuota, Reason: engine.ReasonQueue, Message: "no", Temporary: true},
+		{Code: engine.CodeContextTooLong, Message: "no"},
+	} {
+		e.gen.refuse = ee
+		id := "r-" + ee.Code + ee.Reason
+		c.send(map[string]any{"type": "chat", "session": sid, "request": id, "content": "x"})
+		if f := c.read(); f.Type != TypeError || f.Code != ee.Code || f.Reason != ee.Reason || f.Request != id {
+			t.Fatalf("have %+v; want error %s (%s)", f, ee.Code, ee.Reason)
 		}
 	}
 }
@@ -496,8 +502,8 @@ func TestConcurrencyCap(t *testing.T) {
 	sid := c.createSession("")
 	c.send(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "a"})
 	c.send(map[string]any{"type": "chat", "session": sid, "request": "r2", "content": "b"})
-	if f := c.read(); f.Type != TypeError || f.Code != CodeOverQuota || f.Request != "r2" {
-		t.Fatalf("have %+v; want over_quota for r2", f)
+	if f := c.read(); f.Type != TypeError || f.Code != CodeOverQuota || f.Reason != ReasonConcurrency || f.Request != "r2" {
+		t.Fatalf("have %+v; want over_quota (concurrency) for r2", f)
 	}
 	for range 10 {
 		e.gen.gate <- struct{}{}

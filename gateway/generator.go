@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/sample"
@@ -50,18 +52,31 @@ func (a adapted[S]) Submit(ctx context.Context, r engine.Request) (EventStream, 
 
 func (a adapted[S]) Cancel(id string) { a.cancel(id) }
 
-// samplingParams maps a chat frame's parameters onto the engine's.
+// samplingParams maps a chat frame's parameters onto the engine's. A
+// request without a seed gets a fresh one (done reports it), so unseeded
+// chats, and regenerations, differ, and any reply can be reproduced.
 func samplingParams(p *ChatParams) sample.Params {
-	if p == nil {
-		return sample.Params{}
+	var sp sample.Params
+	if p != nil {
+		sp = sample.Params{
+			Temperature: p.Temperature,
+			TopK:        p.TopK,
+			TopP:        p.TopP,
+			MinP:        p.MinP,
+			Seed:        p.Seed,
+		}
 	}
-	return sample.Params{
-		Temperature: p.Temperature,
-		TopK:        p.TopK,
-		TopP:        p.TopP,
-		MinP:        p.MinP,
-		Seed:        p.Seed,
+	if sp.Seed == 0 {
+		sp.Seed = freshSeed()
 	}
+	return sp
+}
+
+// freshSeed draws a nonzero sampling seed.
+func freshSeed() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail
+	return max(binary.LittleEndian.Uint64(b[:]), 1)
 }
 
 // guidedParams maps the grammar fields; nil when none is set.

@@ -19,7 +19,8 @@ package gateway
 //     model_not_found.
 //   - "n" (and "best_of") must be 1: one choice per request.
 //   - "temperature" defaults to 1 as OpenAI's does, so omitting it samples;
-//     0 is greedy. Without "seed" a sampled request draws a random seed.
+//     0 is greedy. Without "seed" a sampled request draws a random seed;
+//     the response's "seed" says which, to reproduce the reply.
 //   - /v1/completions defaults "max_tokens" to 16 as OpenAI's does; chat
 //     completions default to the rest of the context.
 //   - logprobs, tools, echo and suffix are refused with 400 rather than
@@ -510,12 +511,16 @@ type oaiDelta struct {
 
 // oaiResponse is a whole response or one stream chunk of either endpoint.
 type oaiResponse struct {
-	ID                string          `json:"id"`
-	Object            string          `json:"object"`
-	Created           int64           `json:"created"`
-	Model             string          `json:"model"`
-	SystemFingerprint string          `json:"system_fingerprint"`
-	Choices           []oaiChatChoice `json:"choices"`
+	ID                string `json:"id"`
+	Object            string `json:"object"`
+	Created           int64  `json:"created"`
+	Model             string `json:"model"`
+	SystemFingerprint string `json:"system_fingerprint"`
+	// Seed is the seed the reply was sampled with (the request's, or the
+	// one drawn for it), signed as requests give it: asking again with it
+	// reproduces the reply.
+	Seed    int64           `json:"seed"`
+	Choices []oaiChatChoice `json:"choices"`
 	// Usage is *oaiUsage, or json.RawMessage("null") on the chunks of a
 	// stream with include_usage (OpenAI sends null there), or nil: absent.
 	Usage any `json:"usage,omitempty"`
@@ -776,7 +781,7 @@ func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, c *oaiCall)
 	}
 	if !ok {
 		s.metrics.chats.WithLabelValues(ten.ID, CodeOverQuota).Inc()
-		e := oaiFrom(&Error{Code: CodeOverQuota, Message: "tokens per minute exceeded", Temporary: true}, "")
+		e := oaiFrom(&Error{Code: CodeOverQuota, Reason: ReasonTokensPerMinute, Message: "tokens per minute exceeded", Temporary: true}, "")
 		e.Type = "tokens"
 		// The window slides over a minute; a few seconds is a fair first
 		// wait, and the SDKs back off further on their own.
@@ -791,7 +796,7 @@ func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, c *oaiCall)
 	}
 	if !ok {
 		s.metrics.chats.WithLabelValues(ten.ID, CodeOverQuota).Inc()
-		writeOAIError(w, oaiFrom(&Error{Code: CodeOverQuota, Message: "too many concurrent requests", Temporary: true}, ""))
+		writeOAIError(w, oaiFrom(&Error{Code: CodeOverQuota, Reason: ReasonConcurrency, Message: "too many concurrent requests", Temporary: true}, ""))
 		return
 	}
 	if ten.Limits.MaxConcurrent > 0 {
@@ -901,7 +906,7 @@ func (s *Server) oaiWhole(w http.ResponseWriter, c *oaiCall, stream EventStream)
 	}
 	httpJSON(w, http.StatusOK, oaiResponse{
 		ID: c.respID, Object: c.object, Created: c.created, Model: s.o.ModelName,
-		SystemFingerprint: s.fingerprint(), Choices: []oaiChatChoice{choice}, Usage: usageOf(final.Usage),
+		SystemFingerprint: s.fingerprint(), Seed: int64(c.req.Sample.Seed), Choices: []oaiChatChoice{choice}, Usage: usageOf(final.Usage),
 	})
 	return final
 }
@@ -923,7 +928,7 @@ func (s *Server) oaiStream(w http.ResponseWriter, c *oaiCall, stream EventStream
 	chunk := func(choice oaiChatChoice) oaiResponse {
 		return oaiResponse{
 			ID: c.respID, Object: chunkObject, Created: c.created, Model: s.o.ModelName,
-			SystemFingerprint: fp, Choices: []oaiChatChoice{choice}, Usage: nullUsage,
+			SystemFingerprint: fp, Seed: int64(c.req.Sample.Seed), Choices: []oaiChatChoice{choice}, Usage: nullUsage,
 		}
 	}
 	writing := true

@@ -184,7 +184,7 @@ func TestOpenAIChatCompletion(t *testing.T) {
 		t.Fatalf("have %d %s; want 200", resp.StatusCode, body)
 	}
 	m := decodeMap(t, body)
-	if have, want := keys(m), []string{"choices", "created", "id", "model", "object", "system_fingerprint", "usage"}; !slices.Equal(have, want) {
+	if have, want := keys(m), []string{"choices", "created", "id", "model", "object", "seed", "system_fingerprint", "usage"}; !slices.Equal(have, want) {
 		t.Errorf("have keys %v; want %v", have, want)
 	}
 	var r struct {
@@ -411,7 +411,7 @@ func TestOpenAIChatStream(t *testing.T) {
 			var id string
 			for i, ev := range events {
 				m := decodeMap(t, []byte(ev))
-				if have, want := keys(m), []string{"choices", "created", "id", "model", "object", "system_fingerprint"}; includeUsage {
+				if have, want := keys(m), []string{"choices", "created", "id", "model", "object", "seed", "system_fingerprint"}; includeUsage {
 					want = append(want, "usage")
 					sort.Strings(want)
 					if !slices.Equal(have, want) || m["usage"] != nil {
@@ -804,8 +804,8 @@ func TestOpenAIQuotas(t *testing.T) {
 		c := e.login("bob")
 		sid := c.createSession("")
 		c.send(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "a"})
-		if f := c.read(); f.Type != TypeError || f.Code != CodeOverQuota {
-			t.Errorf("have %+v; want over_quota on the socket too", f)
+		if f := c.read(); f.Type != TypeError || f.Code != CodeOverQuota || f.Reason != ReasonTokensPerMinute {
+			t.Errorf("have %+v; want over_quota (tokens_per_minute) on the socket too", f)
 		}
 	})
 

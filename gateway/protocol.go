@@ -317,6 +317,9 @@ type (
 		TTFTMS          float64 `json:"ttft_ms"`
 		TokensPerSecond float64 `json:"tokens_per_s"`
 		AcceptedPerStep float64 `json:"accepted_per_step"`
+		// Seed is the seed the reply was sampled with: the request's, or
+		// a fresh one drawn when it set none.
+		Seed uint64 `json:"seed"`
 	}
 )
 
@@ -391,6 +394,9 @@ type ServerFrame struct {
 	FinishReason string `json:"finish_reason,omitempty"`
 	Usage        *Usage `json:"usage,omitempty"`
 	Stats        *Stats `json:"stats,omitempty"`
+	// DroppedMessages (done): how many old messages of the session were
+	// left out of the prompt so that it fits the model's context.
+	DroppedMessages int `json:"dropped_messages,omitempty"`
 	// error
 	Code      string `json:"code,omitempty"`
 	Reason    string `json:"reason,omitempty"`

@@ -114,7 +114,7 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 	if !ok {
 		release()
 		s.metrics.chats.WithLabelValues(ten.ID, CodeOverQuota).Inc()
-		return &Error{Code: CodeOverQuota, Message: "tokens per minute exceeded", Temporary: true}
+		return &Error{Code: CodeOverQuota, Reason: ReasonTokensPerMinute, Message: "tokens per minute exceeded", Temporary: true}
 	}
 	ok, err = s.limiter.Acquire(ctx, ten.ID, tenants.LeaseRequests, id, ten.Limits.MaxConcurrent, s.o.LeaseTTL)
 	if err != nil {
@@ -124,7 +124,7 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 	if !ok {
 		release()
 		s.metrics.chats.WithLabelValues(ten.ID, CodeOverQuota).Inc()
-		return &Error{Code: CodeOverQuota, Message: "too many concurrent requests", Temporary: true}
+		return &Error{Code: CodeOverQuota, Reason: ReasonConcurrency, Message: "too many concurrent requests", Temporary: true}
 	}
 	t.leased = ten.Limits.MaxConcurrent > 0
 	releaseLease := func() {
@@ -302,7 +302,9 @@ func (t *turn) run() {
 			TTFTMS:          ms(final.Stats.TTFT),
 			TokensPerSecond: final.Stats.TokensPerSecond,
 			AcceptedPerStep: final.Stats.AcceptedPerStep,
+			Seed:            final.Stats.Seed,
 		},
+		DroppedMessages: final.DroppedMessages,
 	}
 	msg.Usage, msg.Stats = done.Usage, done.Stats
 	if final.Err != nil && reason == engine.FinishError {
