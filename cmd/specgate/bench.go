@@ -21,7 +21,7 @@ func runBench(ctx context.Context, args []string) error {
 	batches := fs.String("batches", "1,8", "comma-separated decode batch sizes")
 	promptLen := fs.Int("prompt", 128, "prompt tokens for the prefill measurement")
 	steps := fs.Int("steps", 32, "decode steps per batch size")
-	ctxLen := fs.Int("ctx", 64, "tokens already in each sequence when decoding starts")
+	ctxLen := fs.Int("ctx", 64, "tokens already in each sequence when decoding starts (0: one, the least a decode needs)")
 	backend := fs.String("backend", "cpu", "compute backend")
 	threads := fs.Int("threads", 0, "worker threads (0 = one per CPU)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the decode runs to `file`")
@@ -47,8 +47,13 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	defer closeModel()
 	c := m.Config()
-	if *promptLen+1 > c.Context || *ctxLen+*steps > c.Context {
-		return fmt.Errorf("--prompt/--ctx/--steps exceed the model's context of %d", c.Context)
+	switch {
+	case *promptLen < 1 || *ctxLen < 0 || *steps < 1:
+		return fmt.Errorf("--prompt and --steps must be positive and --ctx not negative")
+	case *promptLen > c.Context:
+		return fmt.Errorf("--prompt %d exceeds the model's context of %d", *promptLen, c.Context)
+	case decodePositions(*ctxLen, *steps) > c.Context:
+		return fmt.Errorf("--ctx %d plus --steps %d (and a warm-up step) exceed the model's context of %d", *ctxLen, *steps, c.Context)
 	}
 
 	bw := *bandwidth * 1e9
@@ -60,8 +65,9 @@ func runBench(ctx context.Context, args []string) error {
 		*path, c.WeightType, float64(c.Params)/1e6, c.Layers, c.Dim, c.Vocab, float64(c.WeightBytes)/1e6)
 	fmt.Printf("backend %s, %v KV cache; memory bandwidth (%s): %.2f GB/s\n\n", m.Backend().Name(), m.KVType(), how, bw/1e9)
 
-	// Prefill: one prompt in one pass.
-	seqs, err := model.NewSequences(m, 1, *promptLen+1)
+	// Prefill: one prompt in one pass, as llama-bench's ppN: a prompt may
+	// fill the whole context.
+	seqs, err := model.NewSequences(m, 1, *promptLen)
 	if err != nil {
 		return err
 	}
@@ -119,11 +125,17 @@ func runBench(ctx context.Context, args []string) error {
 	return tw.Flush()
 }
 
-// decodeRate prefills b sequences to ctx tokens, then times steps decode
-// steps of one greedy token per sequence in one batch.
+// decodePositions is how many positions decodeRate uses: the context
+// (at least one token, which the first logits need), a warm-up step, and
+// the timed steps.
+func decodePositions(ctx, steps int) int { return max(ctx, 1) + 1 + steps }
+
+// decodeRate prefills b sequences to ctx tokens (at least one), then times
+// steps decode steps of one greedy token per sequence in one batch.
 func decodeRate(m model.Model, b, ctx, steps int) (tokensPerSec float64, perStep time.Duration, err error) {
 	c := m.Config()
-	seqs, err := model.NewSequences(m, b, ctx+steps+1)
+	ctx = max(ctx, 1)
+	seqs, err := model.NewSequences(m, b, decodePositions(ctx, steps))
 	if err != nil {
 		return 0, 0, err
 	}

@@ -37,6 +37,9 @@ func runServe(ctx context.Context, args []string) error {
 	kvMB := fs.Int64("kv-mb", 512, "device KV cache budget in MiB")
 	hostKVMB := fs.Int64("host-kv-mb", 1024, "host KV tier budget in MiB (preempted sequences)")
 	maxBatch := fs.Int("max-batch-tokens", 0, "token budget of one engine step (0 = engine default)")
+	maxRunning := fs.Int("max-running", 0, "sequences running at once; more wait (0 = engine default, 64)")
+	quantum := fs.Int("quantum", 0, "fair-share quantum: tokens a weight-1 tenant is credited per round (0 = engine default, 256)")
+	aging := fs.Duration("aging", 0, "wait after which a request counts one priority class higher (0 = engine default, 5s)")
 	kvType := kvTypeFlag(fs)
 	adminToken := fs.String("admin-token", os.Getenv("SPECGATE_ADMIN_TOKEN"), "token guarding /admin/v1 ($SPECGATE_ADMIN_TOKEN); empty disables it")
 	dev := fs.Bool("dev", false, "create a 'dev' tenant if missing and print a sign-in URL with a token")
@@ -91,6 +94,9 @@ func runServe(ctx context.Context, args []string) error {
 			KVBytes:        *kvMB << 20,
 			HostKVBytes:    *hostKVMB << 20,
 			MaxBatchTokens: *maxBatch,
+			MaxRunning:     *maxRunning,
+			Quantum:        *quantum,
+			AgingAfter:     *aging,
 			KVType:         *kvType,
 			// A request without max_tokens may use what the context has
 			// left, as the protocol promises.
