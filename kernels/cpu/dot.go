@@ -63,6 +63,7 @@ func useAsm(on bool) bool {
 	if on && haveAsm {
 		setAsm()
 		setVecAsm()
+		setKDotsAsm()
 		useTiles(tilesAsm)
 		return true
 	}

@@ -183,9 +183,14 @@ func f16le(b []byte) float32 { return f16Table[binary.LittleEndian.Uint16(b)] }
 // activation row quantized for it.
 type kDot func(w []byte, a actRow) float32
 
-// kDots holds, per type, the fastest dot product this CPU runs (useAsm
-// fills it).
-var kDots map[kernels.DType]kDot
+// kRows sets out[r] to the dot product of weight row r (rows rb bytes
+// apart from w on) with one activation row, for r < len(out): every row by
+// the same sequence of operations.
+type kRows func(w []byte, rb int, a actRow, out []float32)
+
+// kDots holds, per type, the fastest kernel this CPU runs (useAsm fills
+// it).
+var kDots map[kernels.DType]kRows
 
 // kDotsGo holds the plain Go references.
 var kDotsGo = map[kernels.DType]kDot{
@@ -203,9 +208,17 @@ var kDotsGo = map[kernels.DType]kDot{
 
 // useKDotsGo points every type at its Go dot product.
 func useKDotsGo() {
-	kDots = make(map[kernels.DType]kDot, len(kDotsGo))
+	kDots = make(map[kernels.DType]kRows, len(kDotsGo))
 	for dt, f := range kDotsGo {
-		kDots[dt] = f
+		kDots[dt] = goRows(f)
+	}
+}
+
+func goRows(dot kDot) kRows {
+	return func(w []byte, rb int, a actRow, out []float32) {
+		for r := range out {
+			out[r] = dot(w[r*rb:], a)
+		}
 	}
 }
 
@@ -514,22 +527,17 @@ type kMatTask struct {
 	a   *kAct
 	dst *Tensor
 	w   *Tensor
-	dot kDot
+	dot kRows
 }
 
-// run computes output columns [lo, hi) for every row, xTile rows at a time
-// so their quantized values stay in cache while the chunk's weight rows
-// pass.
+// run computes output columns [lo, hi) for every row: the chunk's weight
+// rows (a few KB) stay in cache while each activation row passes them.
 func (t *kMatTask) run(_, lo, hi int) {
 	n, m := t.dst.rows, t.dst.cols
 	out := t.dst.f32
-	for r0 := 0; r0 < n; r0 += xTile {
-		r1 := min(n, r0+xTile)
-		for o := lo; o < hi; o++ {
-			w := t.w.rawRow(o)
-			for r := r0; r < r1; r++ {
-				out[r*m+o] = t.dot(w, t.a.row(r))
-			}
-		}
+	rb := t.w.rowBytes
+	w := t.w.raw[lo*rb:]
+	for r := range n {
+		t.dot(w, rb, t.a.row(r), out[r*m+lo:r*m+hi])
 	}
 }

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -81,5 +82,65 @@ func TestWeightsGGMLShapes(t *testing.T) {
 				t.Errorf("Weights(%v, %d, %d) of %d bytes: error %v", dt, tc.rows, tc.cols, tc.bytes, err)
 			}
 		}
+	}
+}
+
+// TestKRowsMatchGo checks the kernel each type uses on this CPU (assembly
+// where there is some) against the Go reference, on several rows at once
+// and on activations with zero and extreme blocks. The assembly adds the
+// super-blocks in the reference's order, so where the compiler does not
+// fuse the reference's multiply-adds (GOAMD64 below v3) the bits agree.
+func TestKRowsMatchGo(t *testing.T) {
+	initTables()
+	for _, dt := range kernelstest.ExtraWeightTypes {
+		t.Run(dt.String(), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(11, uint64(dt)))
+			const rows, k = 7, 1024
+			ws := make([]float32, rows*k)
+			for i := range ws {
+				ws[i] = float32(r.NormFloat64())
+			}
+			data, err := kernels.Quantize(dt, ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rb, _ := dt.RowBytes(k)
+			xs := make([]float32, k)
+			for i := range xs {
+				xs[i] = float32(r.NormFloat64()) * 3
+			}
+			clear(xs[256:512])
+			xs[600] = 1e6
+			a := &kAct{f: actFormatOf(dt), k: k}
+			nb := k / a.f.blockLen()
+			a.q, a.d, a.s, a.bs = make([]int8, k), make([]float32, nb), make([]float32, nb), make([]int16, k/16)
+			a.quantize(0, xs)
+			have, want := make([]float32, rows), make([]float32, rows)
+			kDots[dt](data, rb, a.row(0), have)
+			goRows(kDotsGo[dt])(data, rb, a.row(0), want)
+			// The float sums differ in order; the one huge value makes
+			// terms far larger than the result, so the bound is relative
+			// to Σ|w·x|, not to the result.
+			var mag float64
+			for _, v := range xs {
+				mag += math.Abs(float64(v))
+			}
+			mag *= 4 // max|w|, normal weights
+			for i := range want {
+				if exactRef && math.Float32bits(have[i]) != math.Float32bits(want[i]) {
+					t.Errorf("row %d: have %g; the reference %g", i, have[i], want[i])
+				}
+				if d := math.Abs(float64(have[i] - want[i])); d > 1e-6*mag {
+					t.Errorf("row %d: have %g; want %g", i, have[i], want[i])
+				}
+			}
+			one := make([]float32, 1)
+			for i := range rows {
+				kDots[dt](data[i*rb:], rb, a.row(0), one)
+				if math.Float32bits(one[0]) != math.Float32bits(have[i]) {
+					t.Errorf("row %d alone: have %g; among %d rows %g", i, one[0], rows, have[i])
+				}
+			}
+		})
 	}
 }
