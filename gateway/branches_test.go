@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"reflect"
 	"testing"
 	"time"
@@ -215,6 +217,24 @@ func TestReadyDescribesModel(t *testing.T) {
 	f := c.read()
 	if f.Type != TypeReady || f.Model == nil || *f.Model != *info {
 		t.Fatalf("have %+v; want ready with model %+v", f.Model, info)
+	}
+	// /v1/models says the same, next to the OpenAI fields.
+	req, _ := http.NewRequest("GET", e.http.URL+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer "+e.token("alice"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Data []map[string]any `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Data) != 1 {
+		t.Fatalf("have %+v, %v; want one model", list, err)
+	}
+	m := list.Data[0]
+	if m["arch"] != "llama" || m["context_length"] != float64(512) || m["quantization"] != "Q8_0" || m["object"] != "model" {
+		t.Errorf("have %v; want arch, context_length and quantization", m)
 	}
 }
 

@@ -907,6 +907,7 @@ func TestBrowserChatItems(t *testing.T) {
 	if overflow := evalJS[bool](b, `document.documentElement.scrollWidth > innerWidth`); overflow {
 		t.Errorf("have a page wider than the phone; want tables and code to scroll inside their answer")
 	}
+	b.do("show the table", chromedp.Evaluate[chromedp.Void](`document.querySelector("#messages table").scrollIntoView({block: "start"})`))
 	b.screenshot(art, "chat-phone-table.png")
 
 	if errs := b.pageErrors(); errs != "" {
