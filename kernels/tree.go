@@ -35,7 +35,11 @@ type TreeMask struct {
 //	dst[r][h] = softmax(Scale · q[r][h]·Kᵀ) · V
 //
 // exactly as TreeAttentionRef computes it; a.Rows[r].Len is not used. A row
-// that sees nothing gets zeros. dst may be q. Implementations typically
+// that sees nothing gets zeros. On a backend that is an AttnVariants,
+// a.SoftCap caps the scores and a.Window limits the prefix: a row's query
+// sits at position Prefix + len(Slots) − 1, so it sees prefix positions
+// from Prefix + len(Slots) − Window on; a row as deep as the window or
+// deeper is outside the contract. dst may be q. Implementations typically
 // compute the prefix and the tree part separately and merge the two partial
 // softmaxes by their log-sum-exp, which is the same math.
 type TreeAttention interface {
@@ -69,7 +73,11 @@ func TreeAttentionRef(q, k, v []float32, blockSize int, a Attn, tree TreeMask) [
 	for r, row := range a.Rows {
 		tr := tree.Rows[r]
 		slots := make([]int, 0, int(tr.Prefix)+len(tr.Slots))
-		for p := range int(tr.Prefix) {
+		lo := 0
+		if a.Window > 0 {
+			lo = max(0, int(tr.Prefix)+len(tr.Slots)-int(a.Window))
+		}
+		for p := lo; p < int(tr.Prefix); p++ {
 			slots = append(slots, int(row.Table[p/blockSize])*blockSize+p%blockSize)
 		}
 		for _, s := range tr.Slots {
@@ -89,6 +97,9 @@ func TreeAttentionRef(q, k, v []float32, blockSize int, a Attn, tree TreeMask) [
 					d += float64(qh[i]) * float64(k[sl*w+kh*hd+i])
 				}
 				s[j] = d * scale
+				if c := float64(a.SoftCap); c > 0 {
+					s[j] = c * math.Tanh(s[j]/c)
+				}
 				mx = max(mx, s[j])
 			}
 			var sum float64

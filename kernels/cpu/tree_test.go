@@ -65,12 +65,17 @@ func TestTreeAttention(t *testing.T) {
 		heads, kvHeads, hd, bs int
 		prefixes               []int32
 		qscale                 float32
+		softCap                float32
+		window                 int32
 	}{
-		{"mha", 4, 4, 16, 4, []int32{1, 7, 13}, 1},
-		{"gqa", 8, 2, 32, 16, []int32{40, 17}, 1},
-		{"mqa", 4, 1, 64, 8, []int32{0, 9, 64}, 1},
-		{"peaked", 2, 2, 32, 16, []int32{33, 3}, 200},
-		{"long", 4, 2, 16, 16, []int32{300, 5}, 1},
+		{"mha", 4, 4, 16, 4, []int32{1, 7, 13}, 1, 0, 0},
+		{"gqa", 8, 2, 32, 16, []int32{40, 17}, 1, 0, 0},
+		{"mqa", 4, 1, 64, 8, []int32{0, 9, 64}, 1, 0, 0},
+		{"peaked", 2, 2, 32, 16, []int32{33, 3}, 200, 0, 0},
+		{"long", 4, 2, 16, 16, []int32{300, 5}, 1, 0, 0},
+		// Gemma 2: capped scores, a sliding window over the prefix
+		// (trees are at most 3 deep here).
+		{"softcap_window", 4, 1, 32, 8, []int32{0, 3, 9, 40, 300}, 60, 30, 8},
 	}
 	for _, dt := range []kernels.DType{kernels.F32, kernels.F16} {
 		for _, threads := range []int{1, 2} {
@@ -83,6 +88,7 @@ func TestTreeAttention(t *testing.T) {
 					nslots := spec.Blocks * spec.BlockSize
 					var a kernels.Attn
 					a.Heads, a.KVHeads, a.HeadDim = tc.heads, tc.kvHeads, tc.hd
+					a.SoftCap, a.Window = tc.softCap, tc.window
 					var tree kernels.TreeMask
 					for _, pre := range tc.prefixes {
 						nb := (int(pre)+tc.bs-1)/tc.bs + 1
