@@ -31,7 +31,7 @@ func tokenizeTo(stdout, stderr io.Writer, args []string) error {
 	path := fs.String("model", "", "GGUF `file` (a vocab-only file is enough)")
 	text := fs.String("text", "", "text to tokenize")
 	file := fs.String("file", "", "tokenize this file's whole text instead of --text")
-	noBOS := fs.Bool("no-bos", false, "add no special token at all, whatever the model's metadata says (how llama.cpp's tokenizer test suites are written)")
+	noBOS := fs.Bool("no-bos", false, "add no special token at all (BOS, or EOS where the metadata asks for it), whatever the model's metadata says: how llama.cpp's tokenizer test suites are written")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -71,6 +71,9 @@ func tokenizeTo(stdout, stderr io.Writer, args []string) error {
 		ids = tok.EncodePlain(*text)
 	} else {
 		ids = tok.Encode(*text)
+		if tok.AddsEOS() {
+			ids = append(ids, tok.EOS())
+		}
 	}
 	w := bufio.NewWriter(stdout)
 	for i, id := range ids {

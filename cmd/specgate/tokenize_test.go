@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/specgate/specgate/engine/model/gguf"
 	"github.com/specgate/specgate/internal/testmodels"
 )
 
@@ -19,6 +20,7 @@ import (
 func TestTokenizeCommand(t *testing.T) {
 	spm := testmodels.Ref(t, filepath.Join("tokenizers", "ggml-vocab-llama-spm.gguf"))
 	gpt2 := testmodels.Ref(t, filepath.Join("tokenizers", "ggml-vocab-gpt-2.gguf"))
+	eos := withEOS(t, spm)
 	text := filepath.Join(t.TempDir(), "in.txt")
 	if err := os.WriteFile(text, []byte("ied 4 ½ months"), 0o600); err != nil {
 		t.Fatal(err)
@@ -32,6 +34,8 @@ func TestTokenizeCommand(t *testing.T) {
 		{"spm no-bos", []string{"--model", spm, "--text", "ied 4 ½ months", "--no-bos"}, "474 287 29871 29946 29871 30226 7378\n"},
 		{"spm file", []string{"--model", spm, "--file", text, "--no-bos"}, "474 287 29871 29946 29871 30226 7378\n"},
 		{"gpt2", []string{"--model", gpt2, "--text", "ied 4 ½ months"}, "798 604 25208 1933\n"},
+		{"add_eos_token", []string{"--model", eos, "--text", "ied 4 ½ months"}, "1 474 287 29871 29946 29871 30226 7378 2\n"},
+		{"add_eos_token no-bos", []string{"--model", eos, "--text", "ied 4 ½ months", "--no-bos"}, "474 287 29871 29946 29871 30226 7378\n"},
 		{"empty", []string{"--model", spm, "--text", "", "--no-bos"}, "\n"},
 		{"help", []string{"--help"}, ""},
 	} {
@@ -140,4 +144,31 @@ func jsonString(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// withEOS writes a copy of the vocab-only file src whose metadata asks for
+// EOS after tokenized text (tokenizer.ggml.add_eos_token).
+func withEOS(t *testing.T, src string) string {
+	t.Helper()
+	f, err := gguf.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var w gguf.Writer
+	for _, k := range f.Keys() {
+		if k == gguf.KeyAlignment {
+			continue
+		}
+		v, _ := f.Value(k)
+		if err := w.Set(k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.SetBool("tokenizer.ggml.add_eos_token", true)
+	dst := filepath.Join(t.TempDir(), "eos.gguf")
+	if err := w.WriteFile(dst); err != nil {
+		t.Fatal(err)
+	}
+	return dst
 }

@@ -40,6 +40,9 @@ func NewTokenizer(f *gguf.File) (*tokenizer.Tokenizer, error) {
 	if v, ok := f.Bool("tokenizer.ggml.add_bos_token"); ok {
 		s.AddBOS = v
 	}
+	if v, ok := f.Bool("tokenizer.ggml.add_eos_token"); ok {
+		s.AddEOS = v
+	}
 	if v, ok := f.Bool("tokenizer.ggml.add_space_prefix"); ok {
 		s.AddSpacePrefix = v
 	}

@@ -48,7 +48,11 @@ type Spec struct {
 	BOS, EOS, UNK, PAD int32 // -1 = none
 	EOT                int32 // end of turn (<|eot_id|>, <|im_end|>), -1 = none
 
-	AddBOS         bool // Encode prepends BOS
+	AddBOS bool // Encode prepends BOS
+	// AddEOS says the vocab wants EOS after a text tokenized with its
+	// special tokens (tokenizer.ggml.add_eos_token); Encode does not add
+	// it, a prompt goes on after it, but AddsEOS reports it.
+	AddEOS         bool
 	AddSpacePrefix bool // llama: Encode prepends a space, Decode strips it again
 }
 
@@ -88,6 +92,7 @@ type Tokenizer struct {
 
 	bos, eos, unk, pad, eot int32
 	addBOS, addSpacePrefix  bool
+	addEOS                  bool
 	eog                     []bool
 
 	specials      []special // longest text first
@@ -120,7 +125,7 @@ func New(s Spec) (*Tokenizer, error) {
 	t := &Tokenizer{
 		tokens: s.Tokens,
 		bos:    s.BOS, eos: s.EOS, unk: s.UNK, pad: s.PAD, eot: s.EOT,
-		addBOS: s.AddBOS,
+		addBOS: s.AddBOS, addEOS: s.AddEOS && s.EOS >= 0,
 	}
 	switch s.Model {
 	case "llama":
@@ -321,6 +326,10 @@ func (t *Tokenizer) EOT() int32 { return t.eot }
 
 // AddsBOS reports whether Encode prepends BOS.
 func (t *Tokenizer) AddsBOS() bool { return t.addBOS }
+
+// AddsEOS reports whether the vocab wants EOS after a text tokenized with
+// special tokens, as llama.cpp's tokenize with add_special appends it.
+func (t *Tokenizer) AddsEOS() bool { return t.addEOS }
 
 // IsEOG reports whether id ends generation: EOS, EOT, or a control token
 // whose text is a well-known end-of-turn marker. Out-of-range ids are not.
