@@ -157,7 +157,7 @@ func withEOS(t *testing.T, src string) string {
 	defer f.Close()
 	var w gguf.Writer
 	for _, k := range f.Keys() {
-		if k == gguf.KeyAlignment {
+		if k == gguf.KeyAlignment || k == "tokenizer.ggml.add_eos_token" {
 			continue
 		}
 		v, _ := f.Value(k)
