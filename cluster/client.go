@@ -267,13 +267,19 @@ func (c *Client) Submit(ctx context.Context, r engine.Request) (*Stream, error) 
 
 	pctx, cancel := context.WithTimeout(ctx, c.o.PlaceTimeout)
 	defer cancel()
-	_, err = c.o.Redis.TxPipelined(pctx, func(p redis.Pipeliner) error {
+	// The request's record, the queue and the set of queues are on three
+	// hash slots: no transaction spans them. The record's order does not
+	// matter (an engine's acquire creates it as well); the set is written
+	// after the queue, which the sweeper's cleanup relies on.
+	_, err = c.o.Redis.Pipelined(pctx, func(p redis.Pipeliner) error {
 		p.HSet(pctx, c.k.req(rk), "gw", c.o.ID)
 		p.PExpire(pctx, c.k.req(rk), c.o.OutTTL)
 		p.XAdd(pctx, &redis.XAddArgs{Stream: queue, Values: []any{fieldKey, rk, fieldGateway, c.o.ID, fieldRequest, string(body)}})
-		p.SAdd(pctx, c.k.queues(), queue)
 		return nil
 	})
+	if err == nil {
+		err = c.o.Redis.SAdd(pctx, c.k.queues(), queue).Err()
+	}
 	if err != nil {
 		c.forget(s)
 		if ctx.Err() != nil {

@@ -278,14 +278,33 @@ func (w *worker) readLoop(ctx, runCtx context.Context) {
 			}
 			continue
 		}
+		// The two streams live on different hash slots (by engine), so
+		// they are read apart: the shared one without blocking, then this
+		// engine's own with a short block. A shared entry waits at most
+		// one block: it is there only when every engine was saturated or
+		// none was known, so it waits for a free slot anyway.
 		res, err := w.o.Redis.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: group, Consumer: w.o.ID, Streams: []string{own, shared, ">", ">"},
-			// A short block: go-redis does not end a blocked read when
-			// ctx ends, and a drain should start promptly.
-			Count: int64(n), Block: 250 * time.Millisecond,
+			Group: group, Consumer: w.o.ID, Streams: []string{shared, ">"},
+			Count: int64(n), Block: -1,
 		}).Result()
 		if errors.Is(err, redis.Nil) {
-			continue
+			err = nil
+		}
+		if err == nil {
+			n -= countMessages(res)
+			if n > 0 {
+				var mine []redis.XStream
+				mine, err = w.o.Redis.XReadGroup(ctx, &redis.XReadGroupArgs{
+					Group: group, Consumer: w.o.ID, Streams: []string{own, ">"},
+					// A short block: go-redis does not end a blocked read
+					// when ctx ends, and a drain should start promptly.
+					Count: int64(n), Block: 250 * time.Millisecond,
+				}).Result()
+				if errors.Is(err, redis.Nil) {
+					err = nil
+				}
+				res = append(res, mine...)
+			}
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -314,6 +333,14 @@ func (w *worker) readLoop(ctx, runCtx context.Context) {
 			}
 		}
 	}
+}
+
+func countMessages(res []redis.XStream) int {
+	n := 0
+	for _, st := range res {
+		n += len(st.Messages)
+	}
+	return n
 }
 
 // take starts a job for queue entry m unless this engine holds it already.
@@ -669,18 +696,40 @@ func (w *worker) refresh(ctx context.Context) error {
 	return nil
 }
 
-// cleanupScript deletes request stream KEYS[1] and forgets it in set
-// KEYS[2] when it is empty with nothing pending; atomic, so an XADD racing
-// with it either lands first (and the stream stays) or recreates it.
+// cleanupScript deletes request stream KEYS[1] when it is empty with
+// nothing pending; atomic, so an XADD racing with it either lands first
+// (and the stream stays) or recreates it. Returns 1 when the stream is
+// gone.
 var cleanupScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], KEYS[1]) return 1 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 1 end
 if redis.call('XLEN', KEYS[1]) > 0 then return 0 end
 local ok, p = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1])
 if ok and p[1] > 0 then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('SREM', KEYS[2], KEYS[1])
 return 1
 `)
+
+// cleanup forgets request stream q when it is empty. The set of streams
+// lives on another slot than q, so the two cannot change in one script:
+// q leaves the set first and returns to it unless the script deleted it.
+// A gateway adds a stream to the set after writing to it, so whichever
+// order the two sides run in, a stream holding a request ends in the set.
+func (w *worker) cleanup(ctx context.Context, q string) error {
+	if err := w.o.Redis.SRem(ctx, w.k.queues(), q).Err(); err != nil {
+		return fmt.Errorf("cluster: clean up %s: %w", q, err)
+	}
+	gone, err := cleanupScript.Run(ctx, w.o.Redis, []string{q}, group).Int()
+	if err == nil && gone == 1 {
+		return nil
+	}
+	if aerr := w.o.Redis.SAdd(ctx, w.k.queues(), q).Err(); aerr != nil {
+		err = errors.Join(err, aerr)
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: clean up %s: %w", q, err)
+	}
+	return nil
+}
 
 // sweep takes over requests whose owner stopped refreshing them, and the
 // undelivered requests of engines that are gone.
@@ -723,7 +772,7 @@ func (w *worker) sweep(ctx, runCtx context.Context) error {
 		}
 		// A gone engine's stream: nobody reads it unless we do.
 		if err := w.o.Redis.XGroupCreate(ctx, q, group, "0").Err(); err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-			if _, err := cleanupScript.Run(ctx, w.o.Redis, []string{q, w.k.queues()}, group).Result(); err != nil {
+			if err := w.cleanup(ctx, q); err != nil {
 				errs = append(errs, err)
 			}
 			continue
@@ -742,8 +791,8 @@ func (w *worker) sweep(ctx, runCtx context.Context) error {
 				}
 			}
 		}
-		if _, err := cleanupScript.Run(ctx, w.o.Redis, []string{q, w.k.queues()}, group).Result(); err != nil {
-			errs = append(errs, fmt.Errorf("cluster: clean up %s: %w", q, err))
+		if err := w.cleanup(ctx, q); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

@@ -65,11 +65,71 @@ func (c *Config) Addrs() []string {
 func (c *Config) NewClient() redis.UniversalClient {
 	switch c.Kind {
 	case Cluster:
-		return redis.NewClusterClient(c.Cluster)
+		o := *c.Cluster
+		h := &reloadOnNetError{}
+		if o.Dialer == nil {
+			d := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 5 * time.Minute}
+			if d.Timeout == 0 {
+				d.Timeout = 5 * time.Second
+			}
+			o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				conn, err := d.DialContext(ctx, network, addr)
+				if err != nil {
+					h.check(ctx, err)
+				}
+				return conn, err
+			}
+		}
+		if o.DialerRetries == 0 {
+			// A node that refuses a connection is gone, not slow: try
+			// the slot map again rather than the same address five times.
+			o.DialerRetries = 1
+		}
+		h.cc = redis.NewClusterClient(&o)
+		h.cc.AddHook(h)
+		return h.cc
 	case Sentinel:
 		return redis.NewFailoverClient(c.Failover)
 	}
 	return redis.NewClient(c.Single)
+}
+
+// reloadOnNetError re-reads a cluster's slot map as soon as a command fails
+// with anything but a Redis reply. go-redis re-reads it on MOVED, but a
+// primary that died answers nothing, and the map would name it for up to
+// a minute; after a failover, the promoted replica is found at the next
+// command instead.
+type reloadOnNetError struct{ cc *redis.ClusterClient }
+
+func (h *reloadOnNetError) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *reloadOnNetError) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.check(ctx, err)
+		return err
+	}
+}
+
+func (h *reloadOnNetError) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.check(ctx, err)
+		return err
+	}
+}
+
+func (h *reloadOnNetError) check(ctx context.Context, err error) {
+	var rerr redis.Error
+	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) {
+		return
+	}
+	if errors.As(err, &rerr) && !strings.HasPrefix(err.Error(), "CLUSTERDOWN") {
+		return // a reply: the node is there
+	}
+	if h.cc != nil {
+		h.cc.ReloadState(ctx)
+	}
 }
 
 // Parse reads a URL of any of the package's forms. Errors never repeat the
