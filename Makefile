@@ -4,7 +4,7 @@ BIN     := bin/specgate
 MODELS  ?= var/models
 FUZZTIME ?= 4s
 
-.PHONY: all build test run bench lint fuzz clean
+.PHONY: all build test test-cluster run bench lint fuzz clean
 
 all: build
 
@@ -19,11 +19,20 @@ lint:
 	$(GO) vet ./...
 
 # The tests talk to a real Redis: deploy/redis.sh starts the project's own
-# (or uses $$REDIS_URL).
+# (or uses $$REDIS_URL). Then the Redis-backed suites run again on a real
+# Redis Cluster of three primaries with a replica each.
 test: lint
 	./deploy/redis.sh
 	$(GO) test -count=1 ./...
+	$(MAKE) test-cluster
 	$(MAKE) fuzz
+
+# The suites that keep data in Redis (migrations, tenants, the gateway, the
+# scale-out request path) on the cluster deploy/redis-cluster.sh starts.
+REDIS_CLUSTER_URL ?= redis+cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005,127.0.0.1:7006
+test-cluster:
+	./deploy/redis-cluster.sh
+	REDIS_URL=$(REDIS_CLUSTER_URL) $(GO) test -count=1 ./migrations ./tenants ./gateway/... ./cluster
 
 # Every parser's fuzz target runs for a few seconds; `make fuzz FUZZTIME=5m`
 # digs deeper. Each entry is package:target.

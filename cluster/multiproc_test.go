@@ -203,10 +203,10 @@ func (c *wsConn) collect(req string, after, stopAt int) (text string, last int, 
 
 // enginesOf returns the engines that accepted a request, in order, from
 // its output stream.
-func enginesOf(t *testing.T, rdb *redis.Client, prefix, sid, req string) []string {
+func enginesOf(t *testing.T, rdb redis.UniversalClient, prefix, sid, req string) []string {
 	t.Helper()
 	ctx := context.Background()
-	ks, err := rdb.Keys(ctx, prefix+"cl:req:{r:acme/"+sid+"/"+req+"#*}:out").Result()
+	ks, err := testredis.Keys(ctx, rdb, prefix+"cl:req:{r:acme/"+sid+"/"+req+"#*}:out")
 	if err != nil || len(ks) != 1 {
 		t.Fatalf("have output keys %v, %v; want one", ks, err)
 	}
@@ -243,7 +243,7 @@ func waitReady(t *testing.T, gws ...*proc) {
 	}
 }
 
-func waitNoPending(t *testing.T, rdb *redis.Client, prefix string) {
+func waitNoPending(t *testing.T, rdb redis.UniversalClient, prefix string) {
 	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(10 * time.Second)

@@ -116,12 +116,12 @@ type env struct {
 	srv    *Server
 	http   *httptest.Server
 	gen    *fakeGenerator
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	store  *tenants.Store
 	secret []byte
 }
 
-func newEnv(t *testing.T, rdb *redis.Client, prefix string, mod func(*Options)) *env {
+func newEnv(t *testing.T, rdb redis.UniversalClient, prefix string, mod func(*Options)) *env {
 	t.Helper()
 	if rdb == nil {
 		rdb = testredis.Client(t)

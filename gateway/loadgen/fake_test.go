@@ -154,7 +154,7 @@ func (s *pacedStream) Recv(ctx context.Context) (engine.Event, error) {
 // under a prefix of the test's own.
 type gw struct {
 	url    string // ws://127.0.0.1:port/v1/ws
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 	srv    *gateway.Server
 	reg    *prometheus.Registry

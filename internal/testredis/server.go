@@ -25,6 +25,10 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
+	// args replace the durability defaults (AOF fsync always) and add
+	// cluster or Sentinel settings; conf is a config file to start from.
+	args []string
+	conf string
 
 	mu     sync.Mutex // protects the fields below
 	cmd    *exec.Cmd
@@ -80,6 +84,13 @@ func (s *Server) Client() *redis.Client {
 	return rdb
 }
 
+// Running reports whether the process is up (not killed).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
 // Kill stops the server with SIGKILL, as a crash would, and waits for the
 // process to exit. Killing a stopped server does nothing.
 func (s *Server) Kill() {
@@ -112,16 +123,21 @@ func (s *Server) Restart() {
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cmd := exec.Command(s.bin,
+	var argv []string
+	if s.conf != "" {
+		argv = append(argv, s.conf)
+	}
+	argv = append(argv,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--dir", s.dir,
-		"--appendonly", "yes",
-		"--appendfsync", "always",
-		"--save", "",
 		"--daemonize", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
 	)
+	if s.args == nil {
+		argv = append(argv, "--appendonly", "yes", "--appendfsync", "always", "--save", "")
+	}
+	cmd := exec.Command(s.bin, append(argv, s.args...)...)
 	cmd.Dir = s.dir
 	if err := cmd.Start(); err != nil {
 		return err

@@ -1,6 +1,12 @@
 // Package testredis gives tests a Redis: the shared one that `make test`
-// starts (deploy/redis.sh), with a private key prefix per test, or a private
-// throwaway redis-server process for tests that kill and restart it.
+// starts (deploy/redis.sh, or deploy/redis-cluster.sh for the cluster run),
+// with a private key prefix per test; a private throwaway redis-server
+// process for tests that kill and restart it; or a private Redis Cluster or
+// Sentinel group for failover tests.
+//
+// $REDIS_URL takes any form internal/redisurl reads, so the same tests run
+// against one server or a cluster: `make test` runs the Redis-backed
+// suites both ways.
 //
 // Where no Redis answers, a test skips with a message; under CI=true it
 // fails, because CI must run every test.
@@ -17,6 +23,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/specgate/specgate/internal/redisurl"
 )
 
 // Env names the variable that points at the shared test Redis.
@@ -58,13 +66,13 @@ func Prefix(tb testing.TB) string {
 // Client connects to the shared Redis and returns a client for tb. At
 // cleanup it deletes every key under Prefix(tb) and closes the client. When
 // Redis is unreachable it skips tb, or fails it under CI=true.
-func Client(tb testing.TB) *redis.Client {
+func Client(tb testing.TB) redis.UniversalClient {
 	tb.Helper()
-	opt, err := redis.ParseURL(URL())
+	c, err := redisurl.Parse(URL())
 	if err != nil {
-		tb.Fatalf("testredis: %s=%q: %v", Env, URL(), err)
+		tb.Fatalf("testredis: %s: %v", Env, err)
 	}
-	rdb := redis.NewClient(opt)
+	rdb := c.NewClient()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
@@ -83,26 +91,49 @@ func Client(tb testing.TB) *redis.Client {
 	return rdb
 }
 
+// IsCluster reports whether rdb talks to a Redis Cluster.
+func IsCluster(rdb redis.UniversalClient) bool {
+	_, ok := rdb.(*redis.ClusterClient)
+	return ok
+}
+
+// Keys returns every key matching the glob pattern, from every primary of
+// a cluster (KEYS and SCAN see one node only).
+func Keys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
+	var mu sync.Mutex
+	var out []string
+	err := eachPrimary(ctx, rdb, func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, pattern, 500).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			out = append(out, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	})
+	return out, err
+}
+
+func eachPrimary(ctx context.Context, rdb redis.UniversalClient, fn func(context.Context, redis.Cmdable) error) error {
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return fn(ctx, c) })
+	}
+	return fn(ctx, rdb)
+}
+
 // DeletePrefix deletes every key that starts with prefix.
-func DeletePrefix(ctx context.Context, rdb *redis.Client, prefix string) error {
-	iter := rdb.Scan(ctx, 0, escapeGlob(prefix)+"*", 500).Iterator()
-	var batch []string
-	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-		if len(batch) == 500 {
-			if err := rdb.Unlink(ctx, batch...).Err(); err != nil {
+func DeletePrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
+	// Deleting through each node's own client: on a cluster the keys of one
+	// batch live on many slots, which one UNLINK may not span.
+	return eachPrimary(ctx, rdb, func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, escapeGlob(prefix)+"*", 500).Iterator()
+		for iter.Next(ctx) {
+			if err := c.Unlink(ctx, iter.Val()).Err(); err != nil {
 				return err
 			}
-			batch = batch[:0]
 		}
-	}
-	if err := iter.Err(); err != nil {
-		return err
-	}
-	if len(batch) > 0 {
-		return rdb.Unlink(ctx, batch...).Err()
-	}
-	return nil
+		return iter.Err()
+	})
 }
 
 func escapeGlob(s string) string {
