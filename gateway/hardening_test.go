@@ -212,6 +212,21 @@ func TestRunningRequestIDDoesNotLeak(t *testing.T) {
 	bob := e.rawLogin("bob")
 	sid := rawSession(alice)
 	alice.sendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "a b c"})
+	// Bob must come after alice's turn is running: before it, his own
+	// attempt holds the id for a moment and alice's would be the refused one.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		e.gen.mu.Lock()
+		n := len(e.gen.requests)
+		e.gen.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("alice's turn did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	var answers []wireFrame
 	for _, rid := range []string{"r1", "r2"} {
 		bob.sendJSON(map[string]any{"type": "chat", "session": sid, "request": rid, "content": "x"})
