@@ -77,7 +77,7 @@ func TestGuidedJSONSchemaModels(t *testing.T) {
 			// Speculation on for greedy and sampled requests alike, with a
 			// fixed shape so every step drafts: masks must hold for drafts
 			// and verification too.
-			e, err := engine.New(m, engine.Options{Speculation: engine.Speculation{Sampled: true, Dispatcher: spec.Fixed(spec.Chain(4))}})
+			e, err := engine.New(m, engine.Options{Speculation: engine.Speculation{Dispatcher: spec.Fixed(spec.Chain(4))}})
 			if err != nil {
 				t.Fatal(err)
 			}

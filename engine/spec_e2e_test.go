@@ -122,7 +122,7 @@ func TestStoriesSpeculativeSampledReproducible(t *testing.T) {
 	// A fixed shape: the dispatcher's choices follow timing, and which
 	// shape a step drafts decides which draws it makes.
 	opts := func() engine.Options {
-		return engine.Options{Speculation: engine.Speculation{Dispatcher: spec.Fixed(spec.Wide), Sampled: true}}
+		return engine.Options{Speculation: engine.Speculation{Dispatcher: spec.Fixed(spec.Wide)}}
 	}
 	var first [][]int32
 	drafted := false
@@ -143,10 +143,25 @@ func TestStoriesSpeculativeSampledReproducible(t *testing.T) {
 	if !drafted {
 		t.Error("no sampled request accepted a draft; want the speculative path exercised")
 	}
-	// By default sampled requests do not speculate, so a seed reproduces
-	// a run whatever the dispatcher does.
-	_, f := runAll(t, m, engine.Options{Speculation: engine.Speculation{Dispatcher: spec.Fixed(spec.Wide)}}, reqs[:1])
-	if f[0] == nil || f[0].Stats.AcceptedPerStep != 1 {
-		t.Errorf("have %+v; want a sampled request decoded one token per step by default", f[0])
+	// Draws are keyed by (seed, position), so the seed gives the same
+	// text with speculation off, with the dispatcher's own shapes, and
+	// with all the requests in one batch.
+	for _, o := range []engine.Options{
+		{Speculation: engine.Speculation{Drafter: engine.DraftOff}},
+		{},
+		{Speculation: engine.Speculation{Dispatcher: spec.Fixed(spec.Chain(4))}},
+	} {
+		for i := range reqs {
+			have, _ := runAll(t, m, o, reqs[i:i+1])
+			if !slices.Equal(have[0], first[i]) {
+				t.Errorf("%s with %+v: the seed drew other tokens:\n%v\n%v", reqs[i].ID, o.Speculation, have[0], first[i])
+			}
+		}
+		all, _ := runAll(t, m, o, reqs)
+		for i := range reqs {
+			if !slices.Equal(all[i], first[i]) {
+				t.Errorf("%s in a batch of %d with %+v: the seed drew other tokens", reqs[i].ID, len(reqs), o.Speculation)
+			}
+		}
 	}
 }

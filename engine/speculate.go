@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/specgate/specgate/engine/guided"
@@ -27,10 +26,13 @@ import (
 //     but causal attention; a branching tree needs the backend's tree
 //     attention and slot copies, and then every row of the pass is given
 //     as a tree row (a plain row sees its causal prefix and no slots).
-//   - Verification follows the request: greedy takes the target's argmax
-//     (so the output is the plain greedy output), sampled uses
-//     multi-round speculative sampling with the request's own random
-//     source. Guided requests mask drafts and targets alike.
+//   - Verification takes, at every node, the very token plain decoding
+//     would: the target's argmax for greedy requests, and for sampled ones
+//     its draw with the request's uniform for that position (package
+//     sample keys draws by (seed, position)). A draft is accepted when it
+//     is that token, so the output is the plain output, token for token,
+//     whatever was drafted or batched. Guided requests mask drafts and
+//     targets alike.
 //   - The accepted path's K/V is moved to its final slots, the tokens go
 //     through the usual stop checks as one delta, and the tree's extra
 //     blocks go back to the pool before the step ends.
@@ -62,18 +64,11 @@ type Speculation struct {
 	// sequences decode together, so a loaded engine spends no compute on
 	// drafts for work nobody is waiting on.
 	BatchPolicy *spec.Policy
-	// Sampled also speculates for sampled (temperature > 0) requests.
-	// Off by default: speculative sampling has the target's distribution,
-	// but which tokens a seed draws then depends on the shapes the
-	// dispatcher picked, which depend on timing, so a seed would no longer
-	// reproduce a run. Greedy requests always may speculate: their output
-	// is identical either way.
-	Sampled bool
+	// NoSampled keeps sampled (temperature > 0) requests from
+	// speculating. By default they do: their draws are keyed by position,
+	// so a seed gives the same text with speculation on or off.
+	NoSampled bool
 }
-
-// specStream is the PCG stream of a sampled request's speculative
-// sampling source (its seed is the request's).
-const specStream = 0x2545F4914F6CDD1D
 
 // specState is the engine's speculation machinery; nil when it is off.
 type specState struct {
@@ -83,7 +78,7 @@ type specState struct {
 	// then trees may branch. nil: chains only.
 	sc          kernels.SlotCopier
 	batchPolicy spec.Policy
-	sampled     bool  // Speculation.Sampled
+	noSampled   bool  // Speculation.NoSampled
 	free        []int // drafter slots not in use
 
 	// Per step.
@@ -98,7 +93,6 @@ type specState struct {
 	ancAt  []ancSpan
 	depths []int32
 	moves  []kernels.SlotCopy
-	probs  []float32
 	ctx    []int32
 	target []int32
 	starts []int32
@@ -113,7 +107,6 @@ type ancSpan struct {
 // specSeq is a sequence's speculation state.
 type specSeq struct {
 	slot int // drafter slot, -1 when it holds none
-	rng  *rand.Rand
 	tree spec.Tree
 	// Per step: the root's position, the logits row of node 0, the
 	// grammar state after each node, and the verified tokens waiting for
@@ -129,7 +122,7 @@ type specSeq struct {
 
 func newSpecState(m model.Model, o Options) (*specState, error) {
 	sp := o.Speculation
-	st := &specState{disp: sp.Dispatcher, batchPolicy: spec.Policy{MaxBatch: 4}, sampled: sp.Sampled}
+	st := &specState{disp: sp.Dispatcher, batchPolicy: spec.Policy{MaxBatch: 4}, noSampled: sp.NoSampled}
 	if sp.BatchPolicy != nil {
 		st.batchPolicy = *sp.BatchPolicy
 	}
@@ -169,7 +162,7 @@ func newSpecState(m model.Model, o Options) (*specState, error) {
 // able to turn it off.
 func (st *specState) policy(s *sequence) spec.Policy {
 	p := s.req.Limits.Speculation
-	if !st.sampled && !s.sampler.Greedy() {
+	if st.noSampled && !s.sampler.Greedy() {
 		p.Off = true
 	}
 	if s.req.Priority == Batch {
@@ -390,34 +383,25 @@ func (e *Engine) verify(s *sequence, row int) {
 		}
 		return st.ctx
 	}
-	var path []int32
-	var next int32
-	if s.sampler.Greedy() {
-		st.target = st.target[:0]
-		for node := spec.Root; int(node) < t.Len(); node++ {
-			tok := int32(-1)
-			if s.matcher == nil {
-				tok = s.sampler.Sample(rowOf(node), ctxOf(node))
-			} else if g := stateOf(node); g > 0 {
-				tok = s.sampler.SampleMasked(rowOf(node), s.matcher.Grammar().Mask(g), ctxOf(node))
-			}
-			st.target = append(st.target, tok)
+	// The target's token after every node, as plain decoding would pick
+	// it there (Sample draws with the uniform of the token's position,
+	// len(ctxOf(node))). Accepting exactly those tokens is lossless for
+	// sampled requests too: by induction over the path, every token the
+	// step emits is the token plain decoding emits at its position after
+	// the same history, so the output is the plain output, which has the
+	// target's distribution. Drafts only decide how many of those tokens
+	// one pass yields.
+	st.target = st.target[:0]
+	for node := spec.Root; int(node) < t.Len(); node++ {
+		tok := int32(-1)
+		if s.matcher == nil {
+			tok = s.sampler.Sample(rowOf(node), ctxOf(node))
+		} else if g := stateOf(node); g > 0 {
+			tok = s.sampler.SampleMasked(rowOf(node), s.matcher.Grammar().Mask(g), ctxOf(node))
 		}
-		path, next = spec.VerifyGreedy(t, st.target)
-	} else {
-		if cap(st.probs) < vocab {
-			st.probs = make([]float32, vocab)
-		}
-		p := st.probs[:vocab]
-		path, next = spec.VerifySampled(t, func(node int32) []float32 {
-			if s.matcher == nil {
-				s.sampler.Probs(rowOf(node), ctxOf(node), p)
-			} else {
-				s.sampler.ProbsMasked(rowOf(node), s.matcher.Grammar().Mask(stateOf(node)), ctxOf(node), p)
-			}
-			return p
-		}, sp.rng)
+		st.target = append(st.target, tok)
 	}
+	path, next := spec.VerifyGreedy(t, st.target)
 	sp.pend = sp.pend[:0]
 	bs := int32(e.o.BlockSize)
 	slot := func(pos int) int32 { return s.table[int32(pos)/bs]*bs + int32(pos)%bs }

@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/specgate/specgate/engine/sample"
@@ -45,11 +44,6 @@ func (e *Engine) enqueue(now time.Time, sub *submission) error {
 	}
 	s.submitted = sub.at
 	s.sp.slot = -1
-	if e.spec != nil && !s.sampler.Greedy() {
-		// Speculative sampling draws from its own seeded source, so a
-		// request's output is reproducible for its seed.
-		s.sp.rng = rand.New(rand.NewPCG(r.Sample.Seed, specStream))
-	}
 	for _, t := range r.Generated {
 		s.detok.Add(t) // already streamed: only the decoder state matters
 	}

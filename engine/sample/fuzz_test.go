@@ -36,7 +36,7 @@ func FuzzSample(f *testing.F) {
 		if math.Abs(sum-1) > 1e-4 {
 			t.Fatalf("%+v: Probs sum %v (logits %v, probs %v)", p, sum, l, dst)
 		}
-		x, y := a.Sample(l, hist), b.Draw(dst)
+		x, y := a.Sample(l, hist), b.Draw(dst, len(hist))
 		if x != y || x < 0 || int(x) >= n {
 			t.Fatalf("%+v: Sample %d; Draw(Probs) %d", p, x, y)
 		}

@@ -110,18 +110,15 @@ func CountAllowed(mask []uint64, n int) int {
 }
 
 // SampleMasked returns exactly what Sample would for logits with every id
-// the mask disallows set to -Inf, and advances the random source the same
-// way (one draw per call). logits and mask are only read. The cost is
+// the mask disallows set to -Inf. logits and mask are only read. The cost is
 // O(len(logits)/64 + allowed) when few tokens are allowed; it never
 // exceeds the plain path's by more than one masked copy of the row.
 func (s *Sampler) SampleMasked(logits []float32, mask []uint64, history []int32) int32 {
 	n := len(logits)
 	if n == 0 {
-		s.rng.Float64()
 		return -1
 	}
 	if s.Greedy() && !s.penalties(history) {
-		s.rng.Float64()
 		return ArgmaxMasked(logits, mask)
 	}
 	cnt := CountAllowed(mask, n)
@@ -131,14 +128,12 @@ func (s *Sampler) SampleMasked(logits []float32, mask []uint64, history []int32)
 	s.gather(logits, mask, cnt)
 	s.penaliseCompact(history, n)
 	if s.Greedy() {
-		s.rng.Float64()
 		return s.compactArgmax()
 	}
 	if hot := s.compactProbs(n); hot >= 0 {
-		s.rng.Float64() // Draw of a one-hot distribution
 		return hot
 	}
-	return s.drawCompact()
+	return s.drawCompact(len(history))
 }
 
 // ProbsMasked writes into dst (len(dst) ≥ len(logits)) exactly what Probs
@@ -325,8 +320,8 @@ func (s *Sampler) compactProbs(n int) int32 {
 
 // drawCompact is Draw over the full row's distribution, given as s.pc over
 // s.ids: zero weights add nothing and ids ascend, so the sums, the single
-// uniform draw and the pick are the same.
-func (s *Sampler) drawCompact() int32 {
+// uniform and the pick are the same.
+func (s *Sampler) drawCompact(pos int) int32 {
 	var total float64
 	last := -1
 	for j, p := range s.pc {
@@ -335,7 +330,7 @@ func (s *Sampler) drawCompact() int32 {
 			last = j
 		}
 	}
-	u := s.rng.Float64()
+	u := s.Uniform(pos)
 	if last < 0 {
 		return 0
 	}

@@ -2,6 +2,14 @@
 // processors (repetition/presence/frequency penalties, top-k, top-p, min-p,
 // temperature) and a seeded per-request random source.
 //
+// The random source is keyed by position: the token at position i (the
+// i-th of the sequence, prompt included) is drawn with the uniform
+// Uniform(i), a hash of (seed, i). A request's draws then depend only on
+// its seed and where in the sequence they fall, never on how many draws
+// were made before, how steps were batched, whether a step was replayed
+// after preemption, or how many speculative drafts were accepted: the same
+// seed gives the same text in every case.
+//
 // The processors run in llama.cpp's default chain order:
 //
 //	penalties → top-k → top-p → min-p → temperature → softmax → draw
@@ -13,7 +21,6 @@ package sample
 
 import (
 	"math"
-	"math/rand/v2"
 	"slices"
 )
 
@@ -28,7 +35,7 @@ type Params struct {
 	RepeatLastN      int     // how many recent history tokens the penalties see; 0 = 64, -1 = all
 	PresencePenalty  float32 // subtracted once from the logit of every recent token
 	FrequencyPenalty float32 // subtracted per occurrence of a recent token
-	Seed             uint64  // seeds the random source; equal seeds draw equal sequences
+	Seed             uint64  // seeds the random source; equal seeds draw equal tokens at equal positions
 }
 
 // DefaultRepeatLastN is the penalty window when Params.RepeatLastN is 0.
@@ -40,8 +47,7 @@ var negInf = float32(math.Inf(-1))
 // calls so that steady-state sampling does not allocate; it is not safe for
 // concurrent use.
 type Sampler struct {
-	p   Params
-	rng *rand.Rand
+	p Params
 
 	work   []float32 // penalised copy of the logits
 	counts []int32   // per-id occurrences in the penalty window, zero between calls
@@ -58,9 +64,32 @@ type Sampler struct {
 
 // New returns a Sampler for p, its random source seeded from p.Seed.
 func New(p Params) *Sampler {
-	// PCG's second word is a fixed odd constant, so that Seed alone decides
-	// the stream.
-	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, 0x9E3779B97F4A7C15))}
+	return &Sampler{p: p}
+}
+
+// Uniform returns the request's uniform in [0, 1) for the token at
+// position pos: a hash of (Seed, pos), as good as independent across
+// positions and seeds. A drafter that draws its guess for pos with the
+// same uniform from a distribution close to the target's guesses the
+// target's token often (see Draw).
+func (s *Sampler) Uniform(pos int) float64 {
+	return Uniform(s.p.Seed, pos)
+}
+
+// Uniform is Sampler.Uniform for seed.
+func Uniform(seed uint64, pos int) float64 {
+	// Two rounds of SplitMix64's finaliser over the seed and the
+	// position's Weyl step: every input bit reaches every output bit.
+	x := mix64(seed ^ mix64(uint64(pos)*0x9E3779B97F4A7C15+0x632BE59BD9B4E019))
+	return float64(x>>11) * 0x1p-53
+}
+
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xBF58476D1CE4E5B9
+	x ^= x >> 27
+	x *= 0x94D049BB133111EB
+	return x ^ x>>31
 }
 
 // Params returns the sampler's parameters.
@@ -85,10 +114,11 @@ func Argmax(logits []float32) int32 {
 }
 
 // Sample picks the next token from logits given the token history (prompt
-// and generated ids, oldest first). It returns exactly what
-// s.Draw(s.Probs(logits, history, dst)) would and advances the random
-// source the same way (one draw per call, greedy included), so a speculative
-// verifier can use Probs and Draw in its place. logits is not modified.
+// and generated ids, oldest first): the token at position len(history). It
+// returns exactly what s.Draw(s.Probs(logits, history, dst), len(history))
+// would. The result depends only on its arguments and the seed, so a
+// speculative verifier gets the very token plain decoding would. logits is
+// not modified.
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if s.Greedy() {
 		// Argmax never picks a NaN (nor -Inf over a number), which is what
@@ -98,12 +128,11 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 		if s.penalties(history) {
 			l = s.penalised(logits, history)
 		}
-		s.rng.Float64() // keep the stream aligned with Draw(Probs)
 		return Argmax(l)
 	}
 	s.probs = grow(s.probs, len(logits))
 	s.Probs(logits, history, s.probs)
-	return s.Draw(s.probs)
+	return s.Draw(s.probs, len(history))
 }
 
 // Probs writes into dst (len(dst) ≥ len(logits)) the distribution Sample
@@ -149,11 +178,11 @@ func (s *Sampler) softmax(l []float32, cand []int32, maxL float32, dst []float32
 	}
 }
 
-// Draw returns an index drawn from probs (weights need not sum exactly to
-// one) with the sampler's random source, using exactly one uniform draw.
-// Zero weights are never drawn; if all weights are zero it returns 0, for
-// an empty slice -1.
-func (s *Sampler) Draw(probs []float32) int32 {
+// Draw returns the index drawn from probs (weights need not sum exactly to
+// one) for the token at position pos: the inverse of probs' cumulative
+// sum, in id order, at Uniform(pos). Zero weights are never drawn; if all
+// weights are zero it returns 0, for an empty slice -1.
+func (s *Sampler) Draw(probs []float32, pos int) int32 {
 	var total float64
 	last := -1
 	for i, p := range probs {
@@ -162,7 +191,7 @@ func (s *Sampler) Draw(probs []float32) int32 {
 			last = i
 		}
 	}
-	u := s.rng.Float64()
+	u := s.Uniform(pos)
 	if last < 0 {
 		return min(0, int32(len(probs))-1)
 	}

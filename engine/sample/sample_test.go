@@ -275,8 +275,8 @@ func TestSeededReproducibility(t *testing.T) {
 	}
 }
 
-// TestSampleIsDrawOfProbs checks that Sample and Draw(Probs) give the same
-// token and leave the random source in the same state, greedy included.
+// TestSampleIsDrawOfProbs checks that Sample and Draw(Probs) at the
+// history's length give the same token, greedy included.
 func TestSampleIsDrawOfProbs(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, p := range []Params{
@@ -292,7 +292,7 @@ func TestSampleIsDrawOfProbs(t *testing.T) {
 			l := randomLogits(r, 300, 1.5)
 			x := a.Sample(l, hist)
 			b.Probs(l, hist, dst)
-			if y := b.Draw(dst); x != y {
+			if y := b.Draw(dst, len(hist)); x != y {
 				t.Fatalf("%+v step %d: Sample have %d; Draw(Probs) %d", p, step, x, y)
 			}
 			hist = append(hist, x)
@@ -316,8 +316,9 @@ func TestSampleDistribution(t *testing.T) {
 		probs := make([]float32, len(l))
 		s.Probs(l, nil, probs)
 		counts := make([]int, len(l))
-		for range n {
-			counts[s.Sample(l, nil)]++
+		hist := make([]int32, n) // no penalties: only its length, the position, counts
+		for i := range n {
+			counts[s.Sample(l, hist[:i])]++
 		}
 		var chi2 float64
 		df := -1
@@ -344,15 +345,15 @@ var chi2Crit999 = []float64{0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 
 
 func TestDraw(t *testing.T) {
 	s := New(Params{Seed: 1})
-	for range 100 {
-		if have := s.Draw([]float32{0, 0, 1, 0}); have != 2 {
+	for pos := range 100 {
+		if have := s.Draw([]float32{0, 0, 1, 0}, pos); have != 2 {
 			t.Fatalf("one-hot: have %d; want 2", have)
 		}
-		if have := s.Draw([]float32{0, 0.5, 0, 0.5, 0}); have != 1 && have != 3 {
+		if have := s.Draw([]float32{0, 0.5, 0, 0.5, 0}, pos); have != 1 && have != 3 {
 			t.Fatalf("zero weights drawn: have %d", have)
 		}
 	}
-	if have := s.Draw([]float32{0, 0}); have != 0 {
+	if have := s.Draw([]float32{0, 0}, 3); have != 0 {
 		t.Fatalf("all zero: have %d; want 0", have)
 	}
 }
@@ -402,5 +403,57 @@ func TestEmptyVocabulary(t *testing.T) {
 		if have := New(p).Sample(nil, nil); have != -1 {
 			t.Errorf("%+v: Sample(nil) have %d; want -1", p, have)
 		}
+	}
+}
+
+// TestUniformByPosition checks the position-keyed source: uniform by a
+// chi-square test over positions and over seeds, not correlated between
+// neighbouring positions, and a draw that depends on nothing but (seed,
+// position): sampling a position again, after any others, repeats it.
+func TestUniformByPosition(t *testing.T) {
+	const n, bins = 50000, 64
+	chi := func(f func(i int) float64) float64 {
+		var c [bins]int
+		for i := range n {
+			u := f(i)
+			if !(u >= 0 && u < 1) {
+				t.Fatalf("uniform %v outside [0, 1)", u)
+			}
+			c[int(u*bins)]++
+		}
+		var x float64
+		for _, k := range c {
+			d := float64(k) - n/bins
+			x += d * d / (n / bins)
+		}
+		return x
+	}
+	// The 0.999 quantile of chi-square with 63 degrees of freedom.
+	const crit = 103.4
+	if x := chi(func(i int) float64 { return Uniform(7, i) }); x > crit {
+		t.Errorf("over positions: chi-square %.1f > %.1f", x, crit)
+	}
+	if x := chi(func(i int) float64 { return Uniform(uint64(i), 12) }); x > crit {
+		t.Errorf("over seeds: chi-square %.1f > %.1f", x, crit)
+	}
+	var sxy, sx float64
+	for i := range n {
+		a, b := Uniform(3, i)-0.5, Uniform(3, i+1)-0.5
+		sxy += a * b
+		sx += a * a
+	}
+	if r := sxy / sx; math.Abs(r) > 0.02 {
+		t.Errorf("neighbouring positions correlate: r = %.3f", r)
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	l := randomLogits(r, 100, 2)
+	s := New(Params{Temperature: 1, Seed: 5})
+	hist := make([]int32, 40)
+	want := s.Sample(l, hist[:20])
+	for range 10 {
+		s.Sample(l, hist[:r.IntN(40)])
+	}
+	if have := New(Params{Temperature: 1, Seed: 5}).Sample(l, hist[:20]); have != want || s.Sample(l, hist[:20]) != want {
+		t.Errorf("position 20 drew %d first, then something else", want)
 	}
 }

@@ -3,7 +3,6 @@ package spec
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 
 	"github.com/specgate/specgate/engine/model"
@@ -21,8 +20,11 @@ import (
 // the main chain are the runner-up candidates there, and nodes below them
 // are left out (they would need the draft model to run every branch). For
 // greedy requests candidates are the draft's top tokens (point masses); for
-// sampled ones they are independent draws from the draft's processed
-// distribution q, which the tree carries for the verifier.
+// sampled ones the first is the draft's draw from its processed
+// distribution q with the request's uniform for that position (the one
+// the target draws with, so when q is close to the target's distribution
+// the guess is the target's token), which the tree carries with q, and
+// the others the draft's next most likely tokens (point masses).
 //
 // Rewinding is implicit as well as explicit: before drafting, the KV of a
 // slot is kept only as far as it matches the committed tokens, so rejected
@@ -35,7 +37,6 @@ type DraftModel struct {
 	tables [][]int32
 	fed    [][]int32 // tokens whose KV the slot holds, in order
 	samp   []*sample.Sampler
-	rng    []*rand.Rand
 	seeds  []uint64
 
 	// Temperature, when above zero, replaces the request's temperature
@@ -64,7 +65,7 @@ func NewDraftModel(m model.Model, slots, ctx int) (*DraftModel, error) {
 	}
 	d := &DraftModel{m: m, kv: kv, bs: bs, vocab: m.Config().Vocab,
 		tables: make([][]int32, slots), fed: make([][]int32, slots),
-		samp: make([]*sample.Sampler, slots), rng: make([]*rand.Rand, slots), seeds: make([]uint64, slots)}
+		samp: make([]*sample.Sampler, slots), seeds: make([]uint64, slots)}
 	for i := range d.tables {
 		d.tables[i] = make([]int32, per)
 		for j := range d.tables[i] {
@@ -89,7 +90,7 @@ func (d *DraftModel) Rewind(slot, n int) {
 		d.fed[slot] = d.fed[slot][:max(n, 0)]
 	}
 	if n <= 0 {
-		d.samp[slot], d.rng[slot] = nil, nil
+		d.samp[slot] = nil
 	}
 }
 
@@ -224,8 +225,6 @@ func (d *DraftModel) startSlot(c Context) {
 	}
 	if s := d.samp[c.Slot]; s == nil || s.Params() != p {
 		d.samp[c.Slot] = sample.New(p)
-		// The draft's own stream, apart from the verifier's.
-		d.rng[c.Slot] = rand.New(rand.NewPCG(p.Seed, 0xD1B54A32D192ED03))
 	}
 }
 
@@ -256,16 +255,21 @@ func (d *DraftModel) candidates(c Context, chain []int32, logits []float32, k in
 	samp := d.samp[c.Slot]
 	q := make([]float32, len(logits))
 	samp.Probs(logits, hist, q)
-	toks := make([]int32, 0, k)
-	qs := make([][]float32, 0, k)
-	rng := d.rng[c.Slot]
-	for range k {
-		t := draw(q, rng.Float64())
-		if q[t] <= 0 {
-			break
+	first := samp.Draw(q, len(hist))
+	if q[first] <= 0 {
+		return nil, nil
+	}
+	toks, qs := []int32{first}, [][]float32{q}
+	if k > 1 {
+		w := slices.Clone(q)
+		w[first] = float32(math.Inf(-1))
+		for _, t := range topK(w, k-1) {
+			if q[t] <= 0 {
+				break
+			}
+			toks = append(toks, t)
+			qs = append(qs, nil)
 		}
-		toks = append(toks, t)
-		qs = append(qs, q)
 	}
 	return toks, qs
 }

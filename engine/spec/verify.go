@@ -18,6 +18,17 @@ const Root int32 = -1
 //
 // Because every accepted token is the target's own argmax after exactly the
 // tokens before it, greedy speculative output equals plain greedy output.
+//
+// The same walk verifies sampled requests when target holds the target's
+// seeded draws, each with the request's uniform for its position
+// (sample.Sampler keys draws by (seed, position)): the token plain
+// sampling emits at position i after history h is a fixed function
+// x(h, u_i); by induction over the path, every accepted token and the
+// bonus equal x at their positions after the same history, so the output
+// is exactly plain sampling's, which has the target's distribution, and a
+// seed reproduces it with speculation on or off. A drafter that draws with
+// the same uniforms from a distribution close to the target's is accepted
+// often (TestVerifyCoupledDistribution).
 func VerifyGreedy(t *Tree, target []int32) (path []int32, bonus int32) {
 	cur := Root
 	for {
