@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -93,6 +94,58 @@ func TestOneAnswerPerPrompt(t *testing.T) {
 					}
 					t.Logf("%d preemptions", pre)
 				})
+			}
+		})
+	}
+}
+
+// TestPrefillChunking: a prompt's logits are the same bits whether it is
+// prefilled in one chunk, in random chunks next to other sequences'
+// tokens, or token by token, for the F32, Q8_0 and Q4_0 models.
+func TestPrefillChunking(t *testing.T) {
+	for _, name := range []string{testmodels.Stories260K, testmodels.Stories260KQ8_0, testmodels.Stories260KQ4_0} {
+		t.Run(name, func(t *testing.T) {
+			m := loadModel(t, name)
+			ids := m.Tokenizer().Encode("Grandma baked cookies for everyone in the house. The kids ran to the kitchen, and the dog came too, wagging its tail.")
+			one, err := model.NewSequences(m, 1, 256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := one.Step([][]int32{ids})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := slices.Clone(l)
+			r := rand.New(rand.NewPCG(3, 4))
+			vocab := int32(m.Config().Vocab)
+			for trial := range 6 {
+				s, err := model.NewSequences(m, 3, 256)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var have []float32
+				for p := 0; p < len(ids); {
+					n := 1 // token by token on trial 0
+					if trial > 0 {
+						n = 1 + r.IntN(12)
+					}
+					n = min(n, len(ids)-p)
+					batch := [][]int32{ids[p : p+n], nil, nil}
+					for j := 1; j < 3; j++ {
+						for range r.IntN(6) {
+							batch[j] = append(batch[j], r.Int32N(vocab))
+						}
+					}
+					l, err := s.Step(batch)
+					if err != nil {
+						t.Fatal(err)
+					}
+					have = l[:vocab]
+					p += n
+				}
+				if !slices.Equal(have, want) {
+					t.Fatalf("trial %d: the prompt's logits differ from its one-chunk prefill", trial)
+				}
 			}
 		})
 	}
