@@ -236,7 +236,7 @@ type chatServer struct {
 func startChatServer(t *testing.T, redisSrv ...*testredis.Server) *chatServer {
 	t.Helper()
 	path := testmodels.Path(t, testmodels.Stories260K)
-	var rdb *redis.Client
+	var rdb redis.UniversalClient
 	prefix := ""
 	if len(redisSrv) > 0 {
 		rdb = redisSrv[0].Client()
