@@ -81,8 +81,10 @@ type Backend struct {
 	attnItems []attnItem
 	attnPart  []float32
 	rows      rowTask
-	// kact, kq and kmm are MatMul's for the types of kquant.go.
+	// kact, kq and kmm are MatMul's for the types of kquant.go; kg backs
+	// kact's x4 layout.
 	kact kAct
+	kg   []byte
 	kq   kQuantTask
 	kmm  kMatTask
 

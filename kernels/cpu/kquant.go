@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"encoding/binary"
+	"math"
 
 	"github.com/specgate/specgate/kernels"
 )
@@ -74,6 +75,41 @@ type kAct struct {
 	d  []float32
 	s  []float32
 	bs []int16
+	// g, when not nil, holds the full groups of four rows again in the
+	// layout of the x4 kernels (Q8_K only): per group and super-block a
+	// record of the four rows' values (4·256 bytes), sums per 16 (4·16
+	// int16) and scales (4 float32).
+	g []byte
+}
+
+// Sizes of a super-block record of the x4 kernels' layout.
+const (
+	x4Sums   = 4 * 256
+	x4Scales = x4Sums + 4*16*2
+	x4Record = x4Scales + 4*4
+)
+
+// group returns group g's records in the x4 layout.
+func (a *kAct) group(g int) []byte {
+	n := a.k / superBlocks * x4Record
+	return a.g[g*n : (g+1)*n]
+}
+
+// spread copies row r (of a full group) into its lane of the x4 layout.
+func (a *kAct) spread(r int) {
+	row := a.row(r)
+	rec := a.group(r / 4)
+	l := r % 4
+	for b, d := range row.d {
+		p := rec[b*x4Record:]
+		for i, q := range row.q[b*256 : b*256+256] {
+			p[256*l+i] = byte(q)
+		}
+		for j, s := range row.bs[b*16 : b*16+16] {
+			binary.LittleEndian.PutUint16(p[x4Sums+32*l+2*j:], uint16(s))
+		}
+		binary.LittleEndian.PutUint32(p[x4Scales+4*l:], math.Float32bits(d))
+	}
 }
 
 func (a *kAct) row(r int) actRow {
@@ -192,6 +228,12 @@ type kRows func(w []byte, rb int, a actRow, out []float32)
 // it).
 var kDots map[kernels.DType]kRows
 
+// kX4 holds, per type, a kernel that computes one weight row against the
+// four rows of a group in the x4 layout (kAct.g), out[l] for row l, with
+// each row's bits those of kDots (useAsm fills it; nil entries, and a nil
+// map, mean none).
+var kX4 map[kernels.DType]func(w, g []byte, nb int, out *[4]float32)
+
 // kDotsGo holds the plain Go references.
 var kDotsGo = map[kernels.DType]kDot{
 	kernels.Q4_1:   dotQ4_1Go,
@@ -208,6 +250,7 @@ var kDotsGo = map[kernels.DType]kDot{
 
 // useKDotsGo points every type at its Go dot product.
 func useKDotsGo() {
+	kX4 = nil
 	kDots = make(map[kernels.DType]kRows, len(kDotsGo))
 	for dt, f := range kDotsGo {
 		kDots[dt] = goRows(f)
@@ -500,10 +543,21 @@ func (b *Backend) matmulK(d, xt, wt *Tensor) {
 		}
 		a.bs = a.bs[:n*k/16]
 	}
+	x4 := kX4[wt.dt]
+	a.g = nil
+	if x4 != nil && n >= 4 {
+		ng := n / 4 * (k / superBlocks) * x4Record
+		if cap(b.kg) < ng {
+			b.kg = make([]byte, ng)
+		}
+		a.g = b.kg[:ng]
+	} else {
+		x4 = nil
+	}
 	b.kq = kQuantTask{a: a, x: xt}
 	b.pool.run(&b.kq, n, max(1, 16384/k))
 	b.kq = kQuantTask{}
-	b.kmm = kMatTask{a: a, dst: d, w: wt, dot: kDots[wt.dt]}
+	b.kmm = kMatTask{b: b, a: a, dst: d, w: wt, dot: kDots[wt.dt], x4: x4}
 	grain := m
 	if n*m*k >= 1<<15 {
 		grain = min(64, max(4, m/(b.threads*8)))
@@ -518,26 +572,48 @@ type kQuantTask struct {
 }
 
 func (t *kQuantTask) run(_, lo, hi int) {
+	full := 0
+	if t.a.g != nil {
+		full = t.x.rows / 4 * 4
+	}
 	for r := lo; r < hi; r++ {
 		t.a.quantize(r, t.x.row(r))
+		if r < full {
+			t.a.spread(r)
+		}
 	}
 }
 
 type kMatTask struct {
+	b   *Backend
 	a   *kAct
 	dst *Tensor
 	w   *Tensor
 	dot kRows
+	x4  func(w, g []byte, nb int, out *[4]float32)
 }
 
 // run computes output columns [lo, hi) for every row: the chunk's weight
-// rows (a few KB) stay in cache while each activation row passes them.
-func (t *kMatTask) run(_, lo, hi int) {
+// rows (a few KB) stay in cache while the activation rows pass them, four
+// at a time where an x4 kernel exists.
+func (t *kMatTask) run(wk, lo, hi int) {
 	n, m := t.dst.rows, t.dst.cols
 	out := t.dst.f32
 	rb := t.w.rowBytes
 	w := t.w.raw[lo*rb:]
-	for r := range n {
+	r := 0
+	if t.x4 != nil {
+		nb := t.a.k / superBlocks
+		o4 := &t.b.scratch[wk].o4
+		for ; r+4 <= n; r += 4 {
+			g := t.a.group(r / 4)
+			for o := lo; o < hi; o++ {
+				t.x4(t.w.rawRow(o), g, nb, o4)
+				out[r*m+o], out[(r+1)*m+o], out[(r+2)*m+o], out[(r+3)*m+o] = o4[0], o4[1], o4[2], o4[3]
+			}
+		}
+	}
+	for ; r < n; r++ {
 		t.dot(w, rb, t.a.row(r), out[r*m+lo:r*m+hi])
 	}
 }

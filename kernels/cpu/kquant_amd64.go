@@ -10,10 +10,32 @@ func dotQ4KRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, ou
 //go:noescape
 func dotQ6KRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
 
+//go:noescape
+func dotQ4Kx4AVX(w *byte, grp *byte, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ6Kx4AVX(w *byte, grp *byte, nb int, out *[4]float32)
+
 // setKDotsAsm points the types with AVX2 kernels at them.
 func setKDotsAsm() {
 	kDots[kernels.Q4_K] = kRowsAsm(dotQ4KRowsAVX, q4KBytes)
 	kDots[kernels.Q6_K] = kRowsAsm(dotQ6KRowsAVX, q6KBytes)
+	kX4 = map[kernels.DType]func(w, g []byte, nb int, out *[4]float32){
+		kernels.Q4_K: kX4Asm(dotQ4Kx4AVX, q4KBytes),
+		kernels.Q6_K: kX4Asm(dotQ6Kx4AVX, q6KBytes),
+	}
+}
+
+// kX4Asm wraps an x4 kernel, checking bounds once.
+func kX4Asm(f func(w *byte, g *byte, nb int, out *[4]float32), blockBytes int) func(w, g []byte, nb int, out *[4]float32) {
+	return func(w, g []byte, nb int, out *[4]float32) {
+		if nb == 0 {
+			*out = [4]float32{}
+			return
+		}
+		_, _ = w[nb*blockBytes-1], g[nb*x4Record-1]
+		f(&w[0], &g[0], nb, out)
+	}
 }
 
 // kRowsAsm wraps a Q8_K rows kernel: it checks bounds once, so the

@@ -234,3 +234,226 @@ q6kblock:
 	JNZ q6krow
 	VZEROUPPER
 	RET
+
+// The x4 kernels compute one weight row against four activation rows in
+// the grouped layout (kAct.g): per super-block a record of the four rows'
+// int8 values (4·256 bytes), their sums per 16 (4·16 int16 from byte
+// 1024) and their scales (4 float32 from byte 1152). A super-block's
+// weights are unpacked once for the four rows. Each row's integer sums are
+// exact, and the float steps run lane-wise on the four rows with the same
+// IEEE operations, in the same order, as the one-row kernels above: a row
+// gets the same bits in a group of four as alone.
+
+// ISUM4 sets x0 to [Σy0, Σy1, Σy2, Σy3] of four registers of eight int32
+// lanes, as float (exact); y0-y3 are clobbered, t too.
+#define ISUM4(y0, y1, y2, y3, x0, t) \
+	VPHADDD y1, y0, y0 \
+	VPHADDD y3, y2, y2 \
+	VPHADDD y2, y0, y0 \
+	VEXTRACTI128 $1, y0, t \
+	VPADDD  t, x0, x0 \
+	VCVTDQ2PS x0, x0
+
+// F16B sets every lane of x to the F16 value at mem; R9 is clobbered.
+#define F16B(mem, x) \
+	MOVWLZX mem, R9 \
+	VMOVD   R9, x \
+	VCVTPH2PS x, x \
+	VBROADCASTSS x, x
+
+#define Q4KX4ROW(r, xoff, acc) \
+	VPMADDUBSW 256*r+xoff(DI), Y4, Y8 \
+	VPMADDWD   Y6, Y8, Y8 \
+	VPADDD     Y8, acc, acc \
+	VPMADDUBSW 256*r+xoff+32(DI), Y5, Y9 \
+	VPMADDWD   Y7, Y9, Y9 \
+	VPADDD     Y9, acc, acc
+
+#define Q4KX4PAIR(qoff, xoff, s0, s1) \
+	VMOVDQU    qoff(SI), Y4 \
+	VPSRLW     $4, Y4, Y5 \
+	VPAND      Y15, Y4, Y4 \
+	VPAND      Y15, Y5, Y5 \
+	VPBROADCASTW s0(SP), Y6 \
+	VPBROADCASTW s1(SP), Y7 \
+	Q4KX4ROW(0, xoff, Y0) \
+	Q4KX4ROW(1, xoff, Y1) \
+	Q4KX4ROW(2, xoff, Y2) \
+	Q4KX4ROW(3, xoff, Y3)
+
+// func dotQ4Kx4AVX(w *byte, grp *byte, nb int, out *[4]float32)
+TEXT ·dotQ4Kx4AVX(SB), NOSPLIT, $32-32
+	MOVQ w+0(FP), SI
+	MOVQ grp+8(FP), DI
+	MOVQ nb+16(FP), AX
+	MOVL $0x0f0f0f0f, R9
+	VMOVD R9, X15
+	VPBROADCASTD X15, Y15
+	VXORPS X13, X13, X13
+
+q4kx4block:
+	// Scales and mins as in dotQ4KRowsAVX.
+	MOVL 4(SI), R10
+	MOVL 12(SI), R11
+	MOVL R10, R12
+	ANDL $0x3f3f3f3f, R12
+	MOVL R11, R9
+	ANDL $0x0f0f0f0f, R9
+	SHRL $6, R10
+	ANDL $0x03030303, R10
+	SHLL $4, R10
+	ORL  R10, R9
+	SHLQ $32, R9
+	ORQ  R9, R12
+	VMOVQ R12, X1
+	VPMOVZXBW X1, X1
+	VMOVDQU X1, 0(SP)
+	MOVL 8(SI), R10
+	MOVL R10, R12
+	ANDL $0x3f3f3f3f, R12
+	SHRL $4, R11
+	ANDL $0x0f0f0f0f, R11
+	SHRL $6, R10
+	ANDL $0x03030303, R10
+	SHLL $4, R10
+	ORL  R10, R11
+	SHLQ $32, R11
+	ORQ  R11, R12
+	VMOVQ R12, X10
+	VPUNPCKLBW X10, X10, X10
+	VPMOVZXBW X10, Y10
+
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	Q4KX4PAIR(16, 0, 0, 2)
+	Q4KX4PAIR(48, 64, 4, 6)
+	Q4KX4PAIR(80, 128, 8, 10)
+	Q4KX4PAIR(112, 192, 12, 14)
+	ISUM4(Y0, Y1, Y2, Y3, X0, X8)
+
+	VPMADDWD 1024(DI), Y10, Y4
+	VPMADDWD 1056(DI), Y10, Y5
+	VPMADDWD 1088(DI), Y10, Y6
+	VPMADDWD 1120(DI), Y10, Y7
+	ISUM4(Y4, Y5, Y6, Y7, X4, X8)
+
+	// sum += (d_x·d)·isum − (d_x·dmin)·msum, lane by lane.
+	VMOVUPS 1152(DI), X11
+	F16B((SI), X8)
+	VMULPS X8, X11, X8
+	VMULPS X0, X8, X8
+	F16B(2(SI), X9)
+	VMULPS X9, X11, X9
+	VMULPS X4, X9, X9
+	VSUBPS X9, X8, X8
+	VADDPS X8, X13, X13
+
+	ADDQ $144, SI
+	ADDQ $1168, DI
+	DECQ AX
+	JNZ  q4kx4block
+
+	MOVQ out+24(FP), R9
+	VMOVUPS X13, (R9)
+	VZEROUPPER
+	RET
+
+#define Q6KX4GROUP(xoff, s0, s1) \
+	VPBROADCASTW s0(SP), X6 \
+	VPBROADCASTW s1(SP), X7 \
+	VINSERTI128 $1, X7, Y6, Y6 \
+	VPMADDUBSW xoff(DI), Y4, Y8 \
+	VPMADDWD   Y6, Y8, Y8 \
+	VPADDD     Y8, Y0, Y0 \
+	VPMADDUBSW 256+xoff(DI), Y4, Y8 \
+	VPMADDWD   Y6, Y8, Y8 \
+	VPADDD     Y8, Y1, Y1 \
+	VPMADDUBSW 512+xoff(DI), Y4, Y8 \
+	VPMADDWD   Y6, Y8, Y8 \
+	VPADDD     Y8, Y2, Y2 \
+	VPMADDUBSW 768+xoff(DI), Y4, Y8 \
+	VPMADDWD   Y6, Y8, Y8 \
+	VPADDD     Y8, Y3, Y3
+
+#define Q6KX4HALF(qoff, hoff, xoff, s) \
+	VMOVDQU qoff(SI), Y9 \
+	VMOVDQU qoff+32(SI), Y10 \
+	VMOVDQU hoff(SI), Y11 \
+	VPAND   Y15, Y9, Y4 \
+	VPSLLW  $4, Y11, Y5 \
+	VPAND   Y14, Y5, Y5 \
+	VPOR    Y5, Y4, Y4 \
+	Q6KX4GROUP(xoff, s, s+2) \
+	VPAND   Y15, Y10, Y4 \
+	VPSLLW  $2, Y11, Y5 \
+	VPAND   Y14, Y5, Y5 \
+	VPOR    Y5, Y4, Y4 \
+	Q6KX4GROUP(xoff+32, s+4, s+6) \
+	VPSRLW  $4, Y9, Y4 \
+	VPAND   Y15, Y4, Y4 \
+	VPAND   Y14, Y11, Y5 \
+	VPOR    Y5, Y4, Y4 \
+	Q6KX4GROUP(xoff+64, s+8, s+10) \
+	VPSRLW  $4, Y10, Y4 \
+	VPAND   Y15, Y4, Y4 \
+	VPSRLW  $2, Y11, Y5 \
+	VPAND   Y14, Y5, Y5 \
+	VPOR    Y5, Y4, Y4 \
+	Q6KX4GROUP(xoff+96, s+12, s+14)
+
+// func dotQ6Kx4AVX(w *byte, grp *byte, nb int, out *[4]float32)
+TEXT ·dotQ6Kx4AVX(SB), NOSPLIT, $32-32
+	MOVQ w+0(FP), SI
+	MOVQ grp+8(FP), DI
+	MOVQ nb+16(FP), AX
+	MOVL $0x0f0f0f0f, R9
+	VMOVD R9, X15
+	VPBROADCASTD X15, Y15
+	MOVL $0x30303030, R9
+	VMOVD R9, X14
+	VPBROADCASTD X14, Y14
+	VXORPS X13, X13, X13
+
+q6kx4block:
+	VPMOVSXBW 192(SI), Y12
+	VMOVDQU   Y12, 0(SP)
+
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	Q6KX4HALF(0, 128, 0, 0)
+	Q6KX4HALF(64, 160, 128, 16)
+
+	// Σ sc·32·(Σ x of the sub-block) comes off each row.
+	VPMADDWD 1024(DI), Y12, Y4
+	VPSLLD   $5, Y4, Y4
+	VPSUBD   Y4, Y0, Y0
+	VPMADDWD 1056(DI), Y12, Y4
+	VPSLLD   $5, Y4, Y4
+	VPSUBD   Y4, Y1, Y1
+	VPMADDWD 1088(DI), Y12, Y4
+	VPSLLD   $5, Y4, Y4
+	VPSUBD   Y4, Y2, Y2
+	VPMADDWD 1120(DI), Y12, Y4
+	VPSLLD   $5, Y4, Y4
+	VPSUBD   Y4, Y3, Y3
+	ISUM4(Y0, Y1, Y2, Y3, X0, X8)
+
+	// sum += (d·d_x)·isum, lane by lane.
+	F16B(208(SI), X8)
+	VMULPS 1152(DI), X8, X8
+	VMULPS X0, X8, X8
+	VADDPS X8, X13, X13
+
+	ADDQ $210, SI
+	ADDQ $1168, DI
+	DECQ AX
+	JNZ  q6kx4block
+
+	MOVQ out+24(FP), R9
+	VMOVUPS X13, (R9)
+	VZEROUPPER
+	RET
