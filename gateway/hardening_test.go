@@ -85,7 +85,7 @@ func TestTokenChecksOnEveryPath(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				c.sendJSON(map[string]any{"type": "auth", "token": tt.token})
+				c.SendJSON(map[string]any{"type": "auth", "token": tt.token})
 				checkRefusal(t, c, tt.reason, ClosePolicyViolation)
 			}
 			// 3. HTTP.
@@ -107,15 +107,15 @@ func TestTokenChecksOnEveryPath(t *testing.T) {
 func checkRefusal(t *testing.T, c *rawConn, reason string, closeCode int) {
 	t.Helper()
 	if reason == "" {
-		c.ready()
+		c.Ready()
 		return
 	}
-	frames := c.untilClose(5 * time.Second)
+	frames := c.UntilClose(5 * time.Second)
 	if len(frames) != 1 || frames[0].Type != "error" || frames[0].Reason != reason {
 		t.Fatalf("have frames %+v; want one error %s", frames, reason)
 	}
-	if c.closeCode != closeCode || c.closeText != reason {
-		t.Fatalf("have close %d %q; want %d %q", c.closeCode, c.closeText, closeCode, reason)
+	if c.CloseCode != closeCode || c.CloseText != reason {
+		t.Fatalf("have close %d %q; want %d %q", c.CloseCode, c.CloseText, closeCode, reason)
 	}
 }
 
@@ -131,16 +131,16 @@ func TestTemporaryRefusalCloses1013(t *testing.T) {
 		var c *rawConn
 		if frame {
 			c = mustDial(t, e.http.URL, "")
-			c.sendJSON(map[string]any{"type": "auth", "token": tok})
+			c.SendJSON(map[string]any{"type": "auth", "token": tok})
 		} else {
 			c = mustDial(t, e.http.URL, tok)
 		}
-		frames := c.untilClose(10 * time.Second)
+		frames := c.UntilClose(10 * time.Second)
 		if len(frames) != 1 || frames[0].Code != CodeUnavailable || !frames[0].Temporary {
 			t.Fatalf("auth frame %v: have %+v; want one temporary unavailable error", frame, frames)
 		}
-		if c.closeCode != CloseTryAgainLater {
-			t.Fatalf("auth frame %v: have close %d %q; want 1013", frame, c.closeCode, c.closeText)
+		if c.CloseCode != CloseTryAgainLater {
+			t.Fatalf("auth frame %v: have close %d %q; want 1013", frame, c.CloseCode, c.CloseText)
 		}
 	}
 	if status, body := httpGet(t, e.http.URL, "/v1/sessions", tok); status != http.StatusServiceUnavailable || body.Code != CodeUnavailable {
@@ -155,9 +155,9 @@ func TestIDsAreNoOracle(t *testing.T) {
 	e := newEnv(t, nil, "", nil)
 	alice := e.rawLogin("alice")
 	mallory := e.rawLogin("mallory")
-	sid := rawSession(alice)
-	alice.sendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "hi"})
-	if _, done, _ := alice.collect("r1", 0); done.FinishReason != "stop" {
+	sid := rawSession(t, alice)
+	alice.SendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "hi"})
+	if _, done, _ := alice.Collect("r1", 0); done.FinishReason != "stop" {
 		t.Fatalf("have %+v", done)
 	}
 	targets := []string{sid + ":msgs", sid + ":req:r1:log", sid + ":req:r1", "s_000000000000000000000000:msgs", "s_missing"}
@@ -166,8 +166,8 @@ func TestIDsAreNoOracle(t *testing.T) {
 	for _, c := range []*rawConn{alice, mallory} {
 		for _, target := range targets {
 			for _, typ := range []string{"session.get", "session.delete", "session.rename"} {
-				c.sendJSON(map[string]any{"type": typ, "session": target, "title": "x"})
-				f := c.read()
+				c.SendJSON(map[string]any{"type": typ, "session": target, "title": "x"})
+				f := c.Read()
 				if f.Type != "error" {
 					t.Fatalf("%s %q: have %+v; want an error", typ, target, f)
 				}
@@ -191,13 +191,13 @@ func TestIDsAreNoOracle(t *testing.T) {
 		t.Fatalf("have %+v; want bad_request for an id with ':'", a)
 	}
 	// A request id with ':' is refused before it reaches a key.
-	alice.sendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1:log", "content": "hi"})
-	if f := alice.read(); f.Type != "error" || f.Code != CodeBadRequest {
+	alice.SendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1:log", "content": "hi"})
+	if f := alice.Read(); f.Type != "error" || f.Code != CodeBadRequest {
 		t.Fatalf("have %+v; want bad_request", f)
 	}
 	// The session is intact.
-	alice.sendJSON(map[string]any{"type": "session.get", "session": sid})
-	if f := alice.read(); f.Type != "session" || len(f.Session.Messages) != 2 {
+	alice.SendJSON(map[string]any{"type": "session.get", "session": sid})
+	if f := alice.Read(); f.Type != "session" || len(f.Session.Messages) != 2 {
 		t.Fatalf("have %+v; want the session with its two messages", f)
 	}
 }
@@ -210,27 +210,15 @@ func TestRunningRequestIDDoesNotLeak(t *testing.T) {
 	e.gen.gate = make(chan struct{}, 100)
 	alice := e.rawLogin("alice")
 	bob := e.rawLogin("bob")
-	sid := rawSession(alice)
-	alice.sendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "a b c"})
-	// Bob must come after alice's turn is running: before it, his own
-	// attempt holds the id for a moment and alice's would be the refused one.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		e.gen.mu.Lock()
-		n := len(e.gen.requests)
-		e.gen.mu.Unlock()
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("alice's turn did not start")
-		}
-		time.Sleep(5 * time.Millisecond)
+	sid := rawSession(t, alice)
+	alice.SendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "a b c"}, map[string]any{"type": "ping"})
+	if f := alice.Read(); f.Type != "pong" {
+		t.Fatalf("have %+v; want pong after the chat started: the turn runs, so bob comes after it", f)
 	}
 	var answers []wireFrame
 	for _, rid := range []string{"r1", "r2"} {
-		bob.sendJSON(map[string]any{"type": "chat", "session": sid, "request": rid, "content": "x"})
-		f := bob.read()
+		bob.SendJSON(map[string]any{"type": "chat", "session": sid, "request": rid, "content": "x"})
+		f := bob.Read()
 		if f.Type != "error" || f.Code != CodeNotFound || f.Request != rid {
 			t.Fatalf("request %s: have %+v; want not_found for it", rid, f)
 		}
@@ -240,19 +228,19 @@ func TestRunningRequestIDDoesNotLeak(t *testing.T) {
 		t.Fatalf("have %q and %q; want the same answer for a running and an unused id", answers[0].Message, answers[1].Message)
 	}
 	// Bob's cancel of alice's running request finds nothing either.
-	bob.sendJSON(map[string]any{"type": "cancel", "request": "r1"})
-	if f := bob.read(); f.Type != "error" || f.Code != CodeNotFound {
+	bob.SendJSON(map[string]any{"type": "cancel", "request": "r1"})
+	if f := bob.Read(); f.Type != "error" || f.Code != CodeNotFound {
 		t.Fatalf("have %+v; want not_found", f)
 	}
 	// The owner is told the id is in use.
-	alice.sendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "again"})
-	if f := alice.read(); f.Type != "error" || f.Code != CodeBadRequest || f.Request != "r1" {
+	alice.SendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "again"})
+	if f := alice.Read(); f.Type != "error" || f.Code != CodeBadRequest || f.Request != "r1" {
 		t.Fatalf("have %+v; want bad_request for r1", f)
 	}
 	for range 10 {
 		e.gen.gate <- struct{}{}
 	}
-	if text, _, _ := alice.collect("r1", 0); text != fakeReply("a b c") {
+	if text, _, _ := alice.Collect("r1", 0); text != fakeReply("a b c") {
 		t.Fatalf("have %q", text)
 	}
 }
@@ -263,7 +251,7 @@ func TestRunningRequestIDDoesNotLeak(t *testing.T) {
 func TestParamErrorsNameTheRequest(t *testing.T) {
 	e := newEnv(t, nil, "", nil)
 	c := e.rawLogin("alice")
-	sid := rawSession(c)
+	sid := rawSession(t, c)
 	bad := []string{
 		`{"max_tokens":-1}`,
 		`{"max_tokens":"NaN"}`,
@@ -281,29 +269,29 @@ func TestParamErrorsNameTheRequest(t *testing.T) {
 	}
 	for i, p := range bad {
 		rid := fmt.Sprintf("bad-%d", i)
-		c.send(fmt.Sprintf(`{"type":"chat","session":%q,"request":%q,"content":"x","params":%s}`, sid, rid, p) + "\n" + `{"type":"ping"}`)
-		f := c.read()
+		c.Send(fmt.Sprintf(`{"type":"chat","session":%q,"request":%q,"content":"x","params":%s}`, sid, rid, p) + "\n" + `{"type":"ping"}`)
+		f := c.Read()
 		if f.Type != "error" || f.Code != CodeBadRequest || f.Request != rid {
 			t.Fatalf("params %s: have %+v; want bad_request for %s", p, f, rid)
 		}
-		if f := c.read(); f.Type != "pong" {
+		if f := c.Read(); f.Type != "pong" {
 			t.Fatalf("params %s: have %+v; want the batched ping answered", p, f)
 		}
 	}
 	// An invalid frame in the middle of a batch: the ones before and after
 	// are answered, in order.
-	c.send(`{"type":"ping"}` + "\n" + `{"type":"nope","request":"r9"}` + "\n" + `not json` + "\n" + `{"type":"session.list"}`)
+	c.Send(`{"type":"ping"}` + "\n" + `{"type":"nope","request":"r9"}` + "\n" + `not json` + "\n" + `{"type":"session.list"}`)
 	want := []string{"pong", "error", "error", "sessions"}
 	for i, w := range want {
-		if f := c.read(); f.Type != w {
+		if f := c.Read(); f.Type != w {
 			t.Fatalf("frame %d: have %+v; want %s", i, f, w)
 		} else if i == 1 && f.Request != "r9" {
 			t.Fatalf("have %+v; want the error to name r9", f)
 		}
 	}
 	// session.list: over the maximum reads as the maximum; negative is bad.
-	c.sendJSON(map[string]any{"type": "session.list", "limit": -1})
-	if f := c.read(); f.Type != "error" || f.Code != CodeBadRequest {
+	c.SendJSON(map[string]any{"type": "session.list", "limit": -1})
+	if f := c.Read(); f.Type != "error" || f.Code != CodeBadRequest {
 		t.Fatalf("have %+v; want bad_request", f)
 	}
 }
@@ -320,8 +308,8 @@ func TestSessionListLimit(t *testing.T) {
 	}
 	c := e.rawLogin("alice")
 	for _, tt := range []struct{ limit, want int }{{5000, MaxListLimit}, {0, DefaultListLimit}, {7, 7}} {
-		c.sendJSON(map[string]any{"type": "session.list", "limit": tt.limit})
-		if f := c.read(); f.Type != "sessions" || len(f.Sessions) != tt.want {
+		c.SendJSON(map[string]any{"type": "session.list", "limit": tt.limit})
+		if f := c.Read(); f.Type != "sessions" || len(f.Sessions) != tt.want {
 			t.Fatalf("limit %d: have %d sessions; want %d", tt.limit, len(f.Sessions), tt.want)
 		}
 	}
@@ -349,34 +337,34 @@ func TestOversizeMessage(t *testing.T) {
 	e := newEnv(t, nil, "", func(o *Options) { o.AuthTimeout = 10 * time.Second })
 	for _, size := range []int{1<<20 + 1, 3 << 20, 8 << 20} {
 		c := e.rawLogin("alice")
-		if err := c.writeFrame(0x1, []byte(`{"type":"ping","pad":"`+strings.Repeat("x", size)+`"}`), true); err != nil {
+		if err := c.WriteFrame(0x1, []byte(`{"type":"ping","pad":"`+strings.Repeat("x", size)+`"}`), true); err != nil {
 			t.Fatalf("%d bytes: write: %v", size, err)
 		}
-		frames := c.untilClose(5 * time.Second)
+		frames := c.UntilClose(5 * time.Second)
 		if len(frames) != 1 || frames[0].Code != CodeBadRequest || frames[0].Reason != ReasonFrameTooBig {
 			t.Fatalf("%d bytes: have %+v; want one bad_request frame_too_big", size, frames)
 		}
-		if c.closeCode != CloseMessageTooBig || c.closeText != ReasonFrameTooBig {
-			t.Fatalf("%d bytes: have close %d %q; want 1009 %q", size, c.closeCode, c.closeText, ReasonFrameTooBig)
+		if c.CloseCode != CloseMessageTooBig || c.CloseText != ReasonFrameTooBig {
+			t.Fatalf("%d bytes: have close %d %q; want 1009 %q", size, c.CloseCode, c.CloseText, ReasonFrameTooBig)
 		}
 	}
 	// The same when the message comes in fragments, and before auth.
 	c := mustDial(t, e.http.URL, "")
 	chunk := []byte(strings.Repeat("y", 256<<10))
-	if err := c.writeFrame(0x1, chunk, false); err != nil {
+	if err := c.WriteFrame(0x1, chunk, false); err != nil {
 		t.Fatal(err)
 	}
 	for range 6 {
-		if err := c.writeFrame(0x0, chunk, false); err != nil {
+		if err := c.WriteFrame(0x0, chunk, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := c.writeFrame(0x0, chunk, true); err != nil {
+	if err := c.WriteFrame(0x0, chunk, true); err != nil {
 		t.Fatal(err)
 	}
-	frames := c.untilClose(5 * time.Second)
-	if len(frames) != 1 || frames[0].Reason != ReasonFrameTooBig || c.closeCode != CloseMessageTooBig {
-		t.Fatalf("fragmented, before auth: have %+v, close %d %q", frames, c.closeCode, c.closeText)
+	frames := c.UntilClose(5 * time.Second)
+	if len(frames) != 1 || frames[0].Reason != ReasonFrameTooBig || c.CloseCode != CloseMessageTooBig {
+		t.Fatalf("fragmented, before auth: have %+v, close %d %q", frames, c.CloseCode, c.CloseText)
 	}
 }
 
@@ -385,23 +373,23 @@ func TestOversizeMessage(t *testing.T) {
 func TestResumePastTheEnd(t *testing.T) {
 	e := newEnv(t, nil, "", func(o *Options) { o.ResumeIdle = time.Minute })
 	c := e.rawLogin("alice")
-	sid := rawSession(c)
-	c.sendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "one two"})
-	text, _, _ := c.collect("r1", 0)
+	sid := rawSession(t, c)
+	c.SendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "one two"})
+	text, _, _ := c.Collect("r1", 0)
 	last := len(strings.SplitAfter(text, " "))
 	start := time.Now()
-	c.sendJSON(map[string]any{"type": "session.resume", "session": sid, "request": "r1", "after": last + 5})
-	if f := c.read(); f.Type != "session" {
+	c.SendJSON(map[string]any{"type": "session.resume", "session": sid, "request": "r1", "after": last + 5})
+	if f := c.Read(); f.Type != "session" {
 		t.Fatalf("have %+v; want session", f)
 	}
-	if f := c.read(); f.Type != "error" || f.Code != CodeBadRequest || f.Request != "r1" {
+	if f := c.Read(); f.Type != "error" || f.Code != CodeBadRequest || f.Request != "r1" {
 		t.Fatalf("have %+v; want bad_request for r1", f)
 	}
-	c.sendJSON(map[string]any{"type": "session.resume", "session": sid, "request": "r1", "after": last})
-	if f := c.read(); f.Type != "session" {
+	c.SendJSON(map[string]any{"type": "session.resume", "session": sid, "request": "r1", "after": last})
+	if f := c.Read(); f.Type != "session" {
 		t.Fatalf("have %+v; want session", f)
 	}
-	if f := c.read(); f.Type != "done" || f.Request != "r1" {
+	if f := c.Read(); f.Type != "done" || f.Request != "r1" {
 		t.Fatalf("have %+v; want done", f)
 	}
 	if d := time.Since(start); d > 3*time.Second {
