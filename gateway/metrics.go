@@ -16,6 +16,7 @@ type metrics struct {
 	resumes      *prometheus.CounterVec // outcome
 	disconnects  *prometheus.CounterVec // reason
 	chats        *prometheus.CounterVec // tenant, outcome
+	recovered    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -38,8 +39,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		chats: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "specgate_chat_requests_total", Help: "Chat requests by tenant and outcome (finish reason or error code).",
 		}, []string{"tenant", "outcome"}),
+		recovered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "specgate_turns_recovered_total", Help: "Turns of a dead gateway this gateway finalized from their stream log.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.connections, m.frames, m.authFailures, m.resumes, m.disconnects, m.chats} {
+	for _, c := range []prometheus.Collector{m.connections, m.frames, m.authFailures, m.resumes, m.disconnects, m.chats, m.recovered} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

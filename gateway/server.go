@@ -88,6 +88,12 @@ type Options struct {
 	// PersistTimeout is how long the end of a turn keeps retrying to store
 	// the assistant message while Redis is unreachable (15s).
 	PersistTimeout time.Duration
+	// TurnLease is how long a running turn may go without its gateway
+	// renewing it (every fifth of it) before another gateway takes the
+	// gateway for dead and finalizes the turn from its stream log (5s).
+	// Recovery waits two renew intervals more, so a turn is finalized
+	// within about 1.5 TurnLease of its gateway's death.
+	TurnLease time.Duration
 	// LeaseTTL is the lifetime of a connection or request slot in the
 	// tenant's Redis counters without a refresh (60s); refreshed every
 	// third of it.
@@ -170,6 +176,7 @@ func (o *Options) validate() error {
 	def(&o.ResumeIdle, 2*time.Minute)
 	def(&o.PersistTimeout, 15*time.Second)
 	def(&o.LeaseTTL, 60*time.Second)
+	def(&o.TurnLease, 5*time.Second)
 	return nil
 }
 
@@ -191,7 +198,8 @@ type Server struct {
 	// because they outlive sockets.
 	runCtx    context.Context
 	runCancel context.CancelFunc
-	bg        sync.WaitGroup // the lease refresher
+	bg        sync.WaitGroup // the lease refresher and the turn watcher
+	ks        keyspace.Space
 
 	mu       sync.Mutex // protects the fields below
 	draining bool
@@ -229,6 +237,7 @@ func New(opts Options) (*Server, error) {
 		sessions: &SessionStore{rdb: opts.Redis, ks: keyspace.New(opts.Prefix), now: now, logTTL: opts.LogTTL},
 		log:      &streamLog{rdb: opts.Redis, ks: keyspace.New(opts.Prefix), maxLen: opts.LogMaxLen, ttl: opts.LogTTL},
 		metrics:  m,
+		ks:       keyspace.New(opts.Prefix),
 		turns:    map[string]*turn{},
 		conns:    map[*Connection]*client{},
 	}
@@ -242,8 +251,9 @@ func New(opts Options) (*Server, error) {
 	}
 	s.runCtx, s.runCancel = context.WithCancel(context.Background())
 	s.handler = s.routes()
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go s.refreshLeases()
+	go s.watchTurns()
 	return s, nil
 }
 

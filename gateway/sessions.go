@@ -305,12 +305,27 @@ func (s *SessionStore) StartTurn(ctx context.Context, tenant, user, sid, request
 
 // finishScript appends the assistant message when the session still
 // exists (it may have been deleted during generation: then the message is
-// dropped) and marks the request done. KEYS: sess, msgs, req. ARGV:
-// message JSON, now ms, record TTL ms.
+// dropped) and marks the request done. When crash recovery finalized the
+// turn first (reaped: its owner was taken for dead), the owner's reply
+// replaces the recovered partial one, so a finished reply is never left
+// stored as partial. KEYS: sess, msgs, req. ARGV: message JSON, now ms,
+// record TTL ms, request id, finish reason.
 var finishScript = redis.NewScript(`
-redis.call('HSET', KEYS[3], 'state', 'done')
+local rec = redis.call('HMGET', KEYS[3], 'state', 'reaped')
+redis.call('HSET', KEYS[3], 'state', 'done', 'finish', ARGV[5], 'reaped', '0')
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if rec[1] == 'done' and rec[2] == '1' then
+  local msgs = redis.call('LRANGE', KEYS[2], 0, -1)
+  for i = #msgs, 1, -1 do
+    local ok, m = pcall(cjson.decode, msgs[i])
+    if ok and m.role == 'assistant' and m.request == ARGV[4] then
+      redis.call('LSET', KEYS[2], i - 1, ARGV[1])
+      redis.call('HSET', KEYS[1], 'updated', ARGV[2])
+      return 1
+    end
+  end
+end
 redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], 'updated', ARGV[2])
 return 1
@@ -326,7 +341,7 @@ func (s *SessionStore) FinishTurn(ctx context.Context, tenant, user, sid string,
 	b, _ := json.Marshal(m)
 	n, err := finishScript.Run(ctx, s.rdb,
 		[]string{s.sessKey(sid), s.msgsKey(sid), s.reqKey(sid, m.Request)},
-		b, m.Created, s.logTTL.Milliseconds()).Int()
+		b, m.Created, s.logTTL.Milliseconds(), m.Request, m.FinishReason).Int()
 	if err != nil {
 		return fmt.Errorf("gateway: store assistant message: %w", err)
 	}
@@ -334,6 +349,64 @@ func (s *SessionStore) FinishTurn(ctx context.Context, tenant, user, sid string,
 		return nil
 	}
 	return s.touch(ctx, tenant, user, sid, m.Created)
+}
+
+// recoverScript is finishScript for crash recovery: it stores the
+// recovered reply only while the request is still running, and marks the
+// record reaped. Returns -1 when the request is not running any more.
+var recoverScript = redis.NewScript(`
+if redis.call('HGET', KEYS[3], 'state') ~= 'running' then return -1 end
+redis.call('HSET', KEYS[3], 'state', 'done', 'finish', ARGV[4], 'reaped', '1')
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[1], 'updated', ARGV[2])
+return 1
+`)
+
+// RecoverTurn stores the reply of a turn whose gateway died, unless the
+// turn is no longer running; it reports whether it ended the turn.
+func (s *SessionStore) RecoverTurn(ctx context.Context, tenant, user, sid string, m Message) (bool, error) {
+	m.Role = "assistant"
+	if m.Created == 0 {
+		m.Created = s.now().UnixMilli()
+	}
+	b, _ := json.Marshal(m)
+	n, err := recoverScript.Run(ctx, s.rdb,
+		[]string{s.sessKey(sid), s.msgsKey(sid), s.reqKey(sid, m.Request)},
+		b, m.Created, s.logTTL.Milliseconds(), m.FinishReason).Int()
+	if err != nil {
+		return false, fmt.Errorf("gateway: store recovered reply: %w", err)
+	}
+	if n == 1 && tenant != "" {
+		if err := s.touch(ctx, tenant, user, sid, m.Created); err != nil {
+			return true, err
+		}
+	}
+	return n >= 0, nil
+}
+
+// requestFinish returns a request's state ("" when unknown or expired) and
+// the finish reason it was stored with.
+func (s *SessionStore) requestFinish(ctx context.Context, sid, rid string) (state, finish string, err error) {
+	v, err := s.rdb.HMGet(ctx, s.reqKey(sid, rid), "state", "finish").Result()
+	if err != nil {
+		return "", "", fmt.Errorf("gateway: read request %s: %w", rid, err)
+	}
+	state, _ = v[0].(string)
+	finish, _ = v[1].(string)
+	return state, finish, nil
+}
+
+// ownerOf returns the tenant and user of session sid ("" when it is gone).
+func (s *SessionStore) ownerOf(ctx context.Context, sid string) (tenant, user string, err error) {
+	v, err := s.rdb.HMGet(ctx, s.sessKey(sid), "tenant", "user").Result()
+	if err != nil {
+		return "", "", fmt.Errorf("gateway: read session: %w", err)
+	}
+	tenant, _ = v[0].(string)
+	user, _ = v[1].(string)
+	return tenant, user, nil
 }
 
 // requestState returns "running", "done" or "" (unknown or expired).

@@ -37,21 +37,41 @@ type logEntry struct {
 	Done *ServerFrame // the done frame, on the last entry
 }
 
-// appendDelta adds delta seq. The TTL is set with the first delta and
-// renewed at done, so a log outlives its request by ttl.
-func (l *streamLog) appendDelta(ctx context.Context, sid, rid string, seq int, text string) error {
-	key := l.key(sid, rid)
-	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(seq) + "-0", MaxLen: l.maxLen, Approx: true, Values: []any{"d", text}})
-		if seq == 1 {
-			p.PExpire(ctx, key, l.ttl)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("gateway: append delta %d of %s: %w", seq, rid, err)
+// appendScript adds deltas after the log's newest entry: a delta whose seq
+// is already there (a retried batch that half reached Redis) is skipped,
+// and a log that ends with a done record (crash recovery finalized the
+// turn) takes nothing more and answers 0. The TTL is renewed with every
+// batch, so a log outlives its request by ttl. KEYS: the log. ARGV: max
+// length, ttl ms, then seq and text of each delta.
+var appendScript = redis.NewScript(`
+local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local last = 0
+if #top > 0 then
+  if top[1][2][1] == 'done' then return 0 end
+  last = tonumber(string.match(top[1][1], '^(%d+)'))
+end
+for i = 3, #ARGV, 2 do
+  if tonumber(ARGV[i]) > last then
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], ARGV[i] .. '-0', 'd', ARGV[i + 1])
+  end
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+// appendDeltas adds deltas (in seq order) to the log; open is false when
+// the log was already ended by a done record.
+func (l *streamLog) appendDeltas(ctx context.Context, sid, rid string, deltas []logEntry) (open bool, err error) {
+	args := make([]any, 0, 2+2*len(deltas))
+	args = append(args, l.maxLen, l.ttl.Milliseconds())
+	for _, d := range deltas {
+		args = append(args, d.Seq, d.Text)
 	}
-	return nil
+	n, err := appendScript.Run(ctx, l.rdb, []string{l.key(sid, rid)}, args...).Int()
+	if err != nil {
+		return false, fmt.Errorf("gateway: append deltas %d.. of %s: %w", deltas[0].Seq, rid, err)
+	}
+	return n == 1, nil
 }
 
 // appendDone adds the done record after the last delta (seq lastSeq).
@@ -92,9 +112,16 @@ func decodeEntries(msgs []redis.XMessage) ([]logEntry, error) {
 	return out, nil
 }
 
-// readAfter returns up to count entries with seq > after.
+// readAfter returns up to count entries with seq > after (count <= 0:
+// all of them).
 func (l *streamLog) readAfter(ctx context.Context, sid, rid string, after int, count int64) ([]logEntry, error) {
-	msgs, err := l.rdb.XRangeN(ctx, l.key(sid, rid), "("+strconv.Itoa(after)+"-0", "+", count).Result()
+	var msgs []redis.XMessage
+	var err error
+	if count <= 0 {
+		msgs, err = l.rdb.XRange(ctx, l.key(sid, rid), "("+strconv.Itoa(after)+"-0", "+").Result()
+	} else {
+		msgs, err = l.rdb.XRangeN(ctx, l.key(sid, rid), "("+strconv.Itoa(after)+"-0", "+", count).Result()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gateway: read log of %s: %w", rid, err)
 	}

@@ -31,6 +31,9 @@ type turn struct {
 	request  string
 	stream   EventStream
 	leased   bool // holds a request slot in the tenant's counters
+	// registered: the turn is in the running-turn index (recovery.go)
+	// and this gateway renews it. Set under Server.mu.
+	registered bool
 
 	mu          sync.Mutex // protects the fields below
 	conn        *Connection
@@ -135,6 +138,17 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 		}
 	}
 
+	// Entered in the running-turn index before anything is stored, so a
+	// crash from here on leaves an entry to recover the turn from. An
+	// attempt that fails below leaves the entry: it may be another
+	// gateway's running turn with the same ids, and recovery drops entries
+	// with nothing to recover.
+	if err := s.registerTurn(ctx, f.Session, f.Request); err != nil {
+		releaseLease()
+		release()
+		return unavailable("session storage unavailable")
+	}
+
 	var history []Message
 	if f.Replace != "" {
 		history, err = s.sessions.StartReplaceTurn(ctx, ten.ID, c.ident.User, f.Session, f.Request, f.Replace, f.Content)
@@ -146,6 +160,10 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 		release()
 		return storeError(err)
 	}
+	// The turn is this gateway's now: it renews the index entry.
+	s.mu.Lock()
+	t.registered = true
+	s.mu.Unlock()
 	system, defaults, err := s.sessions.settings(ctx, f.Session)
 	if err != nil {
 		s.abortTurn(f.Session, f.Request)
@@ -190,6 +208,7 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 	go func() {
 		defer release()
 		defer releaseLease()
+		defer s.unregisterTurn(f.Session, f.Request)
 		t.run()
 	}()
 	return nil
@@ -222,13 +241,45 @@ func (s *Server) cancelTurn(ident Identity, request string) bool {
 	return true
 }
 
+// logRetry is how long a turn waits before trying again to append to its
+// stream log after Redis refused.
+const logRetry = 250 * time.Millisecond
+
 // run reads the engine's events to the end: each delta is logged, then sent
 // live; the end stores the reply and sends done.
+//
+// Redis going away does not end the turn: deltas the log could not take
+// wait in a backlog, retried as generation goes on and before the reply is
+// stored, so an outage shorter than the rest of the generation plus
+// PersistTimeout loses nothing, and a reply generated in full is stored in
+// full.
 func (t *turn) run() {
 	s := t.s
 	var text strings.Builder
 	seq := 0
-	logOK := true
+	var backlog []logEntry // deltas not yet in the stream log
+	var retryAt time.Time
+	logClosed := false // recovery ended the log: this gateway was taken for dead
+	flush := func() {
+		if len(backlog) == 0 || logClosed || time.Now().Before(retryAt) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.runCtx, s.o.WriteTimeout)
+		open, err := s.log.appendDeltas(ctx, t.session, t.request, backlog)
+		cancel()
+		switch {
+		case err != nil:
+			if retryAt.IsZero() {
+				s.o.Logger.Warn("gateway: stream log unavailable; keeping deltas until it is back", "request", t.engineID, "err", err)
+			}
+			retryAt = time.Now().Add(logRetry)
+			return
+		case !open:
+			logClosed = true
+			s.o.Logger.Warn("gateway: stream log was ended by crash recovery", "request", t.engineID)
+		}
+		backlog, retryAt = backlog[:0], time.Time{}
+	}
 	var final *engine.Final
 	for {
 		ev, err := t.stream.Recv(s.runCtx)
@@ -250,21 +301,8 @@ func (t *turn) run() {
 		}
 		seq++
 		text.WriteString(ev.Text)
-		if logOK {
-			ctx, cancel := context.WithTimeout(s.runCtx, s.o.WriteTimeout)
-			err := s.log.appendDelta(ctx, t.session, t.request, seq, ev.Text)
-			cancel()
-			if err != nil {
-				// Without the log the turn cannot be resumed and its reply
-				// may not be storable: end it now, clearly, and keep what
-				// was generated.
-				logOK = false
-				s.o.Logger.Warn("gateway: stream log unavailable; cancelling turn", "request", t.engineID, "err", err)
-				t.interrupt(interruptError)
-				t.send(errorFrame(unavailable("storage unavailable; the reply was cut short"), t.request))
-				s.o.Generator.Cancel(t.engineID)
-			}
-		}
+		backlog = append(backlog, logEntry{Seq: seq, Text: ev.Text})
+		flush()
 		t.send(ServerFrame{Type: TypeDelta, Request: t.request, Seq: seq, Text: ev.Text})
 	}
 	if final == nil {
@@ -274,7 +312,7 @@ func (t *turn) run() {
 	why := t.interrupted
 	t.mu.Unlock()
 	reason := final.FinishReason
-	if why != "" && reason == engine.FinishStop {
+	if why != "" && (reason == engine.FinishStop || reason == engine.FinishLength) {
 		why = "" // finished before the interruption took effect
 	}
 	if why == "" && (reason == engine.FinishCancelled || reason == engine.FinishError) {
@@ -282,9 +320,6 @@ func (t *turn) run() {
 		if reason == engine.FinishCancelled {
 			why = interruptCancel
 		}
-	}
-	if why == interruptError && reason == engine.FinishCancelled {
-		reason = engine.FinishError // cancelled by the gateway because storage failed
 	}
 	msg := Message{
 		Request: t.request, Content: text.String(), FinishReason: reason,
@@ -310,14 +345,13 @@ func (t *turn) run() {
 	if final.Err != nil && reason == engine.FinishError {
 		ce := clientError(final.Err)
 		msg.Error = ce.Message
-		if logOK {
-			t.send(errorFrame(ce, t.request))
-		}
+		t.send(errorFrame(ce, t.request))
 	}
-	if !logOK {
-		msg.Error = "storage unavailable; the reply was cut short"
-	}
-	stored := t.persist(msg, done, seq)
+	stored := t.persist(msg, done, seq, func() bool {
+		retryAt = time.Time{}
+		flush()
+		return len(backlog) == 0 || logClosed
+	})
 	if !stored {
 		t.send(errorFrame(unavailable("the reply could not be stored"), t.request))
 	}
@@ -329,17 +363,20 @@ func (t *turn) run() {
 	cancel()
 }
 
-// persist stores the reply and the log's done record, retrying while
-// Redis is unreachable, up to PersistTimeout. It reports whether the
-// reply was stored.
-func (t *turn) persist(msg Message, done ServerFrame, lastSeq int) bool {
+// persist stores the end of a turn, retrying while Redis is unreachable,
+// up to PersistTimeout: first the log's backlog (flushed reports whether
+// it is empty now), then the reply, then the log's done record. It reports
+// whether the reply was stored.
+func (t *turn) persist(msg Message, done ServerFrame, lastSeq int, flushed func() bool) bool {
 	s := t.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.o.PersistTimeout)
 	defer cancel()
 	backoff := 20 * time.Millisecond
 	for {
-		err := s.sessions.FinishTurn(ctx, t.tenant.ID, t.user, t.session, msg)
-		if err == nil {
+		var err error
+		if !flushed() {
+			err = errors.New("stream log backlog not written")
+		} else if err = s.sessions.FinishTurn(ctx, t.tenant.ID, t.user, t.session, msg); err == nil {
 			// The done record lets resumers finish; without it they time
 			// out on ResumeIdle, which is also what a lost log looks like.
 			if err := s.log.appendDone(ctx, t.session, t.request, lastSeq, done); err != nil {

@@ -35,6 +35,7 @@
 //	P sess:{s:<sid>}:req:<rid>        HASH   state running|done; expires
 //	P sess:{s:<sid>}:req:<rid>:log    STREAM the request's deltas; capped, expires
 //	P idx:{u:<tenant>:<user>}         ZSET   session id → last activity (ms)
+//	P {turns}:running                 ZSET   "<sid> <rid>" → owner's lease deadline (ms)
 //
 // A user's index lives on its own slot, so it is written after the session
 // in a separate command and its readers skip entries whose session is gone.
@@ -107,6 +108,11 @@ func (s Space) Request(sid, rid string) string { return s.Session(sid) + ":req:"
 
 // RequestLog is the delta log of chat request rid in session sid.
 func (s Space) RequestLog(sid, rid string) string { return s.Request(sid, rid) + ":log" }
+
+// RunningTurns indexes the chat turns being generated, "<sid> <rid>" →
+// the deadline (unix ms) by which the gateway running the turn must renew
+// it; past that, any gateway finalizes the turn from its log.
+func (s Space) RunningTurns() string { return s.prefix + "{turns}:running" }
 
 // UserIndex is (tenant, user)'s index of sessions by activity.
 func (s Space) UserIndex(tenant, user string) string {

@@ -1,0 +1,234 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/specgate/specgate/engine"
+)
+
+// Crash recovery. A turn outlives its socket but not its process: when the
+// gateway running a turn dies (kill -9, a lost machine), nobody would store
+// its reply or end its stream log, and resumes would wait for entries that
+// never come. So every running turn is entered in the running-turn index
+// with a lease that its gateway renews; every gateway scans the index, and
+// a turn whose lease ran out is finalized from its stream log by whichever
+// gateway claims it first: the deltas that reached Redis become the stored
+// reply (partial, interrupted "crash") and a done record ends the log, so
+// every resume ends.
+//
+// The request record's state fences the two writers. Recovery stores the
+// reply only while the state is "running", and marks the record reaped; an
+// owner that was not dead after all (stalled past its lease) and finishes
+// later replaces the recovered reply with its own (finishScript), so a
+// reply that was generated in full is never left stored as partial. Its
+// late deltas cannot enter a log that already ends with a done record:
+// stream ids only grow.
+//
+// A lease expiry alone is not taken as death: a gateway cut off from Redis
+// cannot renew either. Recovery acts only on an entry it has seen expired,
+// with the same deadline, for two renew intervals, so an owner that comes
+// back with Redis renews before anyone else claims its turns.
+
+// interruptCrash marks a reply finalized by recovery after its gateway died.
+const interruptCrash = "crash"
+
+// turnMember names a turn in the running-turn index (ids hold no space).
+func turnMember(sid, rid string) string { return sid + " " + rid }
+
+// registerTurn enters a turn in the index before its user message is
+// stored, so a crash at any later point leaves an entry to recover from.
+// An entry already there (the same ids running elsewhere) is left as it is.
+func (s *Server) registerTurn(ctx context.Context, sid, rid string) error {
+	err := s.o.Redis.ZAddNX(ctx, s.ks.RunningTurns(), redis.Z{
+		Score: float64(s.o.Clock.Now().Add(s.o.TurnLease).UnixMilli()), Member: turnMember(sid, rid),
+	}).Err()
+	if err != nil {
+		return fmt.Errorf("gateway: register turn %s: %w", rid, err)
+	}
+	return nil
+}
+
+// unregisterTurn removes a turn that ended (or never started) from the
+// index; a failure only costs a later recovery pass that finds it done.
+func (s *Server) unregisterTurn(sid, rid string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.o.Redis.ZRem(ctx, s.ks.RunningTurns(), turnMember(sid, rid)).Err(); err != nil {
+		s.o.Logger.Warn("gateway: unregister turn", "session", sid, "request", rid, "err", err)
+	}
+}
+
+// expiredSince is when recovery first saw an index entry past its deadline,
+// and with which deadline.
+type expiredSince struct {
+	deadline float64
+	seen     time.Time
+}
+
+// watchTurns renews the leases of this gateway's turns and recovers the
+// turns of dead gateways, every TurnLease/5, until the server stops.
+func (s *Server) watchTurns() {
+	defer s.bg.Done()
+	every := s.o.TurnLease / 5
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	seen := map[string]expiredSince{}
+	for {
+		select {
+		case <-s.runCtx.Done():
+			return
+		case <-tick.C:
+		}
+		s.renewTurns()
+		s.recoverExpired(seen, 2*every)
+	}
+}
+
+// renewTurns pushes the deadline of every turn this gateway runs. A plain
+// ZADD, not XX: an owner that is alive puts back an entry that recovery
+// took (it finalized too early; finishScript mends the reply), and one that
+// recovery dropped as empty while the turn was starting.
+func (s *Server) renewTurns() {
+	s.mu.Lock()
+	members := make([]redis.Z, 0, len(s.turns))
+	deadline := float64(s.o.Clock.Now().Add(s.o.TurnLease).UnixMilli())
+	for _, t := range s.turns {
+		if t.registered {
+			members = append(members, redis.Z{Score: deadline, Member: turnMember(t.session, t.request)})
+		}
+	}
+	s.mu.Unlock()
+	if len(members) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.runCtx, 2*time.Second)
+	defer cancel()
+	if err := s.o.Redis.ZAdd(ctx, s.ks.RunningTurns(), members...).Err(); err != nil {
+		s.o.Logger.Warn("gateway: renew running turns", "err", err)
+	}
+}
+
+// claimScript takes over an expired entry: only if its deadline is still
+// the one recovery saw (its owner did not renew, nobody else claimed it),
+// it gets a new deadline, so other gateways leave it alone while this one
+// finalizes it. KEYS: the index. ARGV: member, seen deadline, new deadline.
+var claimScript = redis.NewScript(`
+local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not cur or tonumber(cur) ~= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1
+`)
+
+// recoverExpired finalizes turns whose deadline passed at least observe
+// ago (by this gateway's own observation) and that this gateway claims.
+func (s *Server) recoverExpired(seen map[string]expiredSince, observe time.Duration) {
+	ctx, cancel := context.WithTimeout(s.runCtx, 10*time.Second)
+	defer cancel()
+	now := s.o.Clock.Now()
+	due, err := s.o.Redis.ZRangeByScoreWithScores(ctx, s.ks.RunningTurns(), &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: 64,
+	}).Result()
+	if err != nil {
+		return // Redis is away; the next tick tries again
+	}
+	s.mu.Lock()
+	mine := make(map[string]bool, len(s.turns))
+	for _, t := range s.turns {
+		mine[turnMember(t.session, t.request)] = true
+	}
+	s.mu.Unlock()
+	still := make(map[string]bool, len(due))
+	for _, z := range due {
+		member, _ := z.Member.(string)
+		still[member] = true
+		if mine[member] {
+			continue // this gateway's own turn: it renews it itself
+		}
+		prev, ok := seen[member]
+		if !ok || prev.deadline != z.Score {
+			seen[member] = expiredSince{deadline: z.Score, seen: now}
+			continue
+		}
+		if now.Sub(prev.seen) < observe {
+			continue
+		}
+		delete(seen, member)
+		claimed, err := claimScript.Run(ctx, s.o.Redis, []string{s.ks.RunningTurns()},
+			member, z.Score, now.Add(s.o.TurnLease).UnixMilli()).Int()
+		if err != nil || claimed == 0 {
+			continue
+		}
+		sid, rid, _ := strings.Cut(member, " ")
+		if err := s.recoverTurn(ctx, sid, rid); err != nil {
+			// Left in the index: its new deadline passes and some
+			// gateway tries again.
+			s.o.Logger.Warn("gateway: recover turn", "session", sid, "request", rid, "err", err)
+			continue
+		}
+		s.metrics.recovered.Inc()
+		s.unregisterTurn(sid, rid)
+	}
+	for m := range seen {
+		if !still[m] {
+			delete(seen, m)
+		}
+	}
+}
+
+// recoverTurn finalizes a turn whose gateway died: the deltas in its log
+// become the stored reply, and a done record ends the log. A turn that had
+// in fact finished only gets the done record it may lack.
+func (s *Server) recoverTurn(ctx context.Context, sid, rid string) error {
+	state, finish, err := s.sessions.requestFinish(ctx, sid, rid)
+	if err != nil {
+		return err
+	}
+	if state == "" {
+		return nil // no record: the turn never started, or long expired
+	}
+	entries, err := s.log.readAfter(ctx, sid, rid, 0, 0)
+	if err != nil {
+		return err
+	}
+	var text strings.Builder
+	lastSeq := 0
+	for _, e := range entries {
+		if e.Done != nil {
+			return nil // the owner ended it; only its unregister was lost
+		}
+		text.WriteString(e.Text)
+		lastSeq = e.Seq
+	}
+	reason := finish
+	if state == "running" {
+		reason = engine.FinishError
+		tenant, user, err := s.sessions.ownerOf(ctx, sid)
+		if err != nil {
+			return err
+		}
+		stored, err := s.sessions.RecoverTurn(ctx, tenant, user, sid, Message{
+			Request: rid, Content: text.String(), FinishReason: reason,
+			Partial: true, Interrupted: interruptCrash,
+			Error: "the gateway generating this reply stopped",
+		})
+		if err != nil {
+			return err
+		}
+		if !stored {
+			// The owner finished meanwhile; it writes its own done.
+			return nil
+		}
+		s.o.Logger.Warn("gateway: recovered the reply of a dead gateway's turn", "session", sid, "request", rid, "deltas", lastSeq)
+	}
+	if reason == "" {
+		reason = engine.FinishError
+	}
+	done := ServerFrame{Type: TypeDone, Request: rid, FinishReason: reason, Usage: &Usage{}, Stats: &Stats{}}
+	return s.log.appendDone(ctx, sid, rid, lastSeq, done)
+}

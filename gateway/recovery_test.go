@@ -1,0 +1,122 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestRecoveryFinalizesOrphansOnly: a turn left running by a gateway that
+// is gone (its record, user message and deltas in Redis, its lease run
+// out) is finalized by a live gateway within about 1.5 leases; a turn whose
+// gateway is alive and renewing is left alone however long it runs.
+func TestRecoveryFinalizesOrphansOnly(t *testing.T) {
+	lease := 300 * time.Millisecond
+	e := newEnv(t, nil, "", func(o *Options) { o.TurnLease = lease })
+	e.gen.gate = make(chan struct{}, 100)
+	ctx := context.Background()
+	c := e.rawLogin("alice")
+	sid := rawSession(t, c)
+
+	// The dead gateway's leftovers, written the way a turn writes them.
+	if err := e.srv.registerTurn(ctx, sid, "dead"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.srv.sessions.StartTurn(ctx, "acme", "alice", sid, "dead", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.srv.log.appendDeltas(ctx, sid, "dead", []logEntry{{Seq: 1, Text: "one "}, {Seq: 2, Text: "two"}}); err != nil {
+		t.Fatal(err)
+	}
+	past := float64(time.Now().Add(-time.Second).UnixMilli())
+	if err := e.rdb.ZAdd(ctx, e.srv.ks.RunningTurns(), redis.Z{Score: past, Member: turnMember(sid, "dead")}).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A live turn on this gateway, held mid-reply by the gate.
+	c.SendJSON(map[string]any{"type": "chat", "session": sid, "request": "live", "content": "a b c"})
+	e.gen.gate <- struct{}{}
+	if f := c.Read(); f.Type != "delta" || f.Request != "live" {
+		t.Fatalf("have %+v; want the live turn's first delta", f)
+	}
+
+	// A resume of the orphan gets its deltas and a done, without waiting
+	// for ResumeIdle.
+	start := time.Now()
+	r := e.rawLogin("alice")
+	r.SendJSON(map[string]any{"type": "session.resume", "session": sid, "request": "dead", "after": 0})
+	if f := r.Read(); f.Type != "session" {
+		t.Fatalf("have %+v; want session", f)
+	}
+	text, done, _ := r.Collect("dead", 0)
+	if text != "one two" || done.FinishReason != "error" {
+		t.Fatalf("have %q, %+v; want the logged deltas and done error", text, done)
+	}
+	if d := time.Since(start); d > 3*lease+2*time.Second {
+		t.Fatalf("recovered after %v; want about 1.5 leases", d)
+	}
+	v, err := e.srv.Sessions().Get(ctx, "acme", "alice", sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := v.Messages[len(v.Messages)-1]
+	if m.Request != "dead" || m.Content != "one two" || !m.Partial || m.Interrupted != interruptCrash {
+		t.Fatalf("have %+v; want the orphan's deltas stored partial, interrupted crash", m)
+	}
+
+	// Several leases later the live turn is still running, then ends
+	// whole.
+	time.Sleep(3 * lease)
+	for range 10 {
+		e.gen.gate <- struct{}{}
+	}
+	rest, done, errs := c.Collect("live", 1)
+	if len(errs) > 0 || done.FinishReason != "stop" || !strings.HasSuffix(fakeReply("a b c"), rest) {
+		t.Fatalf("live turn: have %q %+v %v; want it to finish", rest, done, errs)
+	}
+	if n, _ := e.rdb.ZCard(ctx, e.srv.ks.RunningTurns()).Result(); n != 0 {
+		t.Fatalf("have %d entries in the running-turn index; want none", n)
+	}
+}
+
+// TestLateOwnerMendsRecoveredReply: when recovery finalized a turn whose
+// gateway was only stalled, the gateway's own end replaces the recovered
+// partial reply, so a reply generated in full is stored in full, once.
+func TestLateOwnerMendsRecoveredReply(t *testing.T) {
+	e := newEnv(t, nil, "", nil)
+	e.gen.gate = make(chan struct{}, 100)
+	ctx := context.Background()
+	c := e.rawLogin("alice")
+	sid := rawSession(t, c)
+	c.SendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "x y"})
+	e.gen.gate <- struct{}{}
+	if f := c.Read(); f.Type != "delta" || f.Seq != 1 {
+		t.Fatalf("have %+v; want delta 1", f)
+	}
+	// Another gateway takes this one for dead and finalizes the turn.
+	if err := e.srv.recoverTurn(ctx, sid, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		e.gen.gate <- struct{}{}
+	}
+	if _, done, _ := c.Collect("r1", 1); done.FinishReason != "stop" {
+		t.Fatalf("have %+v; want done stop", done)
+	}
+	v, err := e.srv.Sessions().Get(ctx, "acme", "alice", sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replies []Message
+	for _, m := range v.Messages {
+		if m.Role == "assistant" {
+			replies = append(replies, m)
+		}
+	}
+	if len(replies) != 1 || replies[0].Content != fakeReply("x y") || replies[0].Partial {
+		t.Fatalf("have replies %+v; want one, complete", replies)
+	}
+}
