@@ -31,7 +31,7 @@ func tokenizeTo(stdout, stderr io.Writer, args []string) error {
 	path := fs.String("model", "", "GGUF `file` (a vocab-only file is enough)")
 	text := fs.String("text", "", "text to tokenize")
 	file := fs.String("file", "", "tokenize this file's whole text instead of --text")
-	noBOS := fs.Bool("no-bos", false, "add no special token at all (BOS, or EOS where the metadata asks for it), whatever the model's metadata says: how llama.cpp's tokenizer test suites are written")
+	noBOS := fs.Bool("no-bos", false, "add no special token at all (BOS; EOS where the metadata asks for it; BERT's CLS and SEP), whatever the model's metadata says: how llama.cpp's tokenizer test suites are written")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -71,8 +71,8 @@ func tokenizeTo(stdout, stderr io.Writer, args []string) error {
 		ids = tok.EncodePlain(*text)
 	} else {
 		ids = tok.Encode(*text)
-		if tok.AddsEOS() {
-			ids = append(ids, tok.EOS())
+		if end := tok.End(); end >= 0 {
+			ids = append(ids, end)
 		}
 	}
 	w := bufio.NewWriter(stdout)

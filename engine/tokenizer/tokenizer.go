@@ -38,7 +38,7 @@ var ErrSpec = errors.New("tokenizer: invalid spec")
 // true when the GGUF keys are missing; for "gpt2" AddBOS comes from
 // tokenizer.ggml.add_bos_token and AddSpacePrefix is ignored.
 type Spec struct {
-	Model  string    // "llama" (SentencePiece BPE) or "gpt2" (byte-level BPE)
+	Model  string    // "llama" (SentencePiece BPE), "gpt2" (byte-level BPE) or "bert" (WordPiece)
 	Pre    string    // gpt2 pre-tokenizer family: "llama-bpe"/"llama3", "qwen2", "smollm", "gpt2", "default" ("" = "default")
 	Tokens []string  // token text, indexed by id
 	Scores []float32 // SentencePiece merge scores; nil means all zero
@@ -46,12 +46,13 @@ type Spec struct {
 	Merges []string  // gpt2 merges "left right", rank = index
 
 	BOS, EOS, UNK, PAD int32 // -1 = none
+	SEP                int32 // WordPiece separator, -1 = none
 	EOT                int32 // end of turn (<|eot_id|>, <|im_end|>), -1 = none
 
 	AddBOS bool // Encode prepends BOS
 	// AddEOS says the vocab wants EOS after a text tokenized with its
 	// special tokens (tokenizer.ggml.add_eos_token); Encode does not add
-	// it, a prompt goes on after it, but AddsEOS reports it.
+	// it, a prompt goes on after it, but End reports it.
 	AddEOS         bool
 	AddSpacePrefix bool // llama: Encode prepends a space, Decode strips it again
 }
@@ -61,6 +62,7 @@ type modelKind uint8
 const (
 	modelSPM modelKind = iota + 1
 	modelBPE
+	modelWPM
 )
 
 // special is a token that EncodeSpecial (control, unknown, user-defined) or
@@ -93,6 +95,7 @@ type Tokenizer struct {
 	bos, eos, unk, pad, eot int32
 	addBOS, addSpacePrefix  bool
 	addEOS                  bool
+	sep                     int32
 	eog                     []bool
 
 	specials      []special // longest text first
@@ -104,6 +107,9 @@ type Tokenizer struct {
 
 	// SentencePiece byte fallback ids, -1 where the vocab has no <0xNN>.
 	byteTok [256]int32
+
+	// bert
+	maxTokenLen int // bytes
 
 	// gpt2
 	ranks        map[[2]int32]merge
@@ -125,7 +131,7 @@ func New(s Spec) (*Tokenizer, error) {
 	t := &Tokenizer{
 		tokens: s.Tokens,
 		bos:    s.BOS, eos: s.EOS, unk: s.UNK, pad: s.PAD, eot: s.EOT,
-		addBOS: s.AddBOS, addEOS: s.AddEOS && s.EOS >= 0,
+		addBOS: s.AddBOS, addEOS: s.AddEOS && s.EOS >= 0, sep: s.SEP,
 	}
 	switch s.Model {
 	case "llama":
@@ -139,8 +145,10 @@ func New(s Spec) (*Tokenizer, error) {
 		}
 		t.pre = pre
 		t.ignoreMerges = pre == preLlama3
+	case "bert":
+		t.model = modelWPM
 	default:
-		return nil, fmt.Errorf("%w: unknown model %q (want \"llama\" or \"gpt2\")", ErrSpec, s.Model)
+		return nil, fmt.Errorf("%w: unknown model %q (want \"llama\", \"gpt2\" or \"bert\")", ErrSpec, s.Model)
 	}
 	n := len(s.Tokens)
 	if n == 0 {
@@ -158,7 +166,7 @@ func New(s Spec) (*Tokenizer, error) {
 	for _, f := range []struct {
 		name string
 		id   int32
-	}{{"BOS", s.BOS}, {"EOS", s.EOS}, {"UNK", s.UNK}, {"PAD", s.PAD}, {"EOT", s.EOT}} {
+	}{{"BOS", s.BOS}, {"EOS", s.EOS}, {"UNK", s.UNK}, {"PAD", s.PAD}, {"EOT", s.EOT}, {"SEP", s.SEP}} {
 		if f.id < -1 || int(f.id) >= n {
 			return nil, fmt.Errorf("%w: %s id %d out of range [-1, %d)", ErrSpec, f.name, f.id, n)
 		}
@@ -247,6 +255,14 @@ func New(s Spec) (*Tokenizer, error) {
 			return nil, err
 		}
 	}
+	if t.model == modelWPM {
+		if s.UNK < 0 {
+			return nil, fmt.Errorf("%w: a WordPiece vocab needs an UNK token", ErrSpec)
+		}
+		for _, tok := range s.Tokens {
+			t.maxTokenLen = max(t.maxTokenLen, len(tok))
+		}
+	}
 
 	t.eog = make([]bool, n)
 	for _, id := range []int32{s.EOS, s.EOT} {
@@ -301,12 +317,12 @@ func (t *Tokenizer) makePiece(id int32) []byte {
 		}
 		return nil
 	case TypeUserDefined:
-		if t.model == modelSPM {
+		if t.model != modelBPE {
 			return []byte(strings.ReplaceAll(tok, spmSpace, " "))
 		}
 		return []byte(tok)
 	}
-	if t.model == modelSPM {
+	if t.model != modelBPE {
 		return []byte(strings.ReplaceAll(tok, spmSpace, " "))
 	}
 	return decodeByteLevel(tok)
@@ -327,9 +343,19 @@ func (t *Tokenizer) EOT() int32 { return t.eot }
 // AddsBOS reports whether Encode prepends BOS.
 func (t *Tokenizer) AddsBOS() bool { return t.addBOS }
 
-// AddsEOS reports whether the vocab wants EOS after a text tokenized with
-// special tokens, as llama.cpp's tokenize with add_special appends it.
-func (t *Tokenizer) AddsEOS() bool { return t.addEOS }
+// End returns the token llama.cpp's tokenize with its special tokens
+// appends to a text, -1 if none: SEP for WordPiece, otherwise EOS where
+// the vocab asks for it (tokenizer.ggml.add_eos_token). Encode never
+// appends it: a prompt goes on after the text.
+func (t *Tokenizer) End() int32 {
+	switch {
+	case t.model == modelWPM:
+		return t.sep
+	case t.addEOS:
+		return t.eos
+	}
+	return -1
+}
 
 // IsEOG reports whether id ends generation: EOS, EOT, or a control token
 // whose text is a well-known end-of-turn marker. Out-of-range ids are not.
@@ -406,9 +432,12 @@ func (t *Tokenizer) encode(out []int32, text string, parseSpecial bool) []int32 
 	prevSpecial := true // the first fragment gets the SentencePiece space prefix
 	var sc scratch
 	emit := func(frag string) {
-		if t.model == modelSPM {
+		switch t.model {
+		case modelSPM:
 			out = t.encodeSPM(out, frag, t.addSpacePrefix && prevSpecial, &sc)
-		} else {
+		case modelWPM:
+			out = t.encodeWPM(out, frag, &sc)
+		default:
 			out = t.encodeBPE(out, frag, &sc)
 		}
 		prevSpecial = false

@@ -301,7 +301,8 @@ func TestNewErrors(t *testing.T) {
 		name string
 		edit func(*Spec)
 	}{
-		{"unknown model", func(s *Spec) { s.Model = "bert" }},
+		{"unknown model", func(s *Spec) { s.Model = "rwkv" }},
+		{"wordpiece without unk", func(s *Spec) { s.Model, s.UNK = "bert", -1 }},
 		{"no tokens", func(s *Spec) { s.Tokens = nil }},
 		{"short scores", func(s *Spec) { s.Scores = []float32{1} }},
 		{"short types", func(s *Spec) { s.Types = []int32{1, 1} }},
