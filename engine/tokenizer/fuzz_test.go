@@ -73,8 +73,20 @@ func FuzzPreTokenize(f *testing.F) {
 	for _, row := range preTokenizerSplits {
 		f.Add(row.in)
 	}
+	kinds := append([]struct {
+		name string
+		kind preKind
+	}(nil), preKindNames...)
+	for name, k := range preKinds {
+		if _, ok := cascades[k]; ok {
+			kinds = append(kinds, struct {
+				name string
+				kind preKind
+			}{name, k})
+		}
+	}
 	f.Fuzz(func(t *testing.T, s string) {
-		for _, pk := range preKindNames {
+		for _, pk := range kinds {
 			words := pk.kind.split(s, nil)
 			if strings.Join(words, "") != s {
 				t.Fatalf("%s: words %q do not cover %q", pk.name, words, s)
@@ -83,6 +95,12 @@ func FuzzPreTokenize(f *testing.F) {
 				if w == "" {
 					t.Fatalf("%s: empty word in %q", pk.name, words)
 				}
+			}
+		}
+		// WordPiece words are never empty and hold no space.
+		for _, w := range splitWPM(s, nil) {
+			if w == "" || strings.ContainsAny(w, " \t\n") {
+				t.Fatalf("WordPiece word %q of %q", w, s)
 			}
 		}
 	})
