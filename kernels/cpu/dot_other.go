@@ -12,4 +12,6 @@ const haveVNNI = false
 
 func setVNNI() {}
 
+func setTilesAVX2() {}
+
 func setVecAsm() {}

@@ -81,7 +81,7 @@ func (b *Backend) tileInput(xt *Tensor, dt kernels.DType) tileAct {
 		b.xd = make([]float32, nd)
 	}
 	a := tileAct{xp: b.xp[:np], xd: b.xd[:nd]}
-	if dt == kernels.Q4_0 {
+	if signedTiles(dt) {
 		if cap(b.xc) < nd {
 			b.xc = make([]int32, nd)
 		}

@@ -50,6 +50,16 @@ const tileMinRows = 4
 // instead.
 var q8TileStore, q4TileStore tileStoreFunc
 
+// q8TileSigned says q8TileStore reads the signed layout (the AVX2 kernels),
+// not u = x+128 (the VNNI ones).
+var q8TileSigned bool
+
+// signedTiles reports whether the tile kernels for dt read the signed
+// layout.
+func signedTiles(dt kernels.DType) bool {
+	return dt == kernels.Q4_0 || dt == kernels.Q8_0 && q8TileSigned
+}
+
 type tileStoreFunc func(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int)
 
 // tileAct is activations in the tile layout: the bytes xp, the scales xd
@@ -65,7 +75,7 @@ type tileAct struct {
 func newTileAct(groups, nb int, dt kernels.DType) tileAct {
 	np, nd := tileBytes(groups*tileRows, nb)
 	a := tileAct{xp: make([]byte, np), xd: make([]float32, nd)}
-	if dt == kernels.Q4_0 {
+	if signedTiles(dt) {
 		a.xc = make([]int32, nd)
 	}
 	return a
@@ -152,7 +162,7 @@ func q8TileGo(w []byte, stride int, a tileAct, nb int, out *[tileOut]float32) {
 			for i, c := range blk[2 : 2+32] {
 				v[i] = int32(int8(c))
 			}
-			tileBlockDot(&s, j, &v, a, b, f16(blk))
+			tileBlockDot(&s, j, &v, a, b, f16(blk), false)
 		}
 	}
 	*out = s
@@ -170,7 +180,7 @@ func q4TileGo(w []byte, stride int, a tileAct, nb int, out *[tileOut]float32) {
 			for i, c := range blk[2 : 2+16] {
 				v[i], v[i+16] = int32(c&15), int32(c>>4) // the nibbles, as the kernel takes them
 			}
-			tileBlockDot(&s, j, &v, a, b, f16(blk))
+			tileBlockDot(&s, j, &v, a, b, f16(blk), true)
 		}
 	}
 	*out = s
@@ -178,9 +188,9 @@ func q4TileGo(w []byte, stride int, a tileAct, nb int, out *[tileOut]float32) {
 
 // tileBlockDot adds weight row j's block b (32 values q, scale dw) times the
 // tile's eight rows of that block to s[8j:8j+8]: the kernels' integer sums,
-// less xc in the signed layout and 128·Σq in the other, scaled as
+// less xc when nib (q holds Q4_0 nibbles, 8 over their values), scaled as
 // canon.go defines.
-func tileBlockDot(s *[tileOut]float32, j int, q *[32]int32, a tileAct, b int, dw float32) {
+func tileBlockDot(s *[tileOut]float32, j int, q *[32]int32, a tileAct, b int, dw float32, nib bool) {
 	blk := a.xp[b*tileBlock : (b+1)*tileBlock]
 	for l := range tileRows {
 		var acc int32
@@ -193,7 +203,7 @@ func tileBlockDot(s *[tileOut]float32, j int, q *[32]int32, a tileAct, b int, dw
 				acc += q[4*g+c] * x
 			}
 		}
-		if a.xc != nil {
+		if nib {
 			acc -= a.xc[b*tileRows+l]
 		}
 		s[8*j+l] = qblock(s[8*j+l], acc, dw, a.xd[b*tileRows+l])
@@ -212,7 +222,7 @@ type tileMode int
 const (
 	tilesOff tileMode = iota // the x4 kernels for every batch
 	tilesGo                  // the Go tile kernels (tests: the tile path on any CPU)
-	tilesAsm                 // the VNNI tile kernels, where the CPU has them
+	tilesAsm                 // the VNNI tile kernels, else the AVX2 ones, where the CPU has them
 )
 
 // useTiles sets q8TileStore and q4TileStore for mode and reports whether
@@ -220,11 +230,14 @@ const (
 // is running.
 func useTiles(mode tileMode) bool {
 	q8TileStore, q4TileStore = nil, nil
+	q8TileSigned = false
 	switch {
 	case mode == tilesGo:
 		q8TileStore, q4TileStore = tileStoreGo(q8TileGo), tileStoreGo(q4TileGo)
 	case mode == tilesAsm && haveVNNI:
 		setVNNI()
+	case mode == tilesAsm && haveAsm:
+		setTilesAVX2()
 	}
 	return q8TileStore != nil
 }
