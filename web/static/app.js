@@ -215,7 +215,9 @@ function connect(token) {
     }
     if (e.code === "expired" || e.code === "not_found") {
       // The stream log is gone but the stored reply is complete: the
-      // history is the truth.
+      // history is the truth. (A not_found with text we have and the
+      // history lacks is shown from the orphans, marked.)
+      if (e.code === "not_found" && e.text) saveOrphan(e.request, e.session, e.text, "Interrupted: the server lost this answer.");
       dropBubble(e.request);
       if (e.session === state.current) c.send({ type: "session.get", session: e.session });
       return;
