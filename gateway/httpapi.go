@@ -14,7 +14,7 @@ import (
 //	GET    /v1/sessions?limit=N  {"sessions":[SessionInfo…]}, most recent first
 //	POST   /v1/sessions          {"title":…} → 201 SessionView
 //	GET    /v1/sessions/{id}     SessionView with messages
-//	PATCH  /v1/sessions/{id}     {"title":…} → SessionView
+//	PATCH  /v1/sessions/{id}     {"title","system","params"} (each optional) → SessionView
 //	DELETE /v1/sessions/{id}     204
 //
 // Errors are {"error":{"code":…,"reason":…,"message":…}} with the
@@ -55,14 +55,26 @@ func (s *Server) sessionRoutes(mux *http.ServeMux) {
 		httpJSON(w, http.StatusOK, v)
 	}))
 	mux.HandleFunc("PATCH /v1/sessions/{id}", s.authed(func(w http.ResponseWriter, r *http.Request, id Identity) {
+		// Fields left out stay as they are (session.update's rules).
 		var body struct {
-			Title string `json:"title"`
+			Title  *string     `json:"title"`
+			System *string     `json:"system"`
+			Params *ChatParams `json:"params"`
 		}
 		if !httpBody(w, r, &body) {
 			return
 		}
 		sid := r.PathValue("id")
-		if err := s.sessions.Rename(r.Context(), id.Tenant.ID, id.User, sid, body.Title); err != nil {
+		f := ClientFrame{Type: TypeSessionUpdate, Session: sid, System: body.System, Params: body.Params}
+		if body.Title != nil {
+			f.Title = *body.Title
+		}
+		if err := f.validate(); err != nil {
+			httpError(w, clientError(err))
+			return
+		}
+		upd := SessionUpdate{Title: body.Title, System: body.System, Params: body.Params}
+		if err := s.sessions.Update(r.Context(), id.Tenant.ID, id.User, sid, upd); err != nil {
 			httpError(w, storeError(err))
 			return
 		}
