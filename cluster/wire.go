@@ -222,6 +222,11 @@ func decodeOut(m redis.XMessage) (outEntry, error) {
 			return e, err
 		}
 		e.Event = engine.Event{Seq: seq, Tokens: toks, Text: str(m.Values, "x")}
+		if l := str(m.Values, "l"); l != "" { // log probabilities, when asked for
+			if err := json.Unmarshal([]byte(l), &e.Event.Logprobs); err != nil {
+				return e, fmt.Errorf("cluster: delta %s logprobs: %w", m.ID, err)
+			}
+		}
 	case kindFinal:
 		var w wireFinal
 		if err := json.Unmarshal([]byte(str(m.Values, "j")), &w); err != nil {

@@ -571,8 +571,12 @@ func (w *worker) pump(runCtx context.Context, j *job, fence int64, st Events, re
 		if len(pend.Tokens) == 0 && pend.Text == "" {
 			return nil
 		}
-		cancelled, err := w.appendEntry(runCtx, j, fence, false,
-			"k", kindDelta, "s", strconv.Itoa(pend.Seq), "x", pend.Text, "t", encodeTokens(pend.Tokens))
+		fields := []any{"k", kindDelta, "s", strconv.Itoa(pend.Seq), "x", pend.Text, "t", encodeTokens(pend.Tokens)}
+		if len(pend.Logprobs) > 0 {
+			b, _ := json.Marshal(pend.Logprobs)
+			fields = append(fields, "l", string(b))
+		}
+		cancelled, err := w.appendEntry(runCtx, j, fence, false, fields...)
 		if err != nil {
 			return err
 		}
@@ -603,6 +607,7 @@ func (w *worker) pump(runCtx context.Context, j *job, fence int64, st Events, re
 		}
 		pend.Seq = ev.Seq
 		pend.Tokens = append(pend.Tokens, ev.Tokens...)
+		pend.Logprobs = append(pend.Logprobs, ev.Logprobs...)
 		pend.Text += ev.Text
 		if len(pend.Tokens) == 0 {
 			continue

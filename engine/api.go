@@ -135,6 +135,13 @@ type Request struct {
 	// Deadline, when set, ends generation with reason "cancelled" at that
 	// time.
 	Deadline time.Time
+	// Logprobs asks each delta for its tokens' log probabilities, with the
+	// TopLogprobs (at most MaxTopLogprobs) most likely alternatives. They
+	// are the model's own distribution: log-softmax of the raw logits,
+	// before temperature, penalties and guided masks. Such a request
+	// decodes without speculation.
+	Logprobs    bool
+	TopLogprobs int
 	// Generated are tokens already streamed to the client by an earlier
 	// attempt (failover): the engine re-prefills prompt+generated and
 	// continues, numbering deltas after them.
@@ -193,7 +200,29 @@ type Event struct {
 	Seq    int
 	Tokens []int32
 	Text   string
-	Final  *Final
+	// Logprobs, when the request asked for them, has one entry per token
+	// of Tokens.
+	Logprobs []TokenLogprob `json:",omitempty"`
+	Final    *Final
+}
+
+// MaxTopLogprobs bounds Request.TopLogprobs (OpenAI's bound).
+const MaxTopLogprobs = 20
+
+// TokenLogprob is one generated token's log probability and the most
+// likely alternatives at its position, most likely first.
+type TokenLogprob struct {
+	Token   int32
+	Piece   string // the token's bytes (not always whole UTF-8)
+	Logprob float32
+	Top     []TopLogprob `json:",omitempty"`
+}
+
+// TopLogprob is one alternative at a position.
+type TopLogprob struct {
+	Token   int32
+	Piece   string
+	Logprob float32
 }
 
 // Error codes, shared with the gateway protocol.

@@ -401,6 +401,9 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 	if r.SharedPrefix < 0 {
 		return nil, bad("shared prefix of %d tokens is negative", r.SharedPrefix)
 	}
+	if r.TopLogprobs < 0 || r.TopLogprobs > MaxTopLogprobs || r.TopLogprobs > 0 && !r.Logprobs {
+		return nil, bad("top logprobs %d: want 0 to %d, with logprobs on", r.TopLogprobs, MaxTopLogprobs)
+	}
 	if r.Limits.Weight < 0 || r.Limits.MaxConcurrent < 0 || r.Limits.MaxQueued < 0 || r.Limits.TokensPerMinute < 0 || r.Limits.MaxContext < 0 {
 		return nil, bad("negative tenant limit in %+v", r.Limits)
 	}

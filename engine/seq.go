@@ -45,6 +45,10 @@ type sequence struct {
 	// emitted early in the same delta run).
 	held     string
 	heldToks []int32
+	// heldLPs are heldToks' log probabilities when the request asked for
+	// them; nextLP is the one of the token sampled last.
+	heldLPs []TokenLogprob
+	nextLP  TokenLogprob
 
 	// sp is the sequence's speculative decoding state.
 	sp specSeq

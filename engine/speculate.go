@@ -223,7 +223,8 @@ func (e *Engine) draft(now time.Time) bool {
 	for _, s := range st.cands {
 		sh := st.policy(s).Shape(st.shape, len(st.cands))
 		// A draft deeper than the tokens left to generate is wasted.
-		if sh.Off() || sh.MaxDepth >= s.max-s.generated() {
+		// Logprobs are read from the plain decode's row.
+		if sh.Off() || sh.MaxDepth >= s.max-s.generated() || s.req.Logprobs {
 			continue
 		}
 		if s.sp.slot < 0 {

@@ -320,6 +320,14 @@ func (e *Engine) unref(p blockAllocator, blocks []int32) {
 // guided mask when s is constrained. It reports false when the mask allows
 // nothing (the vocabulary cannot continue the grammar).
 func (e *Engine) sampleNext(s *sequence, row []float32) (int32, bool) {
+	tok, ok := e.sampleRow(s, row)
+	if ok && s.req.Logprobs {
+		s.nextLP = e.logprobs(row, tok, s.req.TopLogprobs)
+	}
+	return tok, ok
+}
+
+func (e *Engine) sampleRow(s *sequence, row []float32) (int32, bool) {
 	if s.matcher == nil {
 		return s.sampler.Sample(row, s.tokens), true
 	}
@@ -400,6 +408,9 @@ func (e *Engine) take(s *sequence, tok int32, now time.Time) bool {
 	}
 	s.held += s.detok.Add(tok)
 	s.heldToks = append(s.heldToks, tok)
+	if s.req.Logprobs {
+		s.heldLPs = append(s.heldLPs, s.nextLP)
+	}
 	if len(s.req.Stop) > 0 {
 		if at, _ := stopMatch(s.held, s.req.Stop); at >= 0 {
 			// Text after the stop string, a partial rune included,
@@ -433,8 +444,8 @@ func (e *Engine) release(s *sequence, final bool) {
 	if s.held == "" && len(s.heldToks) == 0 {
 		return
 	}
-	s.stream.push(Event{Seq: s.generated(), Tokens: s.heldToks, Text: s.held})
-	s.held, s.heldToks = "", nil
+	s.stream.push(Event{Seq: s.generated(), Tokens: s.heldToks, Text: s.held, Logprobs: s.heldLPs})
+	s.held, s.heldToks, s.heldLPs = "", nil, nil
 }
 
 // end finishes s: frees its blocks, forgets it, and sends the final event.

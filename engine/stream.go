@@ -76,6 +76,7 @@ func (s *Stream) push(ev Event) {
 	if n := len(s.queue); n > 0 && s.queue[n-1].Final == nil {
 		last := &s.queue[n-1]
 		last.Tokens = append(last.Tokens, ev.Tokens...)
+		last.Logprobs = append(last.Logprobs, ev.Logprobs...)
 		last.Text += ev.Text
 		last.Seq = ev.Seq
 	} else {
