@@ -46,6 +46,7 @@ FUZZ := \
 	./engine/guided:FuzzRegex \
 	./engine/guided:FuzzSchema \
 	./gateway:FuzzDecodeFrame \
+	./gateway:FuzzToolParser \
 	./internal/redisurl:FuzzParse
 
 fuzz:

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/specgate/specgate/engine/guided"
 	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/engine/spec"
 )
@@ -89,6 +90,9 @@ type Guided struct {
 	Schema  json.RawMessage `json:"schema,omitempty"`
 	Choices []string        `json:"choices,omitempty"`
 	JSON    bool            `json:"json,omitempty"` // any JSON value
+	// Calls, with Schema, asks for tagged Schema values (tool calls), see
+	// guided.Calls.
+	Calls *guided.Calls `json:"calls,omitempty"`
 }
 
 // Request is one generation.

@@ -57,7 +57,7 @@ func (e *Engine) guidedVocab() *guided.Vocab {
 // says what the compiler refused (an unsupported schema feature, bad regex
 // syntax, a grammar too large or matching nothing).
 func (e *Engine) compileGuided(g *Guided) (*guided.Grammar, error) {
-	spec := guided.Spec{Regex: g.Regex, Schema: g.Schema, Choices: g.Choices, JSON: g.JSON}
+	spec := guided.Spec{Regex: g.Regex, Schema: g.Schema, Choices: g.Choices, JSON: g.JSON, Calls: g.Calls}
 	gr, err := e.grammars.Get(spec, e.guidedVocab())
 	if err == nil {
 		return gr, nil

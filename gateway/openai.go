@@ -17,14 +17,22 @@ package gateway
 // Differences from OpenAI, all deliberate:
 //   - "model" may be omitted (the served model); another name is 404
 //     model_not_found.
-//   - "n" (and "best_of") must be 1: one choice per request.
+//   - "n" (1 to 16) generates that many choices, each its own engine
+//     request; choice i samples with seed+i, so choice 0 is what n=1
+//     gives. best_of, when set, must equal n.
 //   - "temperature" defaults to 1 as OpenAI's does, so omitting it samples;
 //     0 is greedy. Without "seed" a sampled request draws a random seed;
 //     the response's "seed" says which, to reproduce the reply.
 //   - /v1/completions defaults "max_tokens" to 16 as OpenAI's does; chat
 //     completions default to the rest of the context.
-//   - logprobs, tools, echo and suffix are refused with 400 rather than
-//     silently ignored. Other unknown fields are ignored, as OpenAI does.
+//   - logprobs / top_logprobs (chat: a boolean and 0 to 20; completions:
+//     0 to 5) are the model's own log-softmax over the raw logits, before
+//     temperature, penalties and guided masks (vLLM's default).
+//   - tools and tool_choice (none, auto, required, a named function) and
+//     parallel_tool_calls: see openai_tools.go. Calls stream as
+//     tool_calls deltas, one whole call per delta.
+//   - echo and suffix are refused with 400 rather than silently ignored.
+//     Other unknown fields are ignored, as OpenAI does.
 //   - "user", when set, becomes the engine request's session key, so one
 //     end user's calls (each resending the conversation) share a cache
 //     affinity; the JWT's sub stays the user that quotas and logs name.
@@ -35,7 +43,7 @@ package gateway
 //     become guided decoding.
 //   - A conversation longer than the context is refused with
 //     context_length_exceeded; the API never drops turns it was sent.
-//   - finish_reason is "stop" or "length". A generation cut short by the
+//   - finish_reason is "stop", "length" or "tool_calls". A generation cut short by the
 //     server (shutdown, deadline) reports "stop" with the text it had, since
 //     OpenAI's enum has no "cancelled"; a client that disconnects cancels
 //     its generation and sees nothing more.
@@ -222,8 +230,10 @@ func (c *oaiContent) UnmarshalJSON(b []byte) error {
 }
 
 type oaiMessage struct {
-	Role    string     `json:"role"`
-	Content oaiContent `json:"content"`
+	Role       string        `json:"role"`
+	Content    oaiContent    `json:"content"`
+	ToolCalls  []oaiToolCall `json:"tool_calls"`
+	ToolCallID string        `json:"tool_call_id"`
 }
 
 // oaiPrompt is /v1/completions' "prompt": a string, token ids, or an array
@@ -282,8 +292,7 @@ type oaiCommon struct {
 	PresencePenalty  *float64 `json:"presence_penalty"`
 	FrequencyPenalty *float64 `json:"frequency_penalty"`
 	User             string   `json:"user"`
-	// Logprobs is a bool in chat and a count in completions; either way a
-	// request for them is refused, not silently unanswered.
+	// Logprobs is a bool in chat and a count in completions.
 	Logprobs json.RawMessage `json:"logprobs"`
 	// Extensions, named as vLLM names them.
 	TopK              *int     `json:"top_k"`
@@ -303,8 +312,10 @@ type chatCompletionRequest struct {
 			Schema json.RawMessage `json:"schema"`
 		} `json:"json_schema"`
 	} `json:"response_format"`
-	TopLogprobs *int            `json:"top_logprobs"`
-	Tools       json.RawMessage `json:"tools"`
+	TopLogprobs       *int            `json:"top_logprobs"`
+	Tools             []oaiTool       `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
 }
 
 type completionRequest struct {
@@ -386,11 +397,8 @@ func isSet(raw json.RawMessage) bool {
 // engineParams checks the shared fields and fills the engine request's
 // sampling, stop, priority and max tokens.
 func (c *oaiCommon) engineParams(req *engine.Request, tenantClass string) *oaiError {
-	if c.N != nil && *c.N != 1 {
-		return oaiInvalid("n", fmt.Sprintf("n=%d: this server generates one choice per request; want n=1", *c.N))
-	}
-	if isSet(c.Logprobs) {
-		return oaiInvalid("logprobs", "logprobs are not supported")
+	if c.N != nil && (*c.N < 1 || *c.N > maxChoices) {
+		return oaiInvalid("n", fmt.Sprintf("n=%d; want 1 to %d", *c.N, maxChoices))
 	}
 	if len(c.User) > oaiMaxUser {
 		return oaiInvalid("user", fmt.Sprintf("user is %d bytes; want at most %d", len(c.User), oaiMaxUser))
@@ -490,9 +498,10 @@ func finishReason(r string) string {
 }
 
 type oaiChatMessage struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
+	Role      string        `json:"role"`
+	Content   *string       `json:"content"` // null beside tool calls
+	Refusal   *string       `json:"refusal"`
+	ToolCalls []oaiToolCall `json:"tool_calls,omitempty"`
 }
 
 type oaiChatChoice struct {
@@ -500,13 +509,14 @@ type oaiChatChoice struct {
 	Message      *oaiChatMessage `json:"message,omitempty"`
 	Delta        *oaiDelta       `json:"delta,omitempty"`
 	Text         *string         `json:"text,omitempty"` // completions
-	Logprobs     *struct{}       `json:"logprobs"`
+	Logprobs     any             `json:"logprobs"`       // nil: null
 	FinishReason *string         `json:"finish_reason"`
 }
 
 type oaiDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string        `json:"role,omitempty"`
+	Content   *string       `json:"content,omitempty"`
+	ToolCalls []oaiToolCall `json:"tool_calls,omitempty"`
 }
 
 // oaiResponse is a whole response or one stream chunk of either endpoint.
@@ -607,32 +617,74 @@ func (s *Server) serveChatCompletions(w http.ResponseWriter, r *http.Request, id
 		}
 		c.req.MaxTokens = *body.MaxCompletionTokens
 	}
-	if body.TopLogprobs != nil && *body.TopLogprobs > 0 {
-		writeOAIError(w, oaiInvalid("top_logprobs", "logprobs are not supported"))
-		return
+	if isSet(body.Logprobs) {
+		var on bool
+		if err := json.Unmarshal(body.Logprobs, &on); err != nil {
+			writeOAIError(w, oaiInvalid("logprobs", "logprobs must be a boolean"))
+			return
+		}
+		c.req.Logprobs = on
 	}
-	if isSet(body.Tools) && string(body.Tools) != "[]" {
-		writeOAIError(w, oaiInvalid("tools", "tools are not supported"))
+	if body.TopLogprobs != nil {
+		if n := *body.TopLogprobs; n < 0 || n > engine.MaxTopLogprobs || n > 0 && !c.req.Logprobs {
+			writeOAIError(w, oaiInvalid("top_logprobs", fmt.Sprintf("top_logprobs=%d; want 0 to %d, with logprobs true", n, engine.MaxTopLogprobs)))
+			return
+		}
+		c.req.TopLogprobs = *body.TopLogprobs
+	}
+	plan, oe := planTools(body.Tools, body.ToolChoice, body.ParallelToolCalls)
+	if oe != nil {
+		writeOAIError(w, oe)
 		return
 	}
 	if len(body.Messages) == 0 {
 		writeOAIError(w, oaiInvalid("messages", "messages must hold at least one message"))
 		return
 	}
+	calls := make([][]oaiToolCall, len(body.Messages))
+	results := make([]bool, len(body.Messages))
 	for i, m := range body.Messages {
 		role := m.Role
 		switch role {
 		case "developer":
 			role = "system" // OpenAI's newer name for the system role
-		case "system", "user", "assistant":
+		case "system", "user":
+		case "assistant":
+			for j, tc := range m.ToolCalls {
+				if tc.Function.Name == "" || !json.Valid([]byte(tc.Function.Arguments)) {
+					writeOAIError(w, oaiInvalid(fmt.Sprintf("messages[%d].tool_calls[%d].function", i, j), "a tool call needs a function name and arguments that are JSON"))
+					return
+				}
+			}
+			calls[i] = m.ToolCalls
+		case "tool":
+			results[i] = true
 		default:
-			writeOAIError(w, oaiInvalid(fmt.Sprintf("messages[%d].role", i), fmt.Sprintf("role %q is not supported (want system, developer, user or assistant)", m.Role)))
+			writeOAIError(w, oaiInvalid(fmt.Sprintf("messages[%d].role", i), fmt.Sprintf("role %q is not supported (want system, developer, user, assistant or tool)", m.Role)))
 			return
 		}
 		c.req.Messages = append(c.req.Messages, engine.Message{Role: role, Content: string(m.Content)})
 	}
+	c.req.Messages = toolMessages(c.req.Messages, calls, results)
+	if plan != nil && plan.system != "" {
+		// The tools join the system prompt, or lead as one.
+		if c.req.Messages[0].Role == "system" {
+			c.req.Messages[0].Content += "\n\n" + plan.system
+		} else {
+			c.req.Messages = append([]engine.Message{{Role: "system", Content: plan.system}}, c.req.Messages...)
+		}
+	}
 	// The client sends the whole conversation and expects it read whole.
 	c.req.KeepTurns = true
+	if plan != nil && plan.guided != nil {
+		if rf := body.ResponseFormat; rf != nil && rf.Type != "" && rf.Type != "text" {
+			writeOAIError(w, oaiInvalid("response_format", "response_format with tools is not supported unless tool_choice is none"))
+			return
+		}
+		c.req.Guided = plan.guided
+		c.guidedParam = "tools"
+		c.tools = plan
+	}
 	if rf := body.ResponseFormat; rf != nil {
 		switch rf.Type {
 		case "", "text":
@@ -671,9 +723,17 @@ func (s *Server) serveCompletions(w http.ResponseWriter, r *http.Request, id Ide
 		writeOAIError(w, err)
 		return
 	}
+	if isSet(body.Logprobs) {
+		var n int
+		if err := json.Unmarshal(body.Logprobs, &n); err != nil || n < 0 || n > 5 {
+			writeOAIError(w, oaiInvalid("logprobs", "logprobs must be an integer from 0 to 5"))
+			return
+		}
+		c.req.Logprobs, c.req.TopLogprobs = true, n
+	}
 	switch {
-	case body.BestOf != nil && *body.BestOf != 1:
-		writeOAIError(w, oaiInvalid("best_of", "best_of must be 1: this server generates one choice per request"))
+	case body.BestOf != nil && *body.BestOf != 1 && (body.N == nil || *body.BestOf != *body.N):
+		writeOAIError(w, oaiInvalid("best_of", "best_of must equal n: this server returns every choice it generates"))
 		return
 	case body.Echo:
 		writeOAIError(w, oaiInvalid("echo", "echo is not supported"))
@@ -712,6 +772,8 @@ type oaiCall struct {
 	object       string // "chat.completion" or "text_completion"
 	param        string // the field a context-length error names
 	guidedParam  string // the field the guided constraint came from
+	n            int    // choices
+	tools        *toolsPlan
 	created      int64
 	stream       bool
 	includeUsage bool
@@ -719,6 +781,12 @@ type oaiCall struct {
 }
 
 func (c *oaiCall) chat() bool { return c.object == "chat.completion" }
+
+// choices is how many choices the call generates.
+func (c *oaiCall) choices() int { return max(c.n, 1) }
+
+// toolsGuided reports whether the output may hold tool calls to parse.
+func (c *oaiCall) toolsGuided() bool { return c.tools != nil && c.tools.guided != nil }
 
 // refusedParam names the field an engine's refusal is about: the guided
 // constraint's source when the engine says the constraint is at fault,
@@ -738,7 +806,7 @@ func (s *Server) newOAICall(id Identity, idPrefix, object, param string, common 
 	ten := id.Tenant
 	c := &oaiCall{
 		ident: id, respID: respID, object: object, param: param,
-		created: s.o.Clock.Now().Unix(), stream: common.Stream,
+		created: s.o.Clock.Now().Unix(), stream: common.Stream, n: 1,
 		includeUsage: common.Stream && common.StreamOptions != nil && common.StreamOptions.IncludeUsage,
 		req: engine.Request{
 			// Engine ids must be unique among live requests of every
@@ -753,6 +821,9 @@ func (s *Server) newOAICall(id Identity, idPrefix, object, param string, common 
 				MaxContext:      ten.Limits.MaxContext,
 			},
 		},
+	}
+	if common.N != nil && *common.N > 1 {
+		c.n = *common.N
 	}
 	return c
 }
@@ -818,21 +889,25 @@ func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, c *oaiCall)
 	stopAfter := context.AfterFunc(s.runCtx, cancelGen)
 	defer stopAfter()
 
-	stream, err := s.o.Generator.Submit(genCtx, c.req)
+	streams, err := s.submitChoices(genCtx, c)
 	if err != nil {
 		e := oaiFrom(err, c.refusedParam(err))
 		s.metrics.chats.WithLabelValues(ten.ID, clientError(err).Code).Inc()
 		writeOAIError(w, e)
 		return
 	}
-	var final *engine.Final
+	events := s.mergeChoices(streams)
+	var finals []*engine.Final
 	if c.stream {
-		final = s.oaiStream(w, c, stream)
+		finals = s.oaiStream(w, c, events)
 	} else {
-		final = s.oaiWhole(w, c, stream)
+		finals = s.oaiWhole(w, c, events)
 	}
-	s.metrics.chats.WithLabelValues(ten.ID, final.FinishReason).Inc()
-	used := final.Usage.PromptTokens + final.Usage.CompletionTokens
+	used := 0
+	for _, f := range finals {
+		s.metrics.chats.WithLabelValues(ten.ID, f.FinishReason).Inc()
+		used += f.Usage.PromptTokens + f.Usage.CompletionTokens
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = s.limiter.ChargeTokens(ctx, ten.ID, used, ten.Limits.TokensPerMinute)
 	cancel()
@@ -856,164 +931,6 @@ func (s *Server) refreshLease(tenant, holder string, done <-chan struct{}) {
 		}
 		cancel()
 	}
-}
-
-// next returns the stream's next delta text or, at the end, its Final
-// (never nil). A Recv error means the server gave up (hard shutdown) and
-// reads as cancelled.
-func (s *Server) next(stream EventStream) (string, *engine.Final) {
-	for {
-		ev, err := stream.Recv(s.runCtx)
-		if errors.Is(err, io.EOF) {
-			return "", &engine.Final{FinishReason: engine.FinishError, Err: errors.New("stream ended without a final event")}
-		}
-		if err != nil {
-			return "", &engine.Final{FinishReason: engine.FinishCancelled}
-		}
-		if ev.Final != nil {
-			return "", ev.Final
-		}
-		if ev.Text != "" { // tokens that do not yet make whole characters
-			return ev.Text, nil
-		}
-	}
-}
-
-// oaiWhole answers with one JSON response once generation ends.
-func (s *Server) oaiWhole(w http.ResponseWriter, c *oaiCall, stream EventStream) *engine.Final {
-	var text strings.Builder
-	var final *engine.Final
-	for final == nil {
-		var t string
-		t, final = s.next(stream)
-		text.WriteString(t)
-	}
-	if final.FinishReason == engine.FinishError {
-		err := final.Err
-		if err == nil {
-			err = errors.New("generation failed")
-		}
-		writeOAIError(w, oaiFrom(err, c.refusedParam(err)))
-		return final
-	}
-	fr := finishReason(final.FinishReason)
-	choice := oaiChatChoice{FinishReason: &fr}
-	if c.chat() {
-		choice.Message = &oaiChatMessage{Role: "assistant", Content: text.String()}
-	} else {
-		t := text.String()
-		choice.Text = &t
-	}
-	httpJSON(w, http.StatusOK, oaiResponse{
-		ID: c.respID, Object: c.object, Created: c.created, Model: s.o.ModelName,
-		SystemFingerprint: s.fingerprint(), Seed: int64(c.req.Sample.Seed), Choices: []oaiChatChoice{choice}, Usage: usageOf(final.Usage),
-	})
-	return final
-}
-
-// oaiStream answers with server-sent events. The status line waits for
-// the first delta, so a request the engine refuses at once still gets a
-// proper HTTP error.
-func (s *Server) oaiStream(w http.ResponseWriter, c *oaiCall, stream EventStream) *engine.Final {
-	rc := http.NewResponseController(w)
-	chunkObject := c.object + ".chunk"
-	if !c.chat() {
-		chunkObject = c.object // OpenAI's completion chunks say text_completion
-	}
-	fp := s.fingerprint()
-	var nullUsage any
-	if c.includeUsage {
-		nullUsage = json.RawMessage("null")
-	}
-	chunk := func(choice oaiChatChoice) oaiResponse {
-		return oaiResponse{
-			ID: c.respID, Object: chunkObject, Created: c.created, Model: s.o.ModelName,
-			SystemFingerprint: fp, Seed: int64(c.req.Sample.Seed), Choices: []oaiChatChoice{choice}, Usage: nullUsage,
-		}
-	}
-	writing := true
-	sendData := func(data []byte, err error) {
-		if !writing {
-			return
-		}
-		if err == nil {
-			_, err = fmt.Fprintf(w, "data: %s\n\n", data)
-		}
-		if err == nil {
-			err = rc.Flush()
-		}
-		if err != nil {
-			// The client is gone: stop the generation, and read on to its
-			// final event for the usage to charge.
-			writing = false
-			s.o.Generator.Cancel(c.req.ID)
-		}
-	}
-	send := func(v any) { sendData(json.Marshal(v)) }
-	done := func() { sendData([]byte("[DONE]"), nil) }
-	started := false
-	start := func() {
-		started = true
-		h := w.Header()
-		h.Set("Content-Type", "text/event-stream; charset=utf-8")
-		h.Set("Cache-Control", "no-cache")
-		h.Set("X-Accel-Buffering", "no") // proxies must not hold chunks back
-		w.WriteHeader(http.StatusOK)
-		if c.chat() {
-			empty := ""
-			send(chunk(oaiChatChoice{Delta: &oaiDelta{Role: "assistant", Content: &empty}}))
-		}
-	}
-	var final *engine.Final
-	for {
-		var text string
-		text, final = s.next(stream)
-		if final != nil {
-			break
-		}
-		if !started {
-			start()
-		}
-		if c.chat() {
-			send(chunk(oaiChatChoice{Delta: &oaiDelta{Content: &text}}))
-		} else {
-			send(chunk(oaiChatChoice{Text: &text}))
-		}
-	}
-	if final.FinishReason == engine.FinishError {
-		err := final.Err
-		if err == nil {
-			err = errors.New("generation failed")
-		}
-		e := oaiFrom(err, c.refusedParam(err))
-		if !started {
-			writeOAIError(w, e)
-			return final
-		}
-		send(map[string]any{"error": e})
-		done()
-		return final
-	}
-	if !started {
-		start()
-	}
-	fr := finishReason(final.FinishReason)
-	last := oaiChatChoice{FinishReason: &fr}
-	if c.chat() {
-		last.Delta = &oaiDelta{}
-	} else {
-		empty := ""
-		last.Text = &empty
-	}
-	send(chunk(last))
-	if c.includeUsage {
-		u := chunk(oaiChatChoice{})
-		u.Choices = []oaiChatChoice{}
-		u.Usage = usageOf(final.Usage)
-		send(u)
-	}
-	done()
-	return final
 }
 
 // ---- every API response ----------------------------------------------------

@@ -99,6 +99,15 @@ func specKey(spec Spec, v *Vocab) [32]byte {
 	if spec.JSON {
 		field('j', nil)
 	}
+	if c := spec.Calls; c != nil {
+		opt := byte(0)
+		if c.Optional {
+			opt = 1
+		}
+		field('o', []byte(c.Open))
+		field('c', []byte(c.Close))
+		field('m', []byte{byte(c.Max), byte(c.Max >> 8), opt})
+	}
 	l := spec.Limits.withDefaults()
 	var lim [40]byte
 	for i, x := range []int{l.MaxNFAStates, l.MaxDFAStates, l.MaxDepth, l.JSONDepth, l.RefDepth} {

@@ -64,8 +64,21 @@ type Spec struct {
 	Choices []string
 	// JSON asks for any JSON value (nesting bounded by Limits.JSONDepth).
 	JSON bool
+	// Calls, with Schema, asks for tagged values instead of one value:
+	// what tool calling generates.
+	Calls *Calls
 	// Limits bound compilation; zero fields take defaults.
 	Limits Limits
+}
+
+// Calls asks for one to Max (0: 1) values of the Schema, each between Open
+// and Close, separated by newlines. When Optional, the output may instead
+// be any text that does not begin with Open: a model that may answer or
+// call a tool either writes text or opens a call.
+type Calls struct {
+	Open, Close string
+	Max         int
+	Optional    bool
 }
 
 // Limits bound what a Spec may compile to. Zero means the default.
@@ -172,6 +185,9 @@ func Compile(spec Spec, vocab *Vocab) (*Grammar, error) {
 func compileDFA(spec Spec) (*dfa, error) {
 	lim := spec.Limits.withDefaults()
 	set := 0
+	if spec.Calls != nil && len(spec.Schema) == 0 {
+		return nil, fmt.Errorf("%w: calls need a schema", ErrInvalid)
+	}
 	for _, on := range []bool{spec.Regex != "", len(spec.Schema) > 0, len(spec.Choices) > 0, spec.JSON} {
 		if on {
 			set++
@@ -203,6 +219,11 @@ func compileDFA(spec Spec) (*dfa, error) {
 	case spec.JSON:
 		sc := &schemaCompiler{b: b, lim: lim}
 		f = sc.anyValue(lim.JSONDepth)
+	case spec.Calls != nil:
+		var err error
+		if f, empties, err = compileCalls(b, spec, lim); err != nil {
+			return nil, err
+		}
 	default:
 		var err error
 		f, empties, err = compileSchema(b, spec.Schema, lim)

@@ -260,3 +260,39 @@ func firstButNotRest(ds []*dfa, qs []int32) bool {
 	}
 	return true
 }
+
+// compileCalls builds spec.Calls over spec.Schema: the schema's language
+// is compiled once to a DFA and embedded in each call.
+func compileCalls(b *builder, spec Spec, lim Limits) (frag, []string, error) {
+	c := spec.Calls
+	if c.Open == "" || c.Max < 0 || c.Max > 64 {
+		return frag{}, nil, fmt.Errorf("%w: calls need an opening tag and at most 64 calls", ErrInvalid)
+	}
+	root, err := parseJSON(spec.Schema)
+	if err != nil {
+		return frag{}, nil, fmt.Errorf("%w: schema is not valid JSON: %w", ErrInvalid, err)
+	}
+	sc := &schemaCompiler{b: b, lim: lim, root: root, refDepth: map[string]int{}}
+	value := sc.automatonOf("#", func() frag { return sc.value(root, "#", 0) })
+	if err := sc.failure(); err != nil {
+		return frag{}, nil, err
+	}
+	if value == nil {
+		return frag{}, nil, b.err
+	}
+	va, err := product([]*dfa{value}, func(qs []int32) bool { return value.accept[qs[0]] }, lim.MaxDFAStates)
+	if err != nil {
+		return frag{}, nil, err
+	}
+	call := func() frag { return b.seq(b.lit(c.Open), b.embed(va), b.lit(c.Close)) }
+	calls := b.cat(call(), b.repeat(func() frag { return b.cat(b.lit("\n"), call()) }, 0, max(c.Max, 1)-1))
+	if !c.Optional {
+		return calls, sc.empties, nil
+	}
+	text := sc.combine("#", firstButNotRest, func() frag { return sc.b.star(sc.b.byteRange(0, 255)) },
+		func() frag { return sc.b.cat(sc.b.lit(c.Open), sc.b.star(sc.b.byteRange(0, 255))) })
+	if err := sc.failure(); err != nil {
+		return frag{}, nil, err
+	}
+	return b.alt(calls, text), sc.empties, nil
+}

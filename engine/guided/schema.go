@@ -91,6 +91,15 @@ func compileSchema(b *builder, raw json.RawMessage, lim Limits) (frag, []string,
 	}
 	sc := &schemaCompiler{b: b, lim: lim, root: root, refDepth: map[string]int{}}
 	f := sc.value(root, "#", 0)
+	if err := sc.failure(); err != nil {
+		return frag{}, nil, err
+	}
+	return f, sc.empties, nil
+}
+
+// failure is the compile error so far: unsupported features (all of
+// them, sorted) first, then the first other error.
+func (sc *schemaCompiler) failure() error {
 	if len(sc.unsup) > 0 {
 		slices.SortFunc(sc.unsup, func(a, b [2]string) int {
 			return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1]))
@@ -99,12 +108,9 @@ func compileSchema(b *builder, raw json.RawMessage, lim Limits) (frag, []string,
 		for i, u := range sc.unsup {
 			msgs[i] = u[1] + " at " + u[0]
 		}
-		return frag{}, nil, fmt.Errorf("%w: JSON schema features: %s", ErrUnsupported, strings.Join(msgs, "; "))
+		return fmt.Errorf("%w: JSON schema features: %s", ErrUnsupported, strings.Join(msgs, "; "))
 	}
-	if sc.err != nil {
-		return frag{}, nil, sc.err
-	}
-	return f, sc.empties, nil
+	return sc.err
 }
 
 func (sc *schemaCompiler) unsupported(path, feature string) {

@@ -587,3 +587,37 @@ func TestChoices(t *testing.T) {
 		t.Errorf("after \"yes\": have Done false; want true (nothing may follow)")
 	}
 }
+
+// TestCalls checks tagged calls: one to Max values of the schema between
+// the tags, or (optional) any text that does not open a call.
+func TestCalls(t *testing.T) {
+	v := synthVocab(800)
+	schema := `{"anyOf":[{"type":"object","properties":{"name":{"const":"get"},"arguments":{"type":"object","properties":{"city":{"type":"string","maxLength":8}},"required":["city"],"additionalProperties":false}},"required":["name","arguments"],"additionalProperties":false}]}`
+	call := "<tool_call>\n" + `{"name":"get","arguments":{"city":"Oslo"}}` + "\n</tool_call>"
+	tests := []struct {
+		optional bool
+		in       string
+		want     bool
+	}{
+		{false, call, true},
+		{false, call + "\n" + call, true},
+		{false, call + "\n" + call + "\n" + call, false}, // Max 2
+		{false, "hello", false},
+		{false, "<tool_call>\n" + `{"name":"put","arguments":{}}` + "\n</tool_call>", false},
+		{true, "hello", true},
+		{true, "", true},
+		{true, "<tool", true}, // text that only begins like the tag
+		{true, call, true},
+		{true, "<tool_call>\nhello", false},
+		{true, "<tool_call>\n" + `{"name":"get","arguments":{"city":"Stockholm"}}` + "\n</tool_call>", false},
+	}
+	for _, tt := range tests {
+		g, err := Compile(Spec{Schema: json.RawMessage(schema), Calls: &Calls{Open: "<tool_call>\n", Close: "\n</tool_call>", Max: 2, Optional: tt.optional}}, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if have := g.d.accept[g.d.run(g.d.start, []byte(tt.in))]; have != tt.want {
+			t.Errorf("optional=%v %q: have %v; want %v", tt.optional, tt.in, have, tt.want)
+		}
+	}
+}
