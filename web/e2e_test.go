@@ -21,6 +21,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -643,6 +644,19 @@ func (b *browser) waitAnswer(what string, n int) bubble {
 	return all[len(all)-1]
 }
 
+// colorScheme emulates the system's light or dark preference.
+func (b *browser) colorScheme(v string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: v}},
+	})
+	if err != nil {
+		b.t.Fatalf("color scheme %s: %v", v, err)
+	}
+}
+
 // setInput replaces the composer's text as typing would.
 func (b *browser) setInput(text string) {
 	b.t.Helper()
@@ -768,6 +782,9 @@ func TestBrowserChatItems(t *testing.T) {
 	b.do("copy the code", chromedp.Click(chromedp.CSS(`[data-testid=message][data-role=assistant]:last-of-type [data-testid=code-copy]`)))
 	b.waitJS("copied", jsLast+`.querySelector('[data-testid=code-copy]').dataset.copied === "true"`)
 	b.screenshot(art, "table-code-desktop.png")
+	b.colorScheme("dark")
+	b.screenshot(art, "table-code-desktop-dark.png")
+	b.colorScheme("light")
 
 	// A fast answer, many lines a frame: the view follows it to the end.
 	b.sendAndFinish("Give me a flood of text")
@@ -828,6 +845,9 @@ func TestBrowserChatItems(t *testing.T) {
 	// marked, with its text, also after a reload; Stop keeps the text too.
 	b.do("new chat", chromedp.Click(chromedp.CSS(`[data-testid=new-session]`)))
 	b.send("Tell a stuck story")
+	// A reload while it streams resumes it; then it falls silent.
+	b.waitJS("the stuck answer's text", jsLast+`?.textContent.includes("before the crash")`)
+	b.reload()
 	cut := b.waitAnswer("the cut answer", 1)
 	if cut.State != "interrupted" || !strings.Contains(cut.Text, "before the crash") {
 		t.Fatalf("have %+v; want the answer marked interrupted with its text", cut)
