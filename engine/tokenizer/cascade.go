@@ -103,6 +103,19 @@ var cascades = map[preKind][]stage{
 			tailSpace: 1,
 		},
 	},
+	// Mistral's Tekken: a word is a run of capitals then lower case (or
+	// the reverse), "letter but not a-z" being a lookahead in the
+	// original and, collapsed, simply [\x{D2}A-Z].
+	preTekken: {{
+		re: regexp.MustCompile(`[^\r\n` + catL + catN + `]?[\x{D2}A-Z]*[\x{D2}a-z]+` +
+			`|[^\r\n` + catL + catN + `]?[\x{D2}A-Z]+[\x{D2}a-z]*` +
+			`|[` + catN + `]` +
+			`| ?[^\t\n\v\f\r ` + catL + catN + `]+[\r\n/]*` +
+			`|` + wsClass + `*[\r\n]+` +
+			`|(` + wsClass + `+)`),
+		collapsed: true,
+		tailSpace: 1,
+	}},
 	// BLOOM, Poro and GPT-3 Finnish: words run up to spaces and a few
 	// punctuation marks.
 	preBloom: {

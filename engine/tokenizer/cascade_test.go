@@ -32,6 +32,10 @@ func TestCascades(t *testing.T) {
 		// Text between two matches stays one fragment.
 		{"bloom", "Hello, world. (x)", []string{"Hello", ",", " world", ". (", "x", ")"}},
 		{"viking", "abc12 d", []string{"abc", "1", "2", " d"}},
+		// Tekken splits case runs: capitals then lower case, or the
+		// reverse; a lone lower run ends at a capital.
+		{"tekken", "HTTPServer camelCase x1/2\n", []string{"HTTPServer", " camel", "Case", " x", "1", "/", "2", "\n"}},
+		{"tekken", "Ünïcode  ok", []string{"Ünïcode", " ", " ok"}},
 	} {
 		p, ok := preKinds[tc.pre]
 		if !ok {

@@ -30,6 +30,7 @@ const (
 	preDeepSeekV3
 	preBloom
 	preViking
+	preTekken
 )
 
 // preKinds maps tokenizer.ggml.pre values to scanners, grouped as llama.cpp
@@ -43,7 +44,13 @@ var preKinds = map[string]preKind{
 	"smollm": preSmolLM, "starcoder": preSmolLM, "refact": preSmolLM, "command-r": preSmolLM, "codeshell": preSmolLM, "exaone": preSmolLM, "minerva-7b": preSmolLM,
 	"falcon": preFalcon, "deepseek-llm": preDeepSeekLLM, "deepseek-coder": preDeepSeekCoder, "deepseek-v3": preDeepSeekV3,
 	"poro-chat": preBloom, "bloom": preBloom, "gpt3-finnish": preBloom, "viking": preViking,
+	"tekken": preTekken,
 }
+
+// ignoresMerges are the pre-tokenizers whose words that are whole tokens
+// skip the merges (llama.cpp's ignore_merges): not every vocab that shares
+// Llama 3's regex (dbrx, smaug-bpe, chatglm-bpe do not).
+var ignoresMerges = map[string]bool{"llama3": true, "llama-v3": true, "llama-bpe": true, "falcon3": true, "tekken": true}
 
 func preNames() []string {
 	var names []string

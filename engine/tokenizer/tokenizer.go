@@ -144,7 +144,7 @@ func New(s Spec) (*Tokenizer, error) {
 			return nil, fmt.Errorf("%w: unknown pre-tokenizer %q (known: %s)", ErrSpec, s.Pre, strings.Join(preNames(), ", "))
 		}
 		t.pre = pre
-		t.ignoreMerges = pre == preLlama3
+		t.ignoreMerges = ignoresMerges[s.Pre]
 	case "bert":
 		t.model = modelWPM
 	default:
