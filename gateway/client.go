@@ -386,9 +386,18 @@ func (c *client) handle(f ClientFrame) {
 		}
 		c.markLive(f.Session)
 	case TypeCancel:
-		if !c.s.cancelTurn(c.ident, f.Request) {
-			fail(notFound("request"), f.Request)
+		if c.s.cancelLocal(t, u, f.Request) {
+			return
 		}
+		// Maybe another gateway runs it: ask, without holding up this
+		// socket's other frames while the answer comes.
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			if !c.s.cancelRemote(c.ident, f.Request) {
+				fail(notFound("request"), f.Request)
+			}
+		}()
 	}
 }
 

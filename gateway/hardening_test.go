@@ -21,7 +21,9 @@ import (
 // the upgrade, in an auth frame, and to the HTTP API; all three answer the
 // same, as PROTOCOL.md's table says.
 func TestTokenChecksOnEveryPath(t *testing.T) {
-	e := newEnv(t, nil, "", nil)
+	// The 667 KB auth frame must arrive within the auth timeout, also on
+	// a loaded machine.
+	e := newEnv(t, nil, "", func(o *Options) { o.AuthTimeout = 10 * time.Second })
 	edPub, edPriv, _ := ed25519.GenerateKey(rand.Reader)
 	edPEM, _ := tenants.EncodePublicKey(edPub)
 	if _, err := e.store.Create(context.Background(), tenants.Tenant{ID: "edco", Keys: []tenants.Key{{ID: "ed-1", Alg: tenants.EdDSA, PublicKey: edPEM}}}); err != nil {

@@ -137,6 +137,7 @@ func newEnv(t *testing.T, rdb redis.UniversalClient, prefix string, mod func(*Op
 		ResumeIdle:     5 * time.Second,
 		PersistTimeout: 5 * time.Second,
 		WriteTimeout:   2 * time.Second,
+		ControlTimeout: 300 * time.Millisecond,
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if mod != nil {

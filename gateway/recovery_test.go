@@ -120,3 +120,48 @@ func TestLateOwnerMendsRecoveredReply(t *testing.T) {
 		t.Fatalf("have replies %+v; want one, complete", replies)
 	}
 }
+
+// TestCancelAcrossGateways: a cancel sent to one gateway stops the turn
+// running on another (the socket reconnected elsewhere); another user's
+// cancel of the same request id reaches nothing and reads not_found.
+func TestCancelAcrossGateways(t *testing.T) {
+	e := newEnv(t, nil, "", nil)
+	e.gen.gate = make(chan struct{}, 100)
+	srv2, err := New(Options{Redis: e.rdb, Generator: newFake(), Prefix: e.srv.o.Prefix, ControlTimeout: 300 * time.Millisecond, Logger: e.srv.o.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs2 := newTestHTTP(t, srv2)
+
+	a := e.rawLogin("alice")
+	sid := rawSession(t, a)
+	a.SendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "a b c d e"})
+	e.gen.gate <- struct{}{}
+	if f := a.Read(); f.Type != "delta" {
+		t.Fatalf("have %+v; want a delta", f)
+	}
+
+	// Bob, on the second gateway, cannot cancel alice's request.
+	bob := mustDial(t, hs2.URL, e.hsToken("bob", nil))
+	bob.Ready()
+	bob.SendJSON(map[string]any{"type": "cancel", "request": "r1"})
+	if f := bob.Read(); f.Type != "error" || f.Code != CodeNotFound || f.Request != "r1" {
+		t.Fatalf("have %+v; want not_found for r1", f)
+	}
+
+	// Alice, on the second gateway, can: her turn on the first ends
+	// cancelled, and the second answers nothing (the done is the turn's).
+	b := mustDial(t, hs2.URL, e.hsToken("alice", nil))
+	b.Ready()
+	b.SendJSON(map[string]any{"type": "cancel", "request": "r1"}, map[string]any{"type": "ping"})
+	if f := b.Read(); f.Type != "pong" {
+		t.Fatalf("have %+v; want only the pong", f)
+	}
+	_, done, _ := a.Collect("r1", 1)
+	if done.FinishReason != "cancelled" {
+		t.Fatalf("have %+v; want done cancelled", done)
+	}
+	if !b.Silent(time.Second) {
+		t.Fatalf("have %+v from the second gateway; want nothing more", b.Read())
+	}
+}

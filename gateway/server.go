@@ -94,6 +94,9 @@ type Options struct {
 	// Recovery waits two renew intervals more, so a turn is finalized
 	// within about 1.5 TurnLease of its gateway's death.
 	TurnLease time.Duration
+	// ControlTimeout is how long a gateway waits for another gateway to
+	// acknowledge a cancel it forwarded before answering not_found (1s).
+	ControlTimeout time.Duration
 	// LeaseTTL is the lifetime of a connection or request slot in the
 	// tenant's Redis counters without a refresh (60s); refreshed every
 	// third of it.
@@ -177,6 +180,7 @@ func (o *Options) validate() error {
 	def(&o.PersistTimeout, 15*time.Second)
 	def(&o.LeaseTTL, 60*time.Second)
 	def(&o.TurnLease, 5*time.Second)
+	def(&o.ControlTimeout, time.Second)
 	return nil
 }
 
@@ -200,11 +204,14 @@ type Server struct {
 	runCancel context.CancelFunc
 	bg        sync.WaitGroup // the lease refresher and the turn watcher
 	ks        keyspace.Space
+	gwID      string // this gateway, on the control channel
 
 	mu       sync.Mutex // protects the fields below
 	draining bool
 	turns    map[string]*turn        // by engine request id
 	conns    map[*Connection]*client // open sockets
+	// ctlWaiters are the forwarded cancels waiting for an ack, by nonce.
+	ctlWaiters map[string]chan struct{}
 	turnsWG  sync.WaitGroup
 }
 
@@ -238,6 +245,7 @@ func New(opts Options) (*Server, error) {
 		log:      &streamLog{rdb: opts.Redis, ks: keyspace.New(opts.Prefix), maxLen: opts.LogMaxLen, ttl: opts.LogTTL},
 		metrics:  m,
 		ks:       keyspace.New(opts.Prefix),
+		gwID:     randomID("g_"),
 		turns:    map[string]*turn{},
 		conns:    map[*Connection]*client{},
 	}
@@ -251,9 +259,19 @@ func New(opts Options) (*Server, error) {
 	}
 	s.runCtx, s.runCancel = context.WithCancel(context.Background())
 	s.handler = s.routes()
-	s.bg.Add(2)
+	s.ctlWaiters = map[string]chan struct{}{}
+	// Subscribed before New returns, so no cancel forwarded to this
+	// gateway once it serves is missed.
+	ps := opts.Redis.Subscribe(ctx, s.ks.GatewayControl())
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		s.runCancel()
+		return nil, fmt.Errorf("gateway: subscribe to the control channel: %w", err)
+	}
+	s.bg.Add(3)
 	go s.refreshLeases()
 	go s.watchTurns()
+	go s.listenControl(ps)
 	return s, nil
 }
 

@@ -221,24 +221,22 @@ func paramPriority(p *ChatParams) string {
 	return p.Priority
 }
 
-// cancelTurn cancels a running request of ident's; false when there is
-// none here. (A request running on another gateway is not reachable.)
-func (s *Server) cancelTurn(ident Identity, request string) bool {
+// cancelLocal cancels the user's running requests of that id on this
+// gateway (one per session at most); false when there is none.
+func (s *Server) cancelLocal(tenant, user, request string) bool {
 	s.mu.Lock()
-	var found *turn
+	var found []*turn
 	for _, t := range s.turns {
-		if t.tenant.ID == ident.Tenant.ID && t.user == ident.User && t.request == request && t.stream != nil {
-			found = t
-			break
+		if t.tenant.ID == tenant && t.user == user && t.request == request && t.stream != nil {
+			found = append(found, t)
 		}
 	}
 	s.mu.Unlock()
-	if found == nil {
-		return false
+	for _, t := range found {
+		t.interrupt(interruptCancel)
+		s.o.Generator.Cancel(t.engineID)
 	}
-	found.interrupt(interruptCancel)
-	s.o.Generator.Cancel(found.engineID)
-	return true
+	return len(found) > 0
 }
 
 // logRetry is how long a turn waits before trying again to append to its

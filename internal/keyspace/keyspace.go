@@ -59,6 +59,7 @@
 //	P cl:req:{r:<key>}:out            STREAM accepted/delta/final entries; expires
 //	P cl:gw:<gateway>                 channel "output of <key> grew"
 //	P cl:ctl                          channel "cancel <key>"
+//	P gw:ctl                          channel gateways' cancels and their acks (JSON)
 //
 // Schema (migrations):
 //
@@ -181,6 +182,10 @@ func (s Space) ClusterOutput(rk string) string { return s.ClusterRequest(rk) + "
 
 // GatewayChannel is where engines tell gateway id that an output grew.
 func (s Space) GatewayChannel(id string) string { return s.prefix + "cl:gw:" + id }
+
+// GatewayControl is the channel on which gateways forward a client's
+// cancel to the gateway running the turn, and acknowledge it.
+func (s Space) GatewayControl() string { return s.prefix + "gw:ctl" }
 
 // Control is the channel of cancels.
 func (s Space) Control() string { return s.prefix + "cl:ctl" }

@@ -215,8 +215,20 @@ func (r *Conn) readRaw() (op byte, fin bool, payload []byte, err error) {
 	return
 }
 
-// next returns the next frame of a text message, or ok=false once the
-// server closed (see closeCode). It fails the test after d.
+// Silent reports whether the server sends nothing (no frame, no close)
+// for d.
+func (r *Conn) Silent(d time.Duration) bool {
+	if len(r.pending) > 0 || r.closed {
+		return false
+	}
+	_ = r.c.SetReadDeadline(time.Now().Add(d))
+	_, err := r.br.Peek(1)
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Next returns the next frame of a text message, or ok=false once the
+// server closed (see CloseCode). It fails the test after d.
 func (r *Conn) Next(d time.Duration) (Frame, bool) {
 	r.t.Helper()
 	for len(r.pending) == 0 {
