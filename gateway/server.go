@@ -212,7 +212,7 @@ type Server struct {
 	conns    map[*Connection]*client // open sockets
 	// ctlWaiters are the forwarded cancels waiting for an ack, by nonce.
 	ctlWaiters map[string]chan struct{}
-	turnsWG  sync.WaitGroup
+	turnsWG    sync.WaitGroup
 }
 
 // New checks options, migrates (or checks) the Redis schema, and returns a
