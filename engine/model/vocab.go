@@ -47,7 +47,7 @@ func NewTokenizer(f *gguf.File) (*tokenizer.Tokenizer, error) {
 	// llama.cpp's defaults when the keys are absent: SentencePiece vocabs
 	// add BOS and a dummy-prefix space; byte-level BPE vocabs add neither
 	// unless told.
-	s.AddBOS = s.Model == "llama" || s.Model == "bert" || s.Pre == "tekken"
+	s.AddBOS = s.Model == "llama" || s.Model == "bert" || s.Pre == "tekken" || s.Pre == "chameleon"
 	s.AddSpacePrefix = s.Model == "llama"
 	if v, ok := f.Bool("tokenizer.ggml.add_bos_token"); ok {
 		s.AddBOS = v

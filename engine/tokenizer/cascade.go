@@ -116,6 +116,17 @@ var cascades = map[preKind][]stage{
 		collapsed: true,
 		tailSpace: 1,
 	}},
+	// Chameleon: its sentinel and image tokens, tabs, newlines and runs
+	// of two or four spaces, single digits and single punctuation marks
+	// before GPT-2's regex.
+	preChameleon: {
+		rx(`<sentinel:[0-9]+>`, false),
+		rx(`(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z`, false),
+		rx(`([\t\n]|    |  )`, false),
+		rx(`[`+catN+`]`, true),
+		rx(`[`+catP+`!-/:-@\[-`+"`"+`{-~]`, true),
+		{scan: splitGPT2},
+	},
 	// BLOOM, Poro and GPT-3 Finnish: words run up to spaces and a few
 	// punctuation marks.
 	preBloom: {

@@ -36,6 +36,8 @@ func TestCascades(t *testing.T) {
 		// reverse; a lone lower run ends at a capital.
 		{"tekken", "HTTPServer camelCase x1/2\n", []string{"HTTPServer", " camel", "Case", " x", "1", "/", "2", "\n"}},
 		{"tekken", "Ünïcode  ok", []string{"Ünïcode", " ", " ok"}},
+		// Later regexes split what earlier ones matched, as in llama.cpp.
+		{"chameleon", "a<sentinel:12>IMGIMGABZ  x7;", []string{"a", "<", "sentinel", ":", "1", "2", ">", "IMGIMGABZ", "  ", "x", "7", ";"}},
 	} {
 		p, ok := preKinds[tc.pre]
 		if !ok {

@@ -31,6 +31,7 @@ const (
 	preBloom
 	preViking
 	preTekken
+	preChameleon
 )
 
 // preKinds maps tokenizer.ggml.pre values to scanners, grouped as llama.cpp
@@ -44,7 +45,7 @@ var preKinds = map[string]preKind{
 	"smollm": preSmolLM, "starcoder": preSmolLM, "refact": preSmolLM, "command-r": preSmolLM, "codeshell": preSmolLM, "exaone": preSmolLM, "minerva-7b": preSmolLM,
 	"falcon": preFalcon, "deepseek-llm": preDeepSeekLLM, "deepseek-coder": preDeepSeekCoder, "deepseek-v3": preDeepSeekV3,
 	"poro-chat": preBloom, "bloom": preBloom, "gpt3-finnish": preBloom, "viking": preViking,
-	"tekken": preTekken,
+	"tekken": preTekken, "chameleon": preChameleon,
 }
 
 // ignoresMerges are the pre-tokenizers whose words that are whole tokens
