@@ -120,6 +120,88 @@ func TestGuidedJSONSchemaModels(t *testing.T) {
 	}
 }
 
+// oracleSchemas are what issue reports and real APIs ask for: unbounded
+// numbers, bounds on numbers, dates, formats, pattern with lengths,
+// overlapping oneOf, discriminated unions, additionalProperties schemas.
+// Every string is bounded so every output must end.
+var oracleSchemas = []string{
+	`{"type":"object","properties":{"age":{"type":"integer","minimum":0},"score":{"type":"number"}},"required":["age","score"],"additionalProperties":false}`,
+	`{"type":"object","properties":{"t":{"type":"number","minimum":-40.5,"exclusiveMaximum":60},"p":{"type":"number","exclusiveMinimum":0,"maximum":1}},"required":["t","p"]}`,
+	`{"type":"array","items":{"type":"string","format":"date"},"minItems":3,"maxItems":3}`,
+	`{"type":"object","properties":{"email":{"type":"string","format":"email","maxLength":24},"host":{"type":"string","format":"hostname","maxLength":20},"ip":{"type":"string","format":"ipv4"}},"required":["email","host","ip"]}`,
+	`{"type":"string","pattern":"^[a-z]+(-[a-z]+)*$","minLength":4,"maxLength":10}`,
+	`{"oneOf":[{"type":"integer","minimum":0,"maximum":10},{"type":"integer","minimum":5,"maximum":20}]}`,
+	`{"oneOf":[{"type":"object","properties":{"kind":{"const":"circle"},"r":{"type":"number","minimum":0,"maximum":10}},"required":["kind","r"]},
+	  {"type":"object","properties":{"kind":{"const":"square"},"side":{"type":"integer","minimum":1,"maximum":9}},"required":["kind","side"]}]}`,
+	`{"type":"object","properties":{"id":{"type":"integer","maximum":99}},"additionalProperties":{"type":"string","maxLength":3},"required":["id","label"]}`,
+}
+
+// TestGuidedOracle decodes many outputs per schema on the real model,
+// greedy and sampled, with speculation drafting every step, and checks
+// each with an independent JSON Schema validator that asserts formats.
+func TestGuidedOracle(t *testing.T) {
+	m := loadStories(t)
+	e, err := engine.New(m, engine.Options{Speculation: engine.Speculation{Dispatcher: spec.Fixed(spec.Chain(4))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	runs := 8
+	if testing.Short() {
+		runs = 4
+	}
+	for si, schema := range oracleSchemas {
+		t.Run(fmt.Sprint(si), func(t *testing.T) {
+			doc, err := jsonschema.UnmarshalJSON(bytes.NewReader([]byte(schema)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := jsonschema.NewCompiler()
+			c.AssertFormat()
+			if err := c.AddResource("mem://s.json", doc); err != nil {
+				t.Fatal(err)
+			}
+			sch, err := c.Compile("mem://s.json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for i := range runs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					p := sample.Params{}
+					if i%2 == 1 {
+						p = sample.Params{Temperature: 1, Seed: uint64(100*si + i)}
+					}
+					r := engine.Request{Prompt: m.Tokenizer().Encode(storyPrompts[i%len(storyPrompts)]), MaxTokens: 300, Sample: p,
+						Guided: &engine.Guided{Schema: json.RawMessage(schema)}}
+					_, text, f, err := generate(ctx, e, r)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if f.FinishReason != engine.FinishStop {
+						t.Errorf("%d: have finish %s (%v) after %q; want stop", i, f.FinishReason, f.Err, text)
+						return
+					}
+					inst, err := jsonschema.UnmarshalJSON(bytes.NewReader([]byte(text)))
+					if err != nil {
+						t.Errorf("%d: have %q: %v; want JSON", i, text, err)
+						return
+					}
+					if err := sch.Validate(inst); err != nil {
+						t.Errorf("%d: have %q: %v; want it valid", i, text, err)
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
+
 func TestGuidedUnsupportedSchemaRefused(t *testing.T) {
 	m := loadSynth(t)
 	e, err := engine.New(m, engine.Options{})

@@ -103,7 +103,7 @@ var goldenDFAs = []struct {
 	{"schema23", 9, "3a7c19119a41e77b0fe6c434"},
 	{"schema24", 88, "97c48b53fae2a839e35d4f37"},
 	{"schema25", 14, "e2b52cea5f61cad576e5a959"},
-	{"schema26", 319, "4549140fd3b23b86a8d00464"},
+	{"schema26", 576, "6beb601eb44c9d4849b136fe"},
 	{"schema27", 1486, "eb72136d91724bcd2a5536e6"},
 	{"schema28", 82, "14b163a551768723f7f53812"},
 	{"schema29", 1540, "16773954f3e0d85b1897edf8"},

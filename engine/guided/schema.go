@@ -488,9 +488,10 @@ var formats = map[string]string{
 	"uuid":      `[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`,
 	"ipv4":      reOctet + `(?:\.` + reOctet + `){3}`,
 	"hostname":  reHostname,
-	// A dot-atom local part of at most 64 bytes, then a hostname with at
-	// least two labels.
-	"email": `[a-zA-Z0-9_+-](?:[a-zA-Z0-9_+.-]{0,62}[a-zA-Z0-9_+-])?@` + reLabel + `(?:\.` + reLabel + `){1,3}`,
+	// A dot-atom local part (at most 3 atoms of at most 16, under the
+	// 64-byte limit; no leading, trailing or doubled dots), then a
+	// hostname with at least two labels.
+	"email": `[a-zA-Z0-9_+-]{1,16}(?:\.[a-zA-Z0-9_+-]{1,16}){0,2}@` + reLabel + `(?:\.` + reLabel + `){1,3}`,
 	// scheme://host[:port][/path][?query][#fragment] with unreserved and
 	// a few sub-delimiter characters.
 	"uri": `(?:https?|ftp|wss?)://` + reHostname + `(?::[1-9][0-9]{0,3})?(?:/[a-zA-Z0-9._~!$&'()*+,;=:@-]*)*(?:\?[a-zA-Z0-9._~!$&'()*+,;=:@/?-]*)?(?:#[a-zA-Z0-9._~!$&'()*+,;=:@/?-]*)?`,

@@ -497,6 +497,52 @@ func TestOneOfKeeps(t *testing.T) {
 	}
 }
 
+// TestFormatsSubset checks that each format's language is a subset of
+// what the validator accepts for the format, over hand-picked near misses,
+// and that ordinary values are generated.
+func TestFormatsSubset(t *testing.T) {
+	v := synthVocab(500)
+	tests := []struct {
+		format string
+		texts  []string
+		keep   []string
+	}{
+		{"email", []string{"a..b@c.de", ".a@b.cd", "a.@b.cd", "a@b", "a@-b.cd", "a@b-.cd", "a b@c.de", "@b.cd", "a@b..cd", "a@b.c"},
+			[]string{"jane.doe@example.com", "x+y@mail.co"}},
+		{"hostname", []string{"-a.com", "a-.com", "a..b", ".a", "a.", strings.Repeat("a", 64) + ".com", "a_b.com", ""},
+			[]string{"example.com", "a", "x-1.y-2.z"}},
+		{"ipv4", []string{"256.1.1.1", "01.1.1.1", "1.1.1", "1.1.1.1.1", "1.1.1.", "00.0.0.0", "1.1.1.01"},
+			[]string{"0.0.0.0", "255.255.255.255", "10.20.30.40"}},
+		{"uri", []string{"example.com", "http//x.y", "://x", "http://", "http://a b", "http://x.y/%zz"},
+			[]string{"https://example.com/a/b?c=d#e", "ftp://x:21/"}},
+		{"date", []string{"2023-02-29", "1900-02-29", "2024-13-01", "2024-00-10", "2024-04-31", "24-01-01"},
+			[]string{"2024-02-29", "2000-02-29", "1999-12-31"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.format, func(t *testing.T) {
+			schema := `{"type":"string","format":"` + tt.format + `"}`
+			g, err := Compile(Spec{Schema: json.RawMessage(schema)}, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sch := validator(t, []byte(schema))
+			for _, str := range append(tt.texts, tt.keep...) {
+				text, _ := json.Marshal(str)
+				have := g.d.accept[g.d.run(g.d.start, text)]
+				if have && validates(sch, text) != nil {
+					t.Errorf("%s: have generated; the validator refuses it", text)
+				}
+			}
+			for _, str := range tt.keep {
+				text, _ := json.Marshal(str)
+				if !g.d.accept[g.d.run(g.d.start, text)] || validates(sch, text) != nil {
+					t.Errorf("%s: have not generated (or invalid); want an ordinary value kept", text)
+				}
+			}
+		})
+	}
+}
+
 // TestDates checks format date against the calendar, leap years
 // included, over whole years.
 func TestDates(t *testing.T) {
