@@ -416,6 +416,7 @@ function noteFor(m) {
   if (m.partial) {
     if (m.interrupted === "cancel") return "Stopped.";
     if (m.interrupted === "shutdown") return "Interrupted: the server shut down.";
+    if (m.interrupted === "crash") return "Interrupted: the server running this answer stopped.";
     return "Interrupted by an error.";
   }
   if (m.finish_reason === "length") return "Stopped at the token limit.";
@@ -667,6 +668,7 @@ function finishBubble(request, d) {
   if (d.note) addNote(b, d.note);
   else if (d.error) addNote(b, `Error: ${d.error.message || d.error.code}`);
   else if (reason === "cancelled") addNote(b, "Stopped.");
+  else if (reason === "error") addNote(b, "Interrupted by an error.");
   else if (reason === "length") addNote(b, "Stopped at the token limit.");
   addActions(b, d);
   updateComposer();
