@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/specgate/specgate/internal/durable"
 	"github.com/specgate/specgate/internal/keyspace"
 	"github.com/specgate/specgate/migrations"
 	"github.com/specgate/specgate/tenants"
@@ -80,6 +81,14 @@ type Options struct {
 	// approximately); LogTTL is how long it lives after its last write (1h).
 	LogMaxLen int64
 	LogTTL    time.Duration
+	// WaitReplicas is how many Redis replicas must hold a stored message
+	// or a logged delta before it counts as written (WAIT), so that a
+	// primary's failover (Redis Cluster, Sentinel) loses nothing a client
+	// was shown. A primary with fewer replicas is waited on for the ones
+	// it has: one server without replicas waits for none. Default 1; -1
+	// never waits. A delta is sent to the client once logged, so this
+	// adds the replication round trip to each.
+	WaitReplicas int
 	// ResumePoll is how long one blocking read of a stream log waits before
 	// checking the connection again (1s); ResumeIdle is how long a resume
 	// waits for a running request's next entry before giving up (2m).
@@ -175,6 +184,9 @@ func (o *Options) validate() error {
 		o.LogMaxLen = 10000
 	}
 	def(&o.LogTTL, time.Hour)
+	if o.WaitReplicas == 0 {
+		o.WaitReplicas = 1
+	}
 	def(&o.ResumePoll, time.Second)
 	def(&o.ResumeIdle, 2*time.Minute)
 	def(&o.PersistTimeout, 15*time.Second)
@@ -237,12 +249,13 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	now := opts.Clock.Now
+	writer := durable.New(opts.Redis, durable.Options{Replicas: opts.WaitReplicas})
 	s := &Server{
 		o:        opts,
 		tenants:  tenants.NewStore(opts.Redis, opts.Prefix, now),
 		limiter:  tenants.NewLimiter(opts.Redis, opts.Prefix),
-		sessions: &SessionStore{rdb: opts.Redis, ks: keyspace.New(opts.Prefix), now: now, logTTL: opts.LogTTL},
-		log:      &streamLog{rdb: opts.Redis, ks: keyspace.New(opts.Prefix), maxLen: opts.LogMaxLen, ttl: opts.LogTTL},
+		sessions: &SessionStore{rdb: opts.Redis, ks: keyspace.New(opts.Prefix), now: now, logTTL: opts.LogTTL, w: writer},
+		log:      &streamLog{rdb: opts.Redis, ks: keyspace.New(opts.Prefix), maxLen: opts.LogMaxLen, ttl: opts.LogTTL, w: writer},
 		metrics:  m,
 		ks:       keyspace.New(opts.Prefix),
 		gwID:     randomID("g_"),

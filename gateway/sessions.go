@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/specgate/specgate/internal/durable"
 	"github.com/specgate/specgate/internal/keyspace"
 )
 
@@ -56,6 +57,7 @@ type Message struct {
 type SessionStore struct {
 	rdb    redis.UniversalClient
 	ks     keyspace.Space
+	w      *durable.Writer // turns' writes wait for replicas
 	now    func() time.Time
 	logTTL time.Duration
 }
@@ -271,7 +273,7 @@ func (s *SessionStore) StartTurn(ctx context.Context, tenant, user, sid, request
 	}
 	now := s.now().UnixMilli()
 	msg, _ := json.Marshal(Message{Role: "user", Content: content, Request: request, Created: now})
-	res, err := startScript.Run(ctx, s.rdb,
+	res, err := s.w.Run(ctx, startScript,
 		[]string{s.sessKey(sid), s.msgsKey(sid), s.reqKey(sid, request)},
 		tenant, user, msg, now, s.logTTL.Milliseconds()).Result()
 	if err != nil {
@@ -339,7 +341,7 @@ func (s *SessionStore) FinishTurn(ctx context.Context, tenant, user, sid string,
 		m.Created = s.now().UnixMilli()
 	}
 	b, _ := json.Marshal(m)
-	n, err := finishScript.Run(ctx, s.rdb,
+	n, err := s.w.Run(ctx, finishScript,
 		[]string{s.sessKey(sid), s.msgsKey(sid), s.reqKey(sid, m.Request)},
 		b, m.Created, s.logTTL.Milliseconds(), m.Request, m.FinishReason).Int()
 	if err != nil {

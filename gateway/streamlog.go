@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/specgate/specgate/internal/durable"
 	"github.com/specgate/specgate/internal/keyspace"
 )
 
@@ -22,6 +23,7 @@ import (
 type streamLog struct {
 	rdb    redis.UniversalClient
 	ks     keyspace.Space
+	w      *durable.Writer // appends wait for replicas
 	maxLen int64
 	ttl    time.Duration
 }
@@ -67,7 +69,9 @@ func (l *streamLog) appendDeltas(ctx context.Context, sid, rid string, deltas []
 	for _, d := range deltas {
 		args = append(args, d.Seq, d.Text)
 	}
-	n, err := appendScript.Run(ctx, l.rdb, []string{l.key(sid, rid)}, args...).Int()
+	// Through the durable writer: a delta counts as logged once a replica
+	// holds it too, so a primary's failover cannot take it back.
+	n, err := l.w.Run(ctx, appendScript, []string{l.key(sid, rid)}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("gateway: append deltas %d.. of %s: %w", deltas[0].Seq, rid, err)
 	}
@@ -78,10 +82,9 @@ func (l *streamLog) appendDeltas(ctx context.Context, sid, rid string, deltas []
 func (l *streamLog) appendDone(ctx context.Context, sid, rid string, lastSeq int, done ServerFrame) error {
 	key := l.key(sid, rid)
 	b, _ := json.Marshal(done)
-	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	err := l.w.Pipelined(ctx, key, func(p redis.Pipeliner) {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(lastSeq+1) + "-0", MaxLen: l.maxLen, Approx: true, Values: []any{"done", string(b)}})
 		p.PExpire(ctx, key, l.ttl)
-		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("gateway: append done of %s: %w", rid, err)

@@ -91,6 +91,12 @@ func Client(tb testing.TB) redis.UniversalClient {
 	return rdb
 }
 
+// IsClusterURL reports whether the shared Redis is a cluster.
+func IsClusterURL() bool {
+	c, err := redisurl.Parse(URL())
+	return err == nil && c.Kind == redisurl.Cluster
+}
+
 // IsCluster reports whether rdb talks to a Redis Cluster.
 func IsCluster(rdb redis.UniversalClient) bool {
 	_, ok := rdb.(*redis.ClusterClient)
