@@ -769,6 +769,9 @@ func TestBrowserChatItems(t *testing.T) {
 
 	// Tables and highlighted code with a copy button; markup stays text.
 	b.sendAndFinish("Show a table")
+	if pager := evalJS[[]bool](b, `[...document.querySelectorAll('[data-testid=branch-prev], [data-testid=branch-next]')].map(x => x.disabled)`); len(pager) != 2 || pager[0] || !pager[1] {
+		t.Errorf("have pager buttons disabled %v after an answer; want previous enabled, next at the end", pager)
+	}
 	cells := evalJS[[]string](b, jsLast+` && [...`+jsLast+`.querySelectorAll('table th, table td')].map(c => c.textContent + "|" + (c.dataset.align || ""))`)
 	if want := []string{"Name|left", "Score|right", "Ada|left", "10|right", "Bob|left", "7|right"}; strings.Join(cells, ",") != strings.Join(want, ",") {
 		t.Errorf("have table cells %q; want %q", cells, want)

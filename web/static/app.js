@@ -498,8 +498,12 @@ function branchPager(br) {
   };
   const prev = el("button", { type: "button", "data-testid": "branch-prev", "aria-label": "Previous version", text: "‹" });
   const next = el("button", { type: "button", "data-testid": "branch-next", "aria-label": "Next version", text: "›" });
-  prev.disabled = br.current <= 0;
-  next.disabled = br.current >= br.count - 1;
+  // data-edge marks a button with no version on its side; the others are
+  // only disabled while an answer streams (updateComposer).
+  prev.dataset.edge = String(br.current <= 0);
+  next.dataset.edge = String(br.current >= br.count - 1);
+  prev.disabled = br.current <= 0 || streaming();
+  next.disabled = br.current >= br.count - 1 || streaming();
   prev.addEventListener("click", () => go(br.current - 1));
   next.addEventListener("click", () => go(br.current + 1));
   pager.append(prev, el("span", { "data-testid": "branch-label", text: `${br.current + 1}/${br.count}` }), next);
@@ -746,8 +750,7 @@ function updateComposer() {
     if (r) r.hidden = busy || i !== answers.length - 1 || !a.dataset.request;
   });
   for (const e of $("messages").querySelectorAll('[data-testid="edit"], .branch-pager button')) {
-    if (busy) e.setAttribute("disabled", "");
-    else if (e.matches('[data-testid="edit"]')) e.removeAttribute("disabled");
+    e.disabled = busy || e.dataset.edge === "true";
   }
 }
 
@@ -812,6 +815,7 @@ function loadSettings() {
 function fillSessionSettings(s) {
   if (document.activeElement?.closest?.("#settings")) return; // being edited
   $("set-system").value = s.system || "";
+  $("settings-summary-system").hidden = !s.system;
   const p = s.params;
   if (!p) return;
   const set = (id, v) => ($(id).value = v == null ? "" : String(v));
@@ -821,7 +825,7 @@ function fillSessionSettings(s) {
   set("set-seed", p.seed);
   $("set-priority").value = p.priority || "";
   $("set-schema").value = p.schema ? JSON.stringify(p.schema) : "";
-  $("settings-summary-system").hidden = !s.system;
+
 }
 
 async function send() {
@@ -967,6 +971,7 @@ function init() {
   $("sidebar-toggle").addEventListener("click", () => ($("app").dataset.sidebar === "open" ? closeSidebar() : openSidebar()));
   $("backdrop").addEventListener("click", closeSidebar);
   $("settings").addEventListener("change", saveSettings);
+  $("set-system").addEventListener("input", () => ($("settings-summary-system").hidden = !$("set-system").value.trim()));
   window.addEventListener("online", () => state.client?.reconnectNow());
   // A sign-in link pasted into a tab that already shows the app.
   window.addEventListener("hashchange", () => {
