@@ -307,3 +307,36 @@ func TestSIGTERMDrainsAndCloses(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxTokensZeroIsTheContext: a chat without max_tokens may use what the
+// context has left (PROTOCOL.md), not the engine's smaller default cap. The
+// model is random-weight with a 1536-token context and a seed whose greedy
+// text meets no end-of-sequence token. Also: --auth-timeout is the browser
+// sign-in timeout.
+func TestMaxTokensZeroIsTheContext(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "ctx1536.gguf")
+	if r := specgate(t, nil, "mkmodel", "--out", model, "--context", "1536", "--dim", "64", "--heads", "2", "--layers", "1", "--ffn", "128", "--vocab", "512", "--seed", "4"); r.code != 0 {
+		t.Fatalf("mkmodel: %d %s", r.code, r.stderr)
+	}
+	rs := testredis.Start(t)
+	p := startServe(t, rs.URL(), "--model", model, "--auth-timeout", "300ms")
+	c := login(t, p, tenantToken(t, rs, "alice"))
+	c.Timeout = 30 * time.Second
+	sid := newSession(t, c)
+	c.SendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "Once upon a time"})
+	_, done, errs := c.Collect("r1", 0)
+	if len(errs) > 0 || done.Usage == nil {
+		t.Fatalf("have %+v %+v", errs, done)
+	}
+	u := done.Usage
+	if done.FinishReason != "length" || u.PromptTokens+u.CompletionTokens != 1536 || u.CompletionTokens <= 1024 {
+		t.Fatalf("have %s after %d+%d tokens; want length at the 1536-token context, past 1024", done.FinishReason, u.PromptTokens, u.CompletionTokens)
+	}
+
+	start := time.Now()
+	silent := wsraw.MustDial(t, p.base, "")
+	fs := silent.UntilClose(10 * time.Second)
+	if took := time.Since(start); len(fs) != 1 || fs[0].Reason != "auth_timeout" || took > 3*time.Second {
+		t.Fatalf("have %+v after %v; want auth_timeout after about 300ms", fs, took)
+	}
+}

@@ -39,6 +39,10 @@ type Frame struct {
 	Seq          int    `json:"seq"`
 	Text         string `json:"text"`
 	FinishReason string `json:"finish_reason"`
+	Usage        *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
 	Session      *struct {
 		ID       string `json:"id"`
 		Messages []struct {
