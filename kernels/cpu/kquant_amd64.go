@@ -8,10 +8,16 @@ import "github.com/specgate/specgate/kernels"
 func dotQ4KRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
 
 //go:noescape
+func dotQ5KRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
+
+//go:noescape
 func dotQ6KRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
 
 //go:noescape
 func dotQ4Kx4AVX(w *byte, grp *byte, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ5Kx4AVX(w *byte, grp *byte, nb int, out *[4]float32)
 
 //go:noescape
 func dotQ6Kx4AVX(w *byte, grp *byte, nb int, out *[4]float32)
@@ -19,9 +25,11 @@ func dotQ6Kx4AVX(w *byte, grp *byte, nb int, out *[4]float32)
 // setKDotsAsm points the types with AVX2 kernels at them.
 func setKDotsAsm() {
 	kDots[kernels.Q4_K] = kRowsAsm(dotQ4KRowsAVX, q4KBytes)
+	kDots[kernels.Q5_K] = kRowsAsm(dotQ5KRowsAVX, q5KBytes)
 	kDots[kernels.Q6_K] = kRowsAsm(dotQ6KRowsAVX, q6KBytes)
 	kX4 = map[kernels.DType]func(w, g []byte, nb int, out *[4]float32){
 		kernels.Q4_K: kX4Asm(dotQ4Kx4AVX, q4KBytes),
+		kernels.Q5_K: kX4Asm(dotQ5Kx4AVX, q5KBytes),
 		kernels.Q6_K: kX4Asm(dotQ6Kx4AVX, q6KBytes),
 	}
 }

@@ -152,6 +152,137 @@ q4kblock:
 	VZEROUPPER
 	RET
 
+// Q5KNIB sets Y4 and Y5 to the low and high nibbles of 32 bytes at qoff.
+#define Q5KNIB(qoff) \
+	VMOVDQU    qoff(SI), Y4 \
+	VPSRLW     $4, Y4, Y5 \
+	VPAND      Y15, Y4, Y4 \
+	VPAND      Y15, Y5, Y5
+
+// Q5KBITL and Q5KBITR put a fifth bit of qh (Y11) at bit 4 of y's bytes:
+// a word shift by n brings the bit there and the byte mask 0x10 (Y14)
+// drops what crossed from the neighbouring byte. Bits 2c and 2c+1 of qh[l]
+// belong to chunk c's low and high sub-block.
+#define Q5KBITL(n, y) \
+	VPSLLW $n, Y11, Y9 \
+	VPAND  Y14, Y9, Y9 \
+	VPOR   Y9, y, y
+
+#define Q5KBITR(n, y) \
+	VPSRLW $n, Y11, Y9 \
+	VPAND  Y14, Y9, Y9 \
+	VPOR   Y9, y, y
+
+// Q5KMUL adds the chunk's two sub-blocks in Y4 and Y5 (activations at
+// xoff, scales at words s0, s1 of the stack) to Y0.
+#define Q5KMUL(xoff, s0, s1) \
+	VPMADDUBSW xoff(DI), Y4, Y4 \
+	VPMADDUBSW xoff+32(DI), Y5, Y5 \
+	VPBROADCASTW s0(SP), Y6 \
+	VPBROADCASTW s1(SP), Y7 \
+	VPMADDWD   Y6, Y4, Y4 \
+	VPMADDWD   Y7, Y5, Y5 \
+	VPADDD     Y4, Y0, Y0 \
+	VPADDD     Y5, Y0, Y0
+
+// func dotQ5KRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
+TEXT ·dotQ5KRowsAVX(SB), NOSPLIT, $32-64
+	MOVQ w+0(FP), R8
+	MOVQ out+48(FP), R14
+	MOVQ nrows+56(FP), BX
+	MOVL $0x0f0f0f0f, R9
+	VMOVD R9, X15
+	VPBROADCASTD X15, Y15
+	MOVL $0x10101010, R9
+	VMOVD R9, X14
+	VPBROADCASTD X14, Y14
+
+q5krow:
+	KSETUP
+
+q5kblock:
+	// The 6-bit scales and mins of the eight sub-blocks, from 12 bytes:
+	// bytes 0-3 hold scales 0-3 and bytes 4-7 mins 0-3 (low six bits);
+	// bytes 8-11 the low four bits of scales 4-7 (low nibble) and of mins
+	// 4-7 (high nibble); the top two bits of bytes 0-7 the high bits of
+	// scales and mins 4-7.
+	MOVL 4(SI), R9
+	MOVL 8(SI), R10
+	MOVL 12(SI), R11
+	MOVL R9, R12
+	ANDL $0x3f3f3f3f, R12
+	MOVL R11, R13
+	ANDL $0x0f0f0f0f, R13
+	SHRL $6, R9
+	ANDL $0x03030303, R9
+	SHLL $4, R9
+	ORL  R9, R13
+	SHLQ $32, R13
+	ORQ  R13, R12
+	MOVL R10, R9
+	ANDL $0x3f3f3f3f, R9
+	SHRL $4, R11
+	ANDL $0x0f0f0f0f, R11
+	SHRL $6, R10
+	ANDL $0x03030303, R10
+	SHLL $4, R10
+	ORL  R10, R11
+	SHLQ $32, R11
+	ORQ  R11, R9
+
+	// Scales as eight words on the stack.
+	VMOVQ R12, X1
+	VPMOVZXBW X1, X1
+	VMOVDQU X1, 0(SP)
+
+	// Mins: word pairs [m_j, m_j] against the sums per 16 give
+	// m_j·(Σ of sub-block j) in dword j; scaled by dmin·d_x into Y13.
+	VMOVQ R9, X2
+	VPUNPCKLBW X2, X2, X2
+	VPMOVZXBW X2, Y2
+	VPMADDWD  (CX), Y2, Y2
+
+	VPXOR Y0, Y0, Y0
+	VMOVDQU 16(SI), Y11
+	Q5KNIB(48)
+	Q5KBITL(4, Y4)
+	Q5KBITL(3, Y5)
+	Q5KMUL(0, 0, 2)
+	Q5KNIB(80)
+	Q5KBITL(2, Y4)
+	Q5KBITL(1, Y5)
+	Q5KMUL(64, 4, 6)
+	Q5KNIB(112)
+	Q5KBITL(0, Y4)
+	Q5KBITR(1, Y5)
+	Q5KMUL(128, 8, 10)
+	Q5KNIB(144)
+	Q5KBITR(2, Y4)
+	Q5KBITR(3, Y5)
+	Q5KMUL(192, 12, 14)
+
+	// sum += (d_x·d)·isum − (d_x·dmin)·msum
+	HSUMI(Y0, X0, X1)
+	HSUMI(Y2, X2, X1)
+	F16SCALE((SI), X3)
+	VMULSS X0, X3, X3
+	F16SCALE(2(SI), X4)
+	VMULSS X2, X4, X4
+	VSUBSS X4, X3, X3
+	VADDSS X3, X12, X12
+
+	ADDQ $176, SI
+	ADDQ $256, DI
+	ADDQ $4, DX
+	ADDQ $32, CX
+	DECQ AX
+	JNZ  q5kblock
+
+	KSTORE
+	JNZ q5krow
+	VZEROUPPER
+	RET
+
 // Q6KGROUP adds 32 values (sub-blocks s and s+1 of 16) to Y0: Y4 holds
 // their 6-bit quants, unsigned; the scales are words on the stack.
 #define Q6KGROUP(xoff, s0, s1) \
@@ -274,6 +405,11 @@ q6kblock:
 	VPSRLW     $4, Y4, Y5 \
 	VPAND      Y15, Y4, Y4 \
 	VPAND      Y15, Y5, Y5 \
+	Q4KX4MUL(xoff, s0, s1)
+
+// Q4KX4MUL multiplies the chunk's two sub-blocks in Y4 and Y5 with the
+// four rows' activations at xoff, scales at words s0 and s1 of the stack.
+#define Q4KX4MUL(xoff, s0, s1) \
 	VPBROADCASTW s0(SP), Y6 \
 	VPBROADCASTW s1(SP), Y7 \
 	Q4KX4ROW(0, xoff, Y0) \
@@ -354,6 +490,101 @@ q4kx4block:
 	ADDQ $1168, DI
 	DECQ AX
 	JNZ  q4kx4block
+
+	MOVQ out+24(FP), R9
+	VMOVUPS X13, (R9)
+	VZEROUPPER
+	RET
+
+// func dotQ5Kx4AVX(w *byte, grp *byte, nb int, out *[4]float32)
+TEXT ·dotQ5Kx4AVX(SB), NOSPLIT, $32-32
+	MOVQ w+0(FP), SI
+	MOVQ grp+8(FP), DI
+	MOVQ nb+16(FP), AX
+	MOVL $0x0f0f0f0f, R9
+	VMOVD R9, X15
+	VPBROADCASTD X15, Y15
+	MOVL $0x10101010, R9
+	VMOVD R9, X14
+	VPBROADCASTD X14, Y14
+	VXORPS X13, X13, X13
+
+q5kx4block:
+	// Scales and mins as in dotQ4KRowsAVX.
+	MOVL 4(SI), R10
+	MOVL 12(SI), R11
+	MOVL R10, R12
+	ANDL $0x3f3f3f3f, R12
+	MOVL R11, R9
+	ANDL $0x0f0f0f0f, R9
+	SHRL $6, R10
+	ANDL $0x03030303, R10
+	SHLL $4, R10
+	ORL  R10, R9
+	SHLQ $32, R9
+	ORQ  R9, R12
+	VMOVQ R12, X1
+	VPMOVZXBW X1, X1
+	VMOVDQU X1, 0(SP)
+	MOVL 8(SI), R10
+	MOVL R10, R12
+	ANDL $0x3f3f3f3f, R12
+	SHRL $4, R11
+	ANDL $0x0f0f0f0f, R11
+	SHRL $6, R10
+	ANDL $0x03030303, R10
+	SHLL $4, R10
+	ORL  R10, R11
+	SHLQ $32, R11
+	ORQ  R11, R12
+	VMOVQ R12, X10
+	VPUNPCKLBW X10, X10, X10
+	VPMOVZXBW X10, Y10
+
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VMOVDQU 16(SI), Y11
+	Q5KNIB(48)
+	Q5KBITL(4, Y4)
+	Q5KBITL(3, Y5)
+	Q4KX4MUL(0, 0, 2)
+	Q5KNIB(80)
+	Q5KBITL(2, Y4)
+	Q5KBITL(1, Y5)
+	Q4KX4MUL(64, 4, 6)
+	Q5KNIB(112)
+	Q5KBITL(0, Y4)
+	Q5KBITR(1, Y5)
+	Q4KX4MUL(128, 8, 10)
+	Q5KNIB(144)
+	Q5KBITR(2, Y4)
+	Q5KBITR(3, Y5)
+	Q4KX4MUL(192, 12, 14)
+	ISUM4(Y0, Y1, Y2, Y3, X0, X8)
+
+	VPMADDWD 1024(DI), Y10, Y4
+	VPMADDWD 1056(DI), Y10, Y5
+	VPMADDWD 1088(DI), Y10, Y6
+	VPMADDWD 1120(DI), Y10, Y7
+	ISUM4(Y4, Y5, Y6, Y7, X4, X8)
+
+	// sum += (d_x·d)·isum − (d_x·dmin)·msum, lane by lane.
+	VMOVUPS 1152(DI), X11
+	F16B((SI), X8)
+	VMULPS X8, X11, X8
+	VMULPS X0, X8, X8
+	F16B(2(SI), X9)
+	VMULPS X9, X11, X9
+	VMULPS X4, X9, X9
+	VSUBPS X9, X8, X8
+	VADDPS X8, X13, X13
+
+	ADDQ $176, SI
+	ADDQ $1168, DI
+	DECQ AX
+	JNZ  q5kx4block
 
 	MOVQ out+24(FP), R9
 	VMOVUPS X13, (R9)
