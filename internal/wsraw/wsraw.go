@@ -43,7 +43,7 @@ type Frame struct {
 		PromptTokens     int `json:"prompt_tokens"`
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
-	Session      *struct {
+	Session *struct {
 		ID       string `json:"id"`
 		Messages []struct {
 			Role         string `json:"role"`
