@@ -488,9 +488,10 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 // so the template's head) stay, and the first exchange (a user message and
 // its reply, when they take at most a quarter of fit) stays as an anchor,
 // as attention sinks do; then the conversation goes on from the first
-// user message at or past k×fit/2 tokens of history, for the least k that
+// user message at or past k×⅔·fit tokens of history, for the least k that
 // fits. A conversation only grows at its end, so turn after turn the cut
-// stays put until the history has grown by half the room again, and the
+// stays put until the history has grown by ⅔ of the room again (a third
+// is kept at a cut: more would move the cut more often), and the
 // kept prompt starts the same way each turn: its KV stays in the prefix
 // cache. When the cut does move, the head and the anchor still match.
 // When even the last message alone is too long, that prompt is returned as
@@ -544,14 +545,9 @@ func (e *Engine) renderFitting(msgs []Message, fit int) ([]int32, int, error) {
 		}
 		return (anchor < 0 || i > anchor+1) && cm[i].Role != "system" && (cm[i].Role == "user" || !users)
 	}
-	step := max(fit/2, 1)
-	from := 0
-	for k := 1; from < last; k++ {
-		next := from
-		for next < last && (at[next] < k*step || !cut(next) || next == from) {
-			next++
-		}
-		from = next
+	step := max(2*fit/3, 1)
+	// keep renders the conversation cut at from.
+	keep := func(from int) ([]int32, int, error) {
 		kept := make([]chat.Message, 0, len(cm))
 		dropped := 0
 		for i, m := range cm[:from] {
@@ -561,19 +557,42 @@ func (e *Engine) renderFitting(msgs []Message, fit int) ([]int32, int, error) {
 				dropped++
 			}
 		}
-		kept = append(kept, cm[from:]...)
-		if prompt, err = e.render(kept); err != nil || len(prompt) <= fit {
-			return prompt, dropped, err
+		p, err := e.render(append(kept, cm[from:]...))
+		return p, dropped, err
+	}
+	from := 0
+	for k := 1; from < last; k++ {
+		prev := from
+		for from < last && (at[from] < k*step || !cut(from) || from == prev) {
+			from++
+		}
+		p, dropped, err := keep(from)
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(p) <= fit {
+			if from == last {
+				// Turns this long for the context cannot keep a cut
+				// for several turns anyway: rather than keep only the
+				// last message, drop as little as fits.
+				for i := prev + 1; i < from; i++ {
+					if !cut(i) {
+						continue
+					}
+					if q, d, err := keep(i); err == nil && len(q) <= fit {
+						return q, d, nil
+					}
+				}
+			}
+			return p, dropped, nil
 		}
 		if from == last && anchor >= 0 {
 			// Too long with the anchor: give it up too.
-			anchor = -1
-			from = 0
-			k = 0
+			anchor, from, k = -1, 0, 0
 			continue
 		}
 		if from == last {
-			return prompt, dropped, nil
+			return p, dropped, nil
 		}
 	}
 	return prompt, 0, nil
