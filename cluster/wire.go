@@ -98,6 +98,7 @@ return redis.call('HEXISTS', KEYS[1], 'cancel')
 // wireError is an error crossing Redis: engine errors keep their code.
 type wireError struct {
 	Code      string `json:"code,omitempty"`
+	Reason    string `json:"reason,omitempty"`
 	Message   string `json:"message,omitempty"`
 	Temporary bool   `json:"temporary,omitempty"`
 	// Closed marks engine.ErrClosed (the engine stopped).
@@ -110,7 +111,7 @@ func toWireError(err error) *wireError {
 	}
 	var ee *engine.Error
 	if errors.As(err, &ee) {
-		return &wireError{Code: ee.Code, Message: ee.Message, Temporary: ee.Temporary}
+		return &wireError{Code: ee.Code, Reason: ee.Reason, Message: ee.Message, Temporary: ee.Temporary}
 	}
 	if errors.Is(err, engine.ErrClosed) {
 		return &wireError{Closed: true, Message: err.Error()}
@@ -125,7 +126,7 @@ func (w *wireError) err() error {
 	if w.Closed {
 		return &UnavailableError{Reason: "the engine stopped: " + w.Message}
 	}
-	return &engine.Error{Code: w.Code, Message: w.Message, Temporary: w.Temporary}
+	return &engine.Error{Code: w.Code, Reason: w.Reason, Message: w.Message, Temporary: w.Temporary}
 }
 
 // wireFinal is engine.Final crossing Redis (per-token gaps are dropped:
@@ -139,6 +140,8 @@ type wireFinal struct {
 	TokensPerSecond float64      `json:"tps,omitempty"`
 	AcceptedPerStep float64      `json:"aps,omitempty"`
 	Preemptions     int          `json:"preemptions,omitempty"`
+	Seed            uint64       `json:"seed,omitempty"`
+	Dropped         int          `json:"dropped,omitempty"`
 	Err             *wireError   `json:"err,omitempty"`
 }
 
@@ -147,7 +150,7 @@ func toWireFinal(f *engine.Final) wireFinal {
 		Reason: f.FinishReason, Usage: f.Usage,
 		Queue: int64(f.Stats.Queue), TTFT: int64(f.Stats.TTFT), Total: int64(f.Stats.Total),
 		TokensPerSecond: f.Stats.TokensPerSecond, AcceptedPerStep: f.Stats.AcceptedPerStep,
-		Preemptions: f.Stats.Preemptions, Err: toWireError(f.Err),
+		Preemptions: f.Stats.Preemptions, Seed: f.Stats.Seed, Dropped: f.DroppedMessages, Err: toWireError(f.Err),
 	}
 }
 
@@ -157,8 +160,10 @@ func (w wireFinal) final() *engine.Final {
 		Stats: engine.Stats{
 			Queue: time.Duration(w.Queue), TTFT: time.Duration(w.TTFT), Total: time.Duration(w.Total),
 			TokensPerSecond: w.TokensPerSecond, AcceptedPerStep: w.AcceptedPerStep, Preemptions: w.Preemptions,
+			Seed: w.Seed,
 		},
-		Err: w.Err.err(),
+		DroppedMessages: w.Dropped,
+		Err:             w.Err.err(),
 	}
 }
 

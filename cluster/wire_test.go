@@ -36,6 +36,7 @@ func TestWireErrors(t *testing.T) {
 	}{
 		{"engine error keeps its code", &engine.Error{Code: engine.CodeQueueFull, Message: "full", Temporary: true}, engine.CodeQueueFull, false},
 		{"wrapped engine error", errors.Join(errors.New("x"), &engine.Error{Code: engine.CodeBadRequest}), engine.CodeBadRequest, false},
+		{"engine error keeps its reason", &engine.Error{Code: engine.CodeOverQuota, Reason: engine.ReasonTokensPerMinute, Message: "spent", Temporary: true}, engine.CodeOverQuota, false},
 		{"closed engine", engine.ErrClosed, "", true},
 		{"anything else is internal", errors.New("boom"), engine.CodeInternal, false},
 	} {
@@ -47,6 +48,10 @@ func TestWireErrors(t *testing.T) {
 			var ee *engine.Error
 			if !tc.closed && (!errors.As(err, &ee) || ee.Code != tc.code) {
 				t.Fatalf("have %v; want code %s", err, tc.code)
+			}
+			var in *engine.Error
+			if errors.As(tc.in, &in) && ee.Reason != in.Reason {
+				t.Fatalf("have reason %q; want %q", ee.Reason, in.Reason)
 			}
 		})
 	}
@@ -62,7 +67,7 @@ func jsonString(v any) (string, error) {
 
 func TestDecodeOut(t *testing.T) {
 	f := &engine.Final{FinishReason: engine.FinishLength, Usage: engine.Usage{PromptTokens: 3, CompletionTokens: 5},
-		Stats: engine.Stats{TTFT: 7 * time.Millisecond, TokensPerSecond: 12.5}}
+		Stats: engine.Stats{TTFT: 7 * time.Millisecond, TokensPerSecond: 12.5, Seed: 99}, DroppedMessages: 4}
 	fj, _ := jsonString(toWireFinal(f))
 	for _, tc := range []struct {
 		name   string
@@ -73,7 +78,8 @@ func TestDecodeOut(t *testing.T) {
 		{"accepted", map[string]any{"k": "a", "e": "e1", "f": "1"}, outEntry{Kind: kindAccepted, Engine: "e1"}, false},
 		{"delta", map[string]any{"k": "d", "s": "4", "x": "hi", "t": "1,2"}, outEntry{Kind: kindDelta, Event: engine.Event{Seq: 4, Text: "hi", Tokens: []int32{1, 2}}}, false},
 		{"final", map[string]any{"k": "f", "j": fj}, outEntry{Kind: kindFinal, Event: engine.Event{Final: &engine.Final{
-			FinishReason: engine.FinishLength, Usage: f.Usage, Stats: engine.Stats{TTFT: 7 * time.Millisecond, TokensPerSecond: 12.5}}}}, false},
+			FinishReason: engine.FinishLength, Usage: f.Usage, Stats: engine.Stats{TTFT: 7 * time.Millisecond, TokensPerSecond: 12.5, Seed: 99},
+			DroppedMessages: 4}}}, false},
 		{"bad seq", map[string]any{"k": "d", "s": "x"}, outEntry{}, true},
 		{"bad final", map[string]any{"k": "f", "j": "{"}, outEntry{}, true},
 		{"unknown kind", map[string]any{"k": "z"}, outEntry{}, true},
