@@ -47,6 +47,7 @@ func (s *Scheduler) Schedule(now time.Time, r Resources) Plan {
 		return compareStr(a.id, b.id)
 	})
 	p.run, p.lv = run, lv
+	p.slotBound = len(run) >= s.cfg.MaxRunning
 	if r.Target > 0 && r.Target <= r.Tokens && p.saturated(r.Target) {
 		p.budget, p.share = r.Target, true
 	}
@@ -208,6 +209,7 @@ type planner struct {
 	now                    time.Time
 	budget, free, hostFree int
 	share                  bool           // the step is saturated: decodes are shared by weight
+	slotBound              bool           // every running slot was taken at the start of the step
 	run                    []*seq         // running at the start of the step, priority order
 	lv                     map[*seq]Class // the level of each of run
 	plan                   Plan
@@ -387,18 +389,20 @@ func (p *planner) pick(skip map[*tenant]bool, last Class) *seq {
 		if !found || (c > last && rank > float64(last)) {
 			continue
 		}
-		if best < 0 || rank < bestRank {
+		// On a tie the lower class wins: its request aged to this rank.
+		if best < 0 || rank <= bestRank {
 			best, bestRank = c, rank
 		}
 	}
 	if best < 0 {
 		return nil
 	}
-	if p.share {
+	if p.share || p.slotBound {
 		// A saturated step shares tokens by weight among running
-		// sequences, so what a tenant needs is running sequences in
-		// proportion to its weight: the slot goes to the tenant with the
-		// fewest per weight.
+		// sequences, and one whose running slots are all taken runs every
+		// running sequence's decode: either way what a tenant needs is
+		// running sequences in proportion to its weight, so the slot goes
+		// to the tenant with the fewest per weight.
 		var pick *tenant
 		for _, t := range s.rings[best].ts {
 			if ok(t) && len(t.queue[best]) > 0 && (pick == nil || float64(t.running)/t.lim.Weight < float64(pick.running)/pick.lim.Weight) {

@@ -99,10 +99,11 @@ func TestAgingProtectsFromPreemption(t *testing.T) {
 			if !ok {
 				t.Fatalf("batch request did not finish in %d steps under the flood", m.step)
 			}
-			// The oldest interactive request waiting ages too: the
-			// batch request goes first once it has waited 2×AgingAfter
-			// longer than that one, and the flood's requests wait at
-			// most one request's run for a slot.
+			// Once aged to the interactive class (2×AgingAfter) the
+			// batch request takes the next free slot, ahead of the
+			// flood's own waiting requests; slots free up when a
+			// request of the flood ends, within one request's run (16
+			// decode steps and its prefill).
 			if bound := 2*aging + 17*m.dt; queue < 2*aging || queue > bound {
 				t.Errorf("batch waited %v in the queue; want between 2×AgingAfter (%v) and %v", queue, 2*aging, bound)
 			}
@@ -155,8 +156,14 @@ func TestAgedRunningSequenceIsNotTheKVVictim(t *testing.T) {
 func shares(t *testing.T, streams int, wa, wb float64, target, steps int) (a, b int, m *sim) {
 	t.Helper()
 	m = newSim(t, Config{Quantum: 64}, 1000000, 0, 512)
-	m.debug = testing.Verbose()
 	m.target = target
+	a, b = sharesOn(t, m, streams, wa, wb, steps)
+	return a, b, m
+}
+
+// sharesOn is shares on a sim set up by the caller.
+func sharesOn(t *testing.T, m *sim, streams int, wa, wb float64, steps int) (a, b int) {
+	t.Helper()
 	n := 0
 	count := map[string]int{}
 	refill := func() {
@@ -185,7 +192,7 @@ func shares(t *testing.T, streams int, wa, wb float64, target, steps int) (a, b 
 		refill()
 		m.run()
 	}
-	return m.served["a"], m.served["b"], m
+	return m.served["a"], m.served["b"]
 }
 
 func TestWeightsGovernSaturatedSteps(t *testing.T) {
@@ -197,6 +204,18 @@ func TestWeightsGovernSaturatedSteps(t *testing.T) {
 			a, b, _ := shares(t, streams, 1, 3, 16, 3000)
 			ratio := float64(b) / float64(a)
 			if ratio < 3*0.9 || ratio > 3*1.1 {
+				t.Errorf("have tokens b/a = %d/%d = %.3f; want 3 within 10%%", b, a, ratio)
+			}
+		})
+	}
+	for _, streams := range []int{16, 48} {
+		t.Run(fmt.Sprint(streams, "+", streams, " with the engine's budget"), func(t *testing.T) {
+			// As the engine sets it: never less than the decodes plus
+			// one, so every admission happens with the slots full.
+			m := newSim(t, Config{Quantum: 64}, 1000000, 0, 512)
+			m.target, m.engineBudget = 16, true
+			a, b := sharesOn(t, m, streams, 1, 3, 3000)
+			if ratio := float64(b) / float64(a); ratio < 3*0.9 || ratio > 3*1.1 {
 				t.Errorf("have tokens b/a = %d/%d = %.3f; want 3 within 10%%", b, a, ratio)
 			}
 		})

@@ -95,7 +95,11 @@ type Config struct {
 	MaxQueued int
 	// AgingAfter is how long a waiting request must wait to count as one
 	// class higher (5s). Aging is continuous: a request that waited
-	// 1.5×AgingAfter is ahead of a fresh request one class above it.
+	// 1.5×AgingAfter is ahead of a fresh request one class above it, and
+	// one that has aged into a class goes ahead of that class's own
+	// requests; nor is it preempted for them. So a request leaves the
+	// queue within its distance from the top class times AgingAfter, plus
+	// the wait for a running slot.
 	AgingAfter time.Duration
 	// Quantum is the tokens a tenant of weight 1 is credited per deficit
 	// round robin round (256). It is also how far ahead of the others a
@@ -478,7 +482,11 @@ func (s *Scheduler) rank(q *seq, now time.Time) float64 {
 	if !q.since.IsZero() {
 		age += now.Sub(q.since)
 	}
-	return float64(q.class) - float64(age)/float64(s.cfg.AgingAfter)
+	// Nothing ranks above the top class: a request that has aged all
+	// the way there is as urgent as any that is there by class, and
+	// pick serves it first (see there), so its wait is bounded by the
+	// aging, not by how long the top class's requests wait.
+	return max(float64(q.class)-float64(age)/float64(s.cfg.AgingAfter), 0)
 }
 
 // level is the class q is served with: its own, or a higher one it has

@@ -129,6 +129,9 @@ type sim struct {
 	// target is Resources.Target of every step.
 	target int
 	debug  bool
+	// engineBudget sets Tokens as the engine does: the target, but never
+	// less than the decodes plus one.
+	engineBudget bool
 	// trace has a line per step: who ran how many tokens, who was
 	// preempted.
 	trace []string
@@ -161,7 +164,17 @@ func (m *sim) submit(id, tenant string, class Class, prompt, want int, l Limits)
 func (m *sim) run() Plan {
 	m.t.Helper()
 	bs := m.s.cfg.BlockSize
-	p := m.s.Schedule(m.now, Resources{Tokens: m.budget, Target: m.target, FreeBlocks: m.free, FreeHostBlocks: m.hostFree})
+	tokens := m.budget
+	if m.engineBudget {
+		decodes := 0
+		for _, q := range m.s.running {
+			if q.total-q.kv == 1 {
+				decodes++
+			}
+		}
+		tokens = min(m.budget, max(m.target, decodes+1))
+	}
+	p := m.s.Schedule(m.now, Resources{Tokens: tokens, Target: m.target, FreeBlocks: m.free, FreeHostBlocks: m.hostFree})
 	line := fmt.Sprintf("%3d:", m.step)
 	for _, c := range p.Run {
 		line += fmt.Sprintf(" %s+%d", c.ID, c.N)
@@ -242,7 +255,7 @@ func (m *sim) run() Plan {
 			m.admits = append(m.admits, c.ID)
 		}
 	}
-	if total > m.budget {
+	if total > tokens {
 		m.t.Fatalf("step %d: %d tokens over budget %d", m.step, total, m.budget)
 	}
 	for _, c := range p.Run {
