@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/specgate/specgate/internal/keyspace"
 	"github.com/specgate/specgate/internal/testredis"
 )
@@ -21,7 +23,25 @@ func TestClusterFailoverMidChat(t *testing.T) {
 	}
 	c := testredis.StartCluster(t)
 	const prefix = "fo:"
-	e := newEnv(t, c.Client(), prefix, func(o *Options) {
+	chatThroughFailover(t, c.Client(), prefix, func(sid string) {
+		killed := c.KillPrimaryOf(keyspace.New(prefix).Session(sid))
+		t.Logf("killed primary %s mid-chat", killed.Addr())
+	})
+}
+
+// TestSentinelFailoverMidChat is the same with a Sentinel-managed primary.
+func TestSentinelFailoverMidChat(t *testing.T) {
+	if testredis.IsClusterURL() {
+		t.Skip("starts a Sentinel group of its own: runs once, in the single-server pass")
+	}
+	g := testredis.StartSentinel(t)
+	chatThroughFailover(t, g.Client(), "fo:", func(string) { g.KillPrimary() })
+}
+
+// chatThroughFailover streams a reply over rdb and calls kill (with the
+// session id) half way through.
+func chatThroughFailover(t *testing.T, rdb redis.UniversalClient, prefix string, kill func(sid string)) {
+	e := newEnv(t, rdb, prefix, func(o *Options) {
 		o.WriteTimeout = 20 * time.Second
 		o.PersistTimeout = 20 * time.Second
 	})
@@ -52,8 +72,7 @@ func TestClusterFailoverMidChat(t *testing.T) {
 			time.Sleep(150 * time.Millisecond)
 		}
 	}()
-	killed := c.KillPrimaryOf(keyspace.New(prefix).Session(sid))
-	t.Logf("killed primary %s mid-chat", killed.Addr())
+	kill(sid)
 
 	rest, done, errs := alice.Collect("r1", half)
 	if len(errs) > 0 || done.FinishReason != "stop" {
