@@ -117,6 +117,11 @@ var goldenDFAs = []struct {
 	{"schema37", 88, "96fbd752b6c1bcd748613748"},
 	{"schema38", 64, "cd0591bef500505bd9cf78d0"},
 	{"schema39", 257, "33bd7747524f26ff7bae5529"},
+	{"schema40", 75, "7542f0a48827353b51e7d9de"},
+	{"schema41", 10, "34289e606cb14b531f1333f1"},
+	{"schema42", 15, "da6cbb588661b108e34a9106"},
+	{"schema43", 38, "3db97395ae3436aeb0af154a"},
+	{"schema44", 34, "b003a63f2e43080cf732e6cd"},
 }
 
 func TestDFAUnchanged(t *testing.T) {

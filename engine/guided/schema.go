@@ -18,7 +18,8 @@ import (
 //   - Supported: type (one or a list; inferred from the keywords when
 //     absent), enum, const, $ref within the document (#, #/$defs/…,
 //     #/definitions/…, any JSON pointer), anyOf, oneOf (exact: see
-//     oneof.go), allOf with one branch; objects: properties, required,
+//     oneof.go), allOf, and $ref, anyOf or oneOf beside other keywords
+//     (merged: see merge.go); objects: properties, required,
 //     additionalProperties (a boolean or a schema); arrays: items (one
 //     schema), minItems, maxItems; strings: pattern (RE2 syntax,
 //     unanchored as JSON Schema says), minLength, maxLength, format (date,
@@ -183,6 +184,16 @@ func (sc *schemaCompiler) value(s *jval, path string, depth int) frag {
 		sc.err = fmt.Errorf("%w: schema at %s nests deeper than %d", ErrTooLarge, path, sc.lim.MaxDepth)
 		return b.none()
 	}
+	if folded, refs, changed := sc.fold(s, path); changed {
+		for _, r := range refs {
+			sc.refDepth[r]++
+		}
+		f := sc.value(folded, path, depth)
+		for _, r := range refs {
+			sc.refDepth[r]--
+		}
+		return f
+	}
 	for _, k := range s.keys {
 		if unsupportedKeywords[k] {
 			sc.unsupported(path, k)
@@ -205,10 +216,6 @@ func (sc *schemaCompiler) value(s *jval, path string, depth int) frag {
 		}
 		if br.kind != jArr || len(br.arr) == 0 {
 			sc.invalid(path, "%s must be a non-empty array", kw)
-			return b.none()
-		}
-		if kw == "allOf" && len(br.arr) > 1 {
-			sc.unsupported(path, "allOf with more than one schema")
 			return b.none()
 		}
 		if hasConstraints(s, kw) {

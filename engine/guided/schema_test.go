@@ -151,6 +151,13 @@ var fixedSchemas = []string{
 	`{"oneOf":[{"type":"string","pattern":"^a"},{"type":"string","maxLength":3}]}`,
 	`{"oneOf":[{"type":"number","maximum":100},{"type":"integer"}]}`,
 	`{"type":"array","items":{"oneOf":[{"type":"string","format":"date"},{"type":"string","pattern":"^2024"}]},"minItems":2,"maxItems":4}`,
+	// Applicators that merge: allOf, $ref with siblings, anyOf with siblings.
+	`{"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"properties":{"b":{"type":"string","maxLength":3},"a":{"minimum":5}},"required":["b"]}]}`,
+	`{"$defs":{"base":{"type":"object","properties":{"id":{"type":"integer","minimum":1}},"required":["id"],"additionalProperties":false}},
+	  "allOf":[{"$ref":"#/$defs/base"},{"properties":{"id":{"maximum":9},"name":{"type":"string"}},"required":["id"]}]}`,
+	`{"$defs":{"s":{"type":"string","pattern":"^[a-z]+$"}},"type":"object","properties":{"w":{"$ref":"#/$defs/s","maxLength":5,"description":"x"}},"required":["w"]}`,
+	`{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"boolean"}},"anyOf":[{"required":["x"]},{"required":["y"]}]}`,
+	`{"type":"number","allOf":[{"minimum":-3},{"maximum":4.5},{"exclusiveMaximum":4}]}`,
 }
 
 // TestSchemaGenerates decodes under each schema with random logits and
@@ -322,11 +329,13 @@ func TestSchemaErrors(t *testing.T) {
 		{`{"type":"array","items":false,"minItems":1}`, ErrEmpty, `the schema false at #/items`},
 		{`{"type":"string","minLength":3,"maxLength":2}`, ErrEmpty, `minLength 3 is above maxLength 2 at #`},
 		{`{"type":"string","pattern":"^[0-9]+$","minLength":3,"format":"email"}`, ErrEmpty, ``},
+		{`{"allOf":[{"type":"string"},{"type":"integer"}]}`, ErrEmpty, `no type in common at #/allOf/1`},
+		{`{"allOf":[{"properties":{"a":{}},"additionalProperties":false},{"properties":{"b":{}},"required":["b"]}]}`, ErrEmpty, `required property "b" is forbidden by additionalProperties: false of another allOf schema`},
+		{`{"allOf":[{"type":"string","pattern":"a"},{"pattern":"b"}]}`, ErrUnsupported, `allOf whose schemas disagree on pattern at #`},
 		{`{"oneOf":[{"type":"string"},{"type":"string"}]}`, ErrEmpty, `oneOf: every value its branches can generate matches more than one branch at #`},
 		{`{"type":"object","properties":{"p":{"oneOf":[{"type":"boolean"},{"enum":[false,true]}]}},"required":["p"]}`, ErrEmpty, `more than one branch at #/properties/p`},
 		{`{"$ref":"http://x/y"}`, ErrUnsupported, `$ref "http://x/y"`},
 		{`{"$ref":"#/nope"}`, ErrInvalid, "does not resolve"},
-		{`{"allOf":[{},{}]}`, ErrUnsupported, "allOf with more than one"},
 		{`{"type":"string","pattern":"a\\b"}`, ErrUnsupported, `pattern "a\\b"`},
 		{`{"type":"strin"}`, ErrInvalid, `unknown type "strin"`},
 		{`{"type":`, ErrInvalid, "not valid JSON"},
