@@ -17,6 +17,12 @@ func FuzzDecodeFrame(f *testing.F) {
 		`{"type":"ping","v":2}`,
 		`{"type":"chat","session":"../x","request":"r","content":"c"}`,
 		`{"type":"chat","params":{"schema":{"type":"object"},"regex":"x"}}`,
+		`{"type":"chat","session":"s_1","request":"r2","replace":"r1"}`,
+		`{"type":"chat","session":"s_1","request":"r3","replace":"r1","content":"edited"}`,
+		`{"type":"session.branch","session":"s_1","request":"r1","branch":0}`,
+		`{"type":"session.branch","session":"s_1","request":"r1","branch":-1}`,
+		`{"type":"session.update","session":"s_1","system":"Be brief.","params":{"max_tokens":9}}`,
+		`{"type":"session.create","title":"t","system":"","params":{"json":true}}`,
 		`{}`, `[]`, `null`, `{"type":1}`, "\xff", `{"type":"ping"} {}`,
 	}
 	for _, s := range seeds {
