@@ -37,7 +37,9 @@ type serveProc struct {
 	log    strings.Builder
 }
 
-var listeningRE = regexp.MustCompile(`msg=listening url=(http://\S+?)/?(\s|$)`)
+// listeningRE finds the address in the line that says serve is up: the
+// gateway's "listening", or the engine role's metrics address.
+var listeningRE = regexp.MustCompile(`(?:msg=listening url=|msg="engine serving requests from Redis".* metrics=)(http://[^/\s]+)`)
 
 // startServe starts serve on a free port against redisURL with a small
 // random-weight model (no EOS to speak of: replies run to the context) and
@@ -180,15 +182,38 @@ func lastReply(t *testing.T, c *wsraw.Conn, sid, rid string) (content string, pa
 	return m.Content, m.Partial, m.Interrupted
 }
 
-// TestKillMidStreamLosesNothing: serve is killed with SIGKILL in the middle
-// of a reply. Started again on the same Redis, it finalizes the orphaned
-// turn from its stream log within seconds: a resume gets every delta that
-// reached Redis and a done, and the stored reply is exactly those deltas,
+// TestKillMidStreamLosesNothing: the process running a turn is killed with
+// SIGKILL in the middle of a reply. In one process, serve is started again
+// on the same Redis; with gateways and engine apart, the other gateway is
+// there all along. Either way the orphaned turn is finalized from its
+// stream log within seconds: a resume gets every delta that reached Redis
+// and a done within 15 s, and the stored reply is exactly those deltas,
 // marked partial, interrupted "crash".
 func TestKillMidStreamLosesNothing(t *testing.T) {
+	for _, split := range []bool{false, true} {
+		name := "one process, restarted"
+		if split {
+			name = "gateways apart, the other takes over"
+		}
+		t.Run(name, func(t *testing.T) { killMidStream(t, split) })
+	}
+}
+
+func killMidStream(t *testing.T, split bool) {
 	rs := testredis.Start(t)
+	// A short lease keeps the test short; recovery comes about 1.5
+	// leases after the kill.
+	role := []string{"--turn-lease", "1s"}
+	if split {
+		startServe(t, rs.URL(), "--role", "engine")
+		role = append(role, "--role", "gateway")
+	}
 	for attempt := 1; ; attempt++ {
-		a := startServe(t, rs.URL())
+		a := startServe(t, rs.URL(), role...)
+		var b *serveProc
+		if split {
+			b = startServe(t, rs.URL(), role...)
+		}
 		tok := tenantToken(t, rs, "alice")
 		c := login(t, a, tok)
 		sid := newSession(t, c)
@@ -199,7 +224,9 @@ func TestKillMidStreamLosesNothing(t *testing.T) {
 		}
 		a.wait(10 * time.Second)
 
-		b := startServe(t, rs.URL())
+		if !split {
+			b = startServe(t, rs.URL(), role...)
+		}
 		restarted := time.Now()
 		c2 := login(t, b, tok)
 		c2.Timeout = 20 * time.Second
@@ -231,6 +258,7 @@ func TestKillMidStreamLosesNothing(t *testing.T) {
 		if why != "crash" || done.FinishReason != "error" {
 			t.Fatalf("have interrupted %q, done %+v; want crash and finish_reason error", why, done)
 		}
+		t.Logf("attempt %d: %d bytes before the kill, %d more from the log; done %v after the restart", attempt, len(head), len(tail), time.Since(restarted).Round(time.Millisecond))
 		return
 	}
 }

@@ -44,6 +44,7 @@ func runServe(ctx context.Context, args []string) error {
 	adminToken := fs.String("admin-token", os.Getenv("SPECGATE_ADMIN_TOKEN"), "token guarding /admin/v1 ($SPECGATE_ADMIN_TOKEN); empty disables it")
 	dev := fs.Bool("dev", false, "create a 'dev' tenant if missing and print a sign-in URL with a token")
 	authTimeout := fs.Duration("auth-timeout", 5*time.Second, "how long a browser socket has to send its auth frame")
+	turnLease := fs.Duration("turn-lease", 5*time.Second, "how long a running reply's gateway may go silent before another gateway (or this one restarted) takes it for dead and stores the reply from its stream log")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long running replies may take to finish before they are stored partial")
 	rf := addRoleFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -129,6 +130,7 @@ func runServe(ctx context.Context, args []string) error {
 		Tokenize:    tokenize,
 		SessionLive: sessionLive,
 		AuthTimeout: *authTimeout,
+		TurnLease:   *turnLease,
 	})
 	if err != nil {
 		return err
