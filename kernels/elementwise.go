@@ -85,12 +85,12 @@ func ScaleRef(x []float32, s float32) {
 func SoftCapRef(x []float32, c float32) {
 	inv := 1 / c
 	for i, v := range x {
-		x[i] = Tanh32(v*inv) * c
+		x[i] = tanh32(v*inv) * c
 	}
 }
 
-// Tanh32 is tanh rounded to float32.
-func Tanh32(x float32) float32 { return float32(math.Tanh(float64(x))) }
+// tanh32 is tanh rounded to float32, as C's tanhf returns it (to within its last bit).
+func tanh32(x float32) float32 { return float32(math.Tanh(float64(x))) }
 
 // GeGLURef sets dst[i] = GELU(gate[i])·up[i]; dst may alias gate or up.
 func GeGLURef(dst, gate, up []float32) {
@@ -134,7 +134,7 @@ func initGELU() {
 	)
 	for i := range geluTable {
 		x := F16ToF32(uint16(i))
-		g := 0.5 * x * (1 + Tanh32(sqrt2OverPi*x*(1+coefA*x*x)))
+		g := 0.5 * x * (1 + tanh32(sqrt2OverPi*x*(1+coefA*x*x)))
 		geluTable[i] = F32ToF16(g)
 	}
 }
