@@ -268,3 +268,85 @@ func (sc *schemaCompiler) merge(a, b *jval, at string) (*jval, string) {
 	}
 	return m, ""
 }
+
+// maxMultipleOf bounds multipleOf's numerator: the automaton tracks the
+// remainder by it.
+const maxMultipleOf = 1 << 12
+
+// withMultipleOf intersects base (canonical numbers) with multipleOf when
+// the schema has one. A multiple of m/10ⁿ is a number whose digits, read
+// as an integer with n fraction digits, are a multiple of m: the
+// automaton follows the remainder mod m digit by digit.
+func (sc *schemaCompiler) withMultipleOf(s *jval, path string, base func() frag) frag {
+	v := s.get("multipleOf")
+	if v == nil {
+		return base()
+	}
+	r, ok := new(big.Rat).SetString(v.s)
+	if v.kind != jNum || !ok || r.Sign() <= 0 {
+		sc.invalid(path, "multipleOf must be a number above 0")
+		return sc.b.none()
+	}
+	ip, fp, ok := decimalString(r)
+	digits := ip + fp
+	m, err := new(big.Int).SetString(digits, 10)
+	if !ok || !err || !m.IsInt64() || m.Int64() > maxMultipleOf {
+		sc.unsupported(path, fmt.Sprintf("multipleOf %s (supported: m·10⁻ⁿ with m up to %d and n up to %d)", v.s, maxMultipleOf, maxFracDigits))
+		return sc.b.none()
+	}
+	return sc.combine(path, all, base, func() frag { return sc.multiples(int(m.Int64()), len(fp)) })
+}
+
+// multiples matches decimal texts (an optional "-", digits, optionally
+// "." and at most n digits) whose value is a multiple of mod·10⁻ⁿ.
+func (sc *schemaCompiler) multiples(mod, n int) frag {
+	b := sc.b
+	pow := make([]int, n+1) // 10^k mod mod
+	pow[0] = 1 % mod
+	for k := 1; k <= n; k++ {
+		pow[k] = pow[k-1] * 10 % mod
+	}
+	out := b.add(nstate{kind: nEps})
+	// intPart[r]: integer digits read, remainder r; frac[k][r]: k
+	// fraction digits read.
+	intPart := make([]int32, mod)
+	for r := range intPart {
+		intPart[r] = b.add(nstate{kind: nEps})
+	}
+	frac := make([][]int32, n+1)
+	for k := range frac {
+		frac[k] = make([]int32, mod)
+		for r := range frac[k] {
+			frac[k][r] = b.add(nstate{kind: nEps})
+		}
+	}
+	edge := func(from int32, c byte, to int32) {
+		b.link(from, b.add(nstate{kind: nRange, lo: c, hi: c, next: to}))
+	}
+	for r := range mod {
+		for d := range 10 {
+			edge(intPart[r], byte('0'+d), intPart[(r*10+d)%mod])
+		}
+		// The value is remainder·10^(n-k) short of a whole count.
+		if r*pow[n]%mod == 0 {
+			b.link(intPart[r], out)
+		}
+		if n > 0 {
+			edge(intPart[r], '.', frac[0][r])
+		}
+		for k := 0; k <= n; k++ {
+			if k > 0 && r*pow[n-k]%mod == 0 {
+				b.link(frac[k][r], out)
+			}
+			if k < n {
+				for d := range 10 {
+					edge(frac[k][r], byte('0'+d), frac[k+1][(r*10+d)%mod])
+				}
+			}
+		}
+	}
+	start := b.add(nstate{kind: nEps})
+	b.link(start, intPart[0])
+	edge(start, '-', intPart[0])
+	return frag{start, out}
+}

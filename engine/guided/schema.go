@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,12 +22,15 @@ import (
 //     #/definitions/…, any JSON pointer), anyOf, oneOf (exact: see
 //     oneof.go), allOf, and $ref, anyOf or oneOf beside other keywords
 //     (merged: see merge.go); objects: properties, required,
-//     additionalProperties (a boolean or a schema); arrays: items (one
-//     schema), minItems, maxItems; strings: pattern (RE2 syntax,
+//     additionalProperties (a boolean or a schema), patternProperties
+//     (on declared properties), minProperties, maxProperties; arrays:
+//     items, prefixItems and draft 7 tuples (items as an array,
+//     additionalItems), minItems, maxItems; strings: pattern (RE2 syntax,
 //     unanchored as JSON Schema says), minLength, maxLength, format (date,
 //     time, date-time, uuid, ipv4, hostname, email, uri), any of them
 //     together (their languages are intersected); integers and numbers:
-//     minimum, maximum, exclusiveMinimum, exclusiveMaximum; booleans;
+//     minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf
+//     (m·10⁻ⁿ, m up to 4096); booleans;
 //     null. Boolean schemas: true is any JSON value, false matches
 //     nothing.
 //   - Annotations (title, description, default, examples, $comment, …)
@@ -61,12 +66,11 @@ var annotationKeywords = map[string]bool{
 
 // unsupportedKeywords are validation keywords with no translation here.
 var unsupportedKeywords = map[string]bool{
-	"multipleOf": true, "minProperties": true, "maxProperties": true,
-	"patternProperties": true, "propertyNames": true, "dependentRequired": true,
+	"propertyNames": true, "dependentRequired": true,
 	"dependentSchemas": true, "dependencies": true, "unevaluatedProperties": true,
-	"unevaluatedItems": true, "prefixItems": true, "contains": true, "minContains": true,
+	"unevaluatedItems": true, "contains": true, "minContains": true,
 	"maxContains": true, "not": true, "if": true, "then": true, "else": true,
-	"additionalItems": true, "$dynamicRef": true, "$recursiveRef": true,
+	"$dynamicRef": true, "$recursiveRef": true,
 }
 
 type schemaCompiler struct {
@@ -157,6 +161,8 @@ var schemaKeywords = map[string]bool{
 	"type": true, "enum": true, "const": true, "$ref": true, "anyOf": true, "oneOf": true,
 	"allOf": true, "properties": true, "required": true, "additionalProperties": true,
 	"items": true, "minItems": true, "maxItems": true, "uniqueItems": true, "pattern": true,
+	"prefixItems": true, "additionalItems": true, "minProperties": true, "maxProperties": true,
+	"patternProperties": true, "multipleOf": true,
 	"minLength": true, "maxLength": true, "format": true, "minimum": true, "maximum": true,
 	"exclusiveMinimum": true, "exclusiveMaximum": true,
 }
@@ -269,9 +275,9 @@ func (sc *schemaCompiler) value(s *jval, path string, depth int) frag {
 		case "boolean":
 			fs = append(fs, b.alt(b.lit("true"), b.lit("false")))
 		case "integer":
-			fs = append(fs, sc.integer(s, path))
+			fs = append(fs, sc.withMultipleOf(s, path, func() frag { return sc.integer(s, path) }))
 		case "number":
-			fs = append(fs, sc.number(s, path))
+			fs = append(fs, sc.withMultipleOf(s, path, func() frag { return sc.number(s, path) }))
 		case "string":
 			fs = append(fs, sc.str(s, path))
 		case "array":
@@ -989,9 +995,16 @@ func (sc *schemaCompiler) anyValue(d int) frag {
 func (sc *schemaCompiler) array(s *jval, path string, depth int) frag {
 	b := sc.b
 	item := s.get("items")
-	if item != nil && item.kind == jArr {
-		sc.unsupported(path, "items as an array (tuple validation)")
-		return b.none()
+	ipath := path + "/items"
+	// Tuples: prefixItems (2020-12, the rest per items) or items as an
+	// array (draft 7, the rest per additionalItems).
+	var prefix []*jval
+	ppath := path + "/prefixItems"
+	if p := s.get("prefixItems"); p != nil && p.kind == jArr {
+		prefix = p.arr
+	} else if item != nil && item.kind == jArr {
+		prefix, ppath = item.arr, ipath
+		item, ipath = s.get("additionalItems"), path+"/additionalItems"
 	}
 	if item == nil {
 		item = &jval{kind: jBool, b: true}
@@ -1002,7 +1015,9 @@ func (sc *schemaCompiler) array(s *jval, path string, depth int) frag {
 		sc.emptyAt(path, fmt.Sprintf("minItems %d is above maxItems %d", minI, maxI))
 		return b.none()
 	}
-	ipath := path + "/items"
+	if len(prefix) > 0 {
+		return sc.tuple(prefix, ppath, item, ipath, minI, maxI, depth)
+	}
 	gen := func() frag { return sc.value(item, ipath, depth+1) }
 	if maxI == 0 {
 		return b.lit("[]")
@@ -1020,6 +1035,44 @@ func (sc *schemaCompiler) array(s *jval, path string, depth int) frag {
 		body = b.quest(body)
 	}
 	return b.seq(b.lit("["), body, b.lit("]"))
+}
+
+// tuple matches arrays whose first items follow prefix and the rest item,
+// minI to maxI (-1: any) items in all.
+func (sc *schemaCompiler) tuple(prefix []*jval, ppath string, item *jval, ipath string, minI, maxI, depth int) frag {
+	b := sc.b
+	if maxI >= 0 && len(prefix) > maxI {
+		prefix = prefix[:maxI]
+	}
+	open, closing := b.lit("["), b.lit("]")
+	at := open.out // after the items so far
+	for i, p := range prefix {
+		if i >= minI {
+			b.link(at, closing.in)
+		}
+		f := sc.value(p, fmt.Sprintf("%s/%d", ppath, i), depth+1)
+		if i > 0 {
+			f = b.seq(b.lit(","), sc.ws(), f)
+		}
+		b.link(at, f.in)
+		at = f.out
+	}
+	n := len(prefix)
+	restMax := -1
+	if maxI >= 0 {
+		restMax = maxI - n
+	}
+	if restMax != 0 && !(item.kind == jBool && !item.b) {
+		more := func() frag { return b.seq(b.lit(","), sc.ws(), sc.value(item, ipath, depth+1)) }
+		rest := b.repeat(more, max(minI-n, 0), restMax)
+		b.link(at, rest.in)
+		at = rest.out
+	} else if minI > n {
+		sc.emptyAt(ipath, fmt.Sprintf("minItems %d is above the %d items the tuple allows", minI, n))
+		return b.none()
+	}
+	b.link(at, closing.in)
+	return frag{open.in, closing.out}
 }
 
 func (sc *schemaCompiler) object(s *jval, path string, depth int) frag {
@@ -1050,9 +1103,38 @@ func (sc *schemaCompiler) object(s *jval, path string, depth int) frag {
 		}
 	}
 	addl := s.get("additionalProperties")
+	// patternProperties constrain the declared names they match; no
+	// other name is generated.
+	type patProp struct {
+		re     *regexp.Regexp
+		schema *jval
+	}
+	var pats []patProp
+	if pp := s.get("patternProperties"); pp != nil {
+		if pp.kind != jObj {
+			sc.invalid(path, "patternProperties must be an object")
+			return b.none()
+		}
+		for i, src := range pp.keys {
+			re, err := regexp.Compile(src)
+			if err != nil {
+				sc.unsupported(path+"/patternProperties", fmt.Sprintf("pattern %q (RE2 syntax): %v", src, err))
+				return b.none()
+			}
+			pats = append(pats, patProp{re, pp.vals[i]})
+		}
+	}
+	matched := func(name string) bool {
+		return slices.ContainsFunc(pats, func(p patProp) bool { return p.re.MatchString(name) })
+	}
 	if r := s.get("required"); r != nil {
 		for i, x := range r.arr {
 			if slices.Contains(names, x.s) {
+				continue
+			}
+			if matched(x.s) {
+				names = append(names, x.s)
+				schemas = append(schemas, &jval{kind: jBool, b: true})
 				continue
 			}
 			// Required but undeclared: an additional property.
@@ -1068,19 +1150,104 @@ func (sc *schemaCompiler) object(s *jval, path string, depth int) frag {
 			}
 		}
 	}
+	for j, name := range names {
+		for _, p := range pats {
+			if p.re.MatchString(name) {
+				schemas[j] = allOf(schemas[j], p.schema)
+			}
+		}
+	}
+	minP := sc.count(s, "minProperties", path, 0)
+	maxP := sc.count(s, "maxProperties", path, -1)
 	if len(names) == 0 {
-		switch {
-		case addl != nil && addl.kind == jBool && !addl.b:
+		if addl != nil && addl.kind == jBool && !addl.b {
+			if minP > 0 {
+				sc.emptyAt(path, "minProperties with additionalProperties: false and no properties")
+				return b.none()
+			}
 			return b.lit("{}")
-		case addl != nil && addl.kind == jObj:
+		}
+		if len(pats) > 0 {
+			sc.unsupported(path, "patternProperties on an object that declares no properties")
+			return b.none()
+		}
+		if minP > 1 {
+			// Free keys may repeat, and a repeated key counts once.
+			sc.unsupported(path, "minProperties above 1 on an object that declares no properties")
+			return b.none()
+		}
+		var member func() frag
+		if addl != nil && addl.kind == jObj {
 			apath := path + "/additionalProperties"
-			return sc.list("{", "}", b.seq(sc.jsonString(0, -1), b.lit(":"), sc.ws(), sc.value(addl, apath, depth+1)))
+			member = func() frag {
+				return b.seq(sc.jsonString(0, -1), b.lit(":"), sc.ws(), sc.value(addl, apath, depth+1))
+			}
+		} else {
+			d := sc.anyDepth(depth)
+			if d == 0 {
+				if minP > 0 {
+					sc.unsupported(path, "minProperties on an object nested past the depth limit")
+					return b.none()
+				}
+				return b.lit("{}")
+			}
+			member = func() frag { return b.seq(sc.jsonString(0, -1), b.lit(":"), sc.ws(), sc.anyValue(d-1)) }
 		}
-		d := sc.anyDepth(depth)
-		if d == 0 {
+		if minP == 0 && maxP < 0 {
+			return sc.list("{", "}", member())
+		}
+		if maxP == 0 {
 			return b.lit("{}")
 		}
-		return sc.list("{", "}", b.seq(sc.jsonString(0, -1), b.lit(":"), sc.ws(), sc.anyValue(d-1)))
+		more := func() frag { return b.seq(b.lit(","), sc.ws(), member()) }
+		body := b.cat(member(), b.repeat(more, 0, max(maxP, 0)-1))
+		if maxP < 0 {
+			body = b.cat(member(), b.star(more()))
+		}
+		if minP == 0 {
+			body = b.quest(body)
+		}
+		return b.seq(b.lit("{"), body, b.lit("}"))
+	}
+	// Property counts over declared names: enough optional ones become
+	// required, and those past the maximum are left out.
+	nreq := 0
+	for _, name := range names {
+		if required[name] {
+			nreq++
+		}
+	}
+	if maxP >= 0 && nreq > maxP {
+		sc.emptyAt(path, fmt.Sprintf("%d required properties are more than maxProperties %d", nreq, maxP))
+		return b.none()
+	}
+	if minP > len(names) {
+		sc.unsupported(path, fmt.Sprintf("minProperties %d above the %d declared properties", minP, len(names)))
+		return b.none()
+	}
+	required = maps.Clone(required)
+	for j := 0; j < len(names) && nreq < minP; j++ {
+		if !required[names[j]] {
+			required[names[j]] = true
+			nreq++
+		}
+	}
+	if maxP >= 0 {
+		room := maxP - nreq
+		var keepN []string
+		var keepS []*jval
+		for j, name := range names {
+			if required[name] || room > 0 {
+				if !required[name] {
+					room--
+				}
+				keepN, keepS = append(keepN, name), append(keepS, schemas[j])
+			}
+		}
+		names, schemas = keepN, keepS
+		if len(names) == 0 {
+			return b.lit("{}")
+		}
 	}
 	// additionalProperties (a schema or a boolean) beside properties:
 	// no additional property is generated, which every such schema

@@ -158,6 +158,13 @@ var fixedSchemas = []string{
 	`{"$defs":{"s":{"type":"string","pattern":"^[a-z]+$"}},"type":"object","properties":{"w":{"$ref":"#/$defs/s","maxLength":5,"description":"x"}},"required":["w"]}`,
 	`{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"boolean"}},"anyOf":[{"required":["x"]},{"required":["y"]}]}`,
 	`{"type":"number","allOf":[{"minimum":-3},{"maximum":4.5},{"exclusiveMaximum":4}]}`,
+	// Tuples, property counts, patternProperties, multipleOf.
+	`{"type":"array","prefixItems":[{"type":"integer"},{"type":"string","maxLength":3}],"items":{"type":"boolean"},"minItems":1,"maxItems":4}`,
+	`{"$schema":"http://json-schema.org/draft-07/schema#","type":"array","items":[{"const":"x"},{"type":"number","minimum":0,"maximum":1}],"additionalItems":false}`,
+	`{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"},"d":{"type":"integer"}},"required":["d"],"minProperties":2,"maxProperties":3}`,
+	`{"type":"object","additionalProperties":{"type":"integer"},"minProperties":1,"maxProperties":2}`,
+	`{"type":"object","properties":{"x_id":{"type":"integer"},"name":{"type":"string","maxLength":4}},"patternProperties":{"_id$":{"minimum":10,"maximum":20}},"required":["x_id"],"additionalProperties":false}`,
+	`{"type":"object","properties":{"n":{"type":"integer","multipleOf":7,"minimum":-50,"maximum":50},"p":{"type":"number","multipleOf":0.25,"minimum":-2,"maximum":3}},"required":["n","p"]}`,
 }
 
 // TestSchemaGenerates decodes under each schema with random logits and
@@ -317,7 +324,7 @@ func TestSchemaErrors(t *testing.T) {
 		want   error
 		text   string
 	}{
-		{`{"type":"integer","multipleOf":3}`, ErrUnsupported, "multipleOf at #"},
+		{`{"type":"integer","not":{"const":3}}`, ErrUnsupported, "not at #"},
 		{`{"type":"object","properties":{"a":{"not":{}},"b":{"type":"array","uniqueItems":true}}}`, ErrUnsupported,
 			"not at #/properties/a; uniqueItems at #/properties/b"},
 		{`{"type":"string","format":"ipv6"}`, ErrUnsupported, `format "ipv6" (supported: date`},
@@ -332,6 +339,11 @@ func TestSchemaErrors(t *testing.T) {
 		{`{"allOf":[{"type":"string"},{"type":"integer"}]}`, ErrEmpty, `no type in common at #/allOf/1`},
 		{`{"allOf":[{"properties":{"a":{}},"additionalProperties":false},{"properties":{"b":{}},"required":["b"]}]}`, ErrEmpty, `required property "b" is forbidden by additionalProperties: false of another allOf schema`},
 		{`{"allOf":[{"type":"string","pattern":"a"},{"pattern":"b"}]}`, ErrUnsupported, `allOf whose schemas disagree on pattern at #`},
+		{`{"type":"array","prefixItems":[{}],"items":false,"minItems":2}`, ErrEmpty, `minItems 2 is above the 1 items the tuple allows at #/items`},
+		{`{"type":"object","properties":{"a":{}},"required":["a"],"maxProperties":0}`, ErrEmpty, `more than maxProperties 0 at #`},
+		{`{"type":"object","minProperties":2}`, ErrUnsupported, `minProperties above 1 on an object that declares no properties at #`},
+		{`{"type":"integer","multipleOf":0.3333333333333333333}`, ErrUnsupported, `multipleOf 0.3333333333333333333 (supported`},
+		{`{"type":"integer","multipleOf":0}`, ErrInvalid, `multipleOf must be a number above 0`},
 		{`{"oneOf":[{"type":"string"},{"type":"string"}]}`, ErrEmpty, `oneOf: every value its branches can generate matches more than one branch at #`},
 		{`{"type":"object","properties":{"p":{"oneOf":[{"type":"boolean"},{"enum":[false,true]}]}},"required":["p"]}`, ErrEmpty, `more than one branch at #/properties/p`},
 		{`{"$ref":"http://x/y"}`, ErrUnsupported, `$ref "http://x/y"`},
@@ -405,6 +417,10 @@ func TestNumberRanges(t *testing.T) {
 		`{"type":"number","minimum":0.333,"exclusiveMaximum":12}`,
 		`{"type":"number","minimum":1.5,"maximum":1.5}`,
 		`{"minimum":-7,"exclusiveMaximum":-6.99}`,
+		`{"type":"number","multipleOf":0.25}`,
+		`{"type":"number","multipleOf":1.5,"minimum":-4}`,
+		`{"type":"integer","multipleOf":3,"maximum":20}`,
+		`{"type":"number","multipleOf":0.001,"exclusiveMinimum":0.5,"maximum":0.6}`,
 	}
 	var grid []string
 	for x := -800; x <= 1300; x++ {
