@@ -12,8 +12,9 @@ const SETTINGS_KEY = "specgate.settings";
 // longer had them) whose text the stored history lacks: request id →
 // {session, text, note}. Kept so the text survives a reload.
 const ORPHANS_KEY = "specgate.orphans";
-// How long an answer may get nothing while connected before the page marks
-// it interrupted (ms); a tuning knob, stored so tests can shorten it.
+// How long a started answer may get nothing while connected before the
+// page marks it interrupted (ms; client.js's default 90 s); a tuning knob,
+// stored so tests can shorten it.
 const STALL_KEY = "specgate.stallMs";
 // The composer's unsent text, so a reload (or an outage) loses nothing.
 const DRAFT_KEY = "specgate.draft";

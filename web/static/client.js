@@ -41,7 +41,7 @@ export function wsURL(loc) {
 //   stalled  {request, session, text, stopped}: an in-flight answer got
 //            nothing for stallMs while connected (its generation died with a
 //            server), or nothing ended it within 5 s of a cancel; the client
-//            stops tracking it
+//            stops tracking it (it does not cancel it)
 //
 // Refusals split in two: a bad token (unauthorized, forbidden) signs out;
 // anything temporary (the error frame says temporary, code unavailable or
@@ -66,7 +66,10 @@ export class ChatClient {
     timers = globalThis,
     random = Math.random,
     pingMs = 25000,
-    stallMs = 45000, // 0: never give up on a silent answer
+    // stallMs: how long a started answer may be silent while connected
+    // before the client gives up on it (five times that before its first
+    // text: a queued request may wait long). 0: never.
+    stallMs = 90000,
     now = () => Date.now(),
   }) {
     this.url = url;
@@ -327,10 +330,12 @@ export class ChatClient {
     for (const [request, r] of [...this.inflight]) {
       const stopped = r.stopAt != null;
       const silent = stopped ? now - Math.max(r.stopAt, r.last || 0) : now - (r.last || now);
-      if (silent < (stopped ? Math.min(this.stallMs, 5000) : this.stallMs)) continue;
+      const limit = stopped ? Math.min(this.stallMs, 5000) : r.seq > 0 ? this.stallMs : 5 * this.stallMs;
+      if (silent < limit) continue;
+      // No cancel: if the answer is alive after all (a very slow server),
+      // it is stored, and the history shows it after a reload.
       this.inflight.delete(request);
       this.saveInflight();
-      if (!stopped) this.rawSend({ type: "cancel", request });
       this.emit("stalled", { request, session: r.session, text: r.text, stopped });
     }
   }
