@@ -2,7 +2,11 @@
 
 package cpu
 
-import "github.com/specgate/specgate/kernels"
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/specgate/specgate/kernels"
+)
 
 //go:noescape
 func dotQ4KRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
@@ -12,6 +16,9 @@ func dotQ5KRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, ou
 
 //go:noescape
 func dotQ6KRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
+
+//go:noescape
+func dotIQ4XSRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
 
 //go:noescape
 func dotQ4Kx4AVX(w *byte, grp *byte, nb int, out *[4]float32)
@@ -27,6 +34,9 @@ func setKDotsAsm() {
 	kDots[kernels.Q4_K] = kRowsAsm(dotQ4KRowsAVX, q4KBytes)
 	kDots[kernels.Q5_K] = kRowsAsm(dotQ5KRowsAVX, q5KBytes)
 	kDots[kernels.Q6_K] = kRowsAsm(dotQ6KRowsAVX, q6KBytes)
+	if cpu.X86.HasBMI2 { // PDEP unpacks the IQ4_XS scales
+		kDots[kernels.IQ4_XS] = kRowsAsm(dotIQ4XSRowsAVX, iq4XSBytes)
+	}
 	kX4 = map[kernels.DType]func(w, g []byte, nb int, out *[4]float32){
 		kernels.Q4_K: kX4Asm(dotQ4Kx4AVX, q4KBytes),
 		kernels.Q5_K: kX4Asm(dotQ5Kx4AVX, q5KBytes),

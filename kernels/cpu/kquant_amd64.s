@@ -688,3 +688,94 @@ q6kx4block:
 	VMOVUPS X13, (R9)
 	VZEROUPPER
 	RET
+
+// IQ4_XS: per 32 values a 6-bit scale less 32 and 4-bit indices into the
+// non-linear table kvalues (iq4tab). VPSHUFB looks the 32 indices up at
+// once; the values are signed, so as in the Q8_0 kernels their absolute
+// values become the unsigned operand of VPMADDUBSW and their signs move
+// onto the activations (pairs at most 2·127·127, no saturation).
+
+DATA iq4tab<>+0(SB)/8, $0xf6eaddcfbfad9881
+DATA iq4tab<>+8(SB)/8, $0x7159453526190d01
+GLOBL iq4tab<>(SB), RODATA|NOPTR, $16
+
+// IQ4XSSUB adds sub-block s's 32 values (signed, in y) times the
+// activations at xoff, scaled by word s of the stack, to Y0.
+#define IQ4XSSUB(y, xoff, s) \
+	VPSIGNB    y, y, Y6 \
+	VMOVDQU    xoff(DI), Y7 \
+	VPSIGNB    y, Y7, Y7 \
+	VPMADDUBSW Y7, Y6, Y6 \
+	VPBROADCASTW s(SP), Y7 \
+	VPMADDWD   Y7, Y6, Y6 \
+	VPADDD     Y6, Y0, Y0
+
+// IQ4XSPAIR adds sub-blocks s and s+1 (32 bytes of indices at qoff: 16
+// for each, low nibbles the first 16 values, high nibbles the next 16).
+#define IQ4XSPAIR(qoff, xoff, s) \
+	VMOVDQU    qoff(SI), Y4 \
+	VPSRLW     $4, Y4, Y5 \
+	VPAND      Y15, Y4, Y4 \
+	VPAND      Y15, Y5, Y5 \
+	VPERM2I128 $0x20, Y5, Y4, Y8 \
+	VPERM2I128 $0x31, Y5, Y4, Y9 \
+	VPSHUFB    Y8, Y14, Y8 \
+	VPSHUFB    Y9, Y14, Y9 \
+	IQ4XSSUB(Y8, xoff, s) \
+	IQ4XSSUB(Y9, xoff+32, s+2)
+
+// func dotIQ4XSRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
+TEXT ·dotIQ4XSRowsAVX(SB), NOSPLIT, $32-64
+	MOVQ w+0(FP), R8
+	MOVQ out+48(FP), R14
+	MOVQ nrows+56(FP), BX
+	MOVL $0x0f0f0f0f, R9
+	VMOVD R9, X15
+	VPBROADCASTD X15, Y15
+	VBROADCASTI128 iq4tab<>(SB), Y14
+
+iq4xsrow:
+	KSETUP
+
+iq4xsblock:
+	// Scale j: bits 4j..4j+3 of scales_l (bytes 4-7) low, bits 2j, 2j+1
+	// of scales_h (bytes 2-3) high; PDEP spreads both to one byte per j.
+	MOVL  4(SI), R9
+	MOVQ  $0x0f0f0f0f0f0f0f0f, R10
+	PDEPQ R10, R9, R11
+	MOVWLZX 2(SI), R9
+	MOVQ  $0x0303030303030303, R10
+	PDEPQ R10, R9, R12
+	SHLQ  $4, R12
+	ORQ   R12, R11
+	VMOVQ R11, X1
+	VPMOVZXBW X1, X1
+	MOVL  $0x00200020, R9
+	VMOVD R9, X2
+	VPBROADCASTD X2, X2
+	VPSUBW X2, X1, X1
+	VMOVDQU X1, 0(SP)
+
+	VPXOR Y0, Y0, Y0
+	IQ4XSPAIR(8, 0, 0)
+	IQ4XSPAIR(40, 64, 4)
+	IQ4XSPAIR(72, 128, 8)
+	IQ4XSPAIR(104, 192, 12)
+
+	// sum += (d·d_x)·isum
+	HSUMI(Y0, X0, X1)
+	F16SCALE((SI), X3)
+	VMULSS X0, X3, X3
+	VADDSS X3, X12, X12
+
+	ADDQ $136, SI
+	ADDQ $256, DI
+	ADDQ $4, DX
+	ADDQ $32, CX
+	DECQ AX
+	JNZ  iq4xsblock
+
+	KSTORE
+	JNZ iq4xsrow
+	VZEROUPPER
+	RET

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -105,6 +106,18 @@ func TestKRowsMatchGo(t *testing.T) {
 				t.Fatal(err)
 			}
 			rb, _ := dt.RowBytes(k)
+			// The last three rows are random bytes, so every packing of
+			// scales and quants occurs (negative scales too), with the
+			// F16 fields set to sane values.
+			bb := dt.BlockBytes()
+			for i := 4 * rb; i < len(data); i++ {
+				data[i] = byte(r.Uint32())
+			}
+			for blk := 4 * rb / bb; blk < len(data)/bb; blk++ {
+				for _, off := range f16Fields[dt] {
+					binary.LittleEndian.PutUint16(data[blk*bb+off:], kernels.F32ToF16(float32(r.Float64()*0.01)))
+				}
+			}
 			xs := make([]float32, k)
 			for i := range xs {
 				xs[i] = float32(r.NormFloat64()) * 3
@@ -143,4 +156,11 @@ func TestKRowsMatchGo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// f16Fields are the byte offsets of each block's F16 scales.
+var f16Fields = map[kernels.DType][]int{
+	kernels.Q4_1: {0, 2}, kernels.Q5_0: {0}, kernels.Q5_1: {0, 2}, kernels.IQ4_NL: {0},
+	kernels.Q2_K: {80, 82}, kernels.Q3_K: {108}, kernels.Q4_K: {0, 2}, kernels.Q5_K: {0, 2},
+	kernels.Q6_K: {208}, kernels.IQ4_XS: {0},
 }
