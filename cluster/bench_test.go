@@ -202,3 +202,40 @@ func BenchmarkEngines(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRedisStreams drives 200 and 1,000 concurrent streams (a delta
+// every 20ms, 50 each) through the Redis request path, and reports the
+// deltas delivered per second and the p99 emit-to-receive latency. Run it
+// with REDIS_URL naming one server, then a cluster
+// (redis+cluster://…, deploy/redis-cluster.sh), to compare the two.
+func BenchmarkRedisStreams(b *testing.B) {
+	fe := clockEngine{tick: 20 * time.Millisecond}
+	for _, streams := range []int{200, 1000} {
+		b.Run("streams="+strconv.Itoa(streams), func(b *testing.B) {
+			rdb := testredis.Client(b)
+			prefix := testredis.Prefix(b)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- cluster.RunEngine(ctx, cluster.EngineOptions{Redis: rdb, Prefix: prefix, ID: "e1", Capacity: 2 * streams,
+					Engine: cluster.Local(fe.Submit, fe.Cancel), Logger: quiet})
+			}()
+			defer func() { cancel(); <-done }()
+			c, err := cluster.NewClient(cluster.ClientOptions{Redis: rdb, Prefix: prefix, Logger: quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			for c.Ready() != nil {
+				time.Sleep(20 * time.Millisecond)
+			}
+			g := gateway.Adapt(c.Submit, c.Cancel)
+			for b.Loop() {
+				start := time.Now()
+				lat := runLatency(b, g, streams, 50)
+				b.ReportMetric(float64(len(lat))/time.Since(start).Seconds(), "deltas/s")
+				b.ReportMetric(pct(lat, .99), "p99-ms")
+			}
+		})
+	}
+}
