@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/internal/durable"
 )
 
 // Events is one request's events from a local engine: deltas, then one
@@ -82,6 +83,12 @@ type EngineOptions struct {
 	// MaxAttempts is how many engines may take a request before it ends
 	// with an error instead (3).
 	MaxAttempts int
+	// WaitReplicas is how many Redis replicas must hold a request's
+	// acquisition and each output entry before the engine goes on (WAIT),
+	// so that a primary's failover cannot take back a fence or a delta a
+	// gateway may have passed on; a primary with fewer replicas is waited
+	// on for the ones it has (default 1; -1 never waits).
+	WaitReplicas int
 	// RetryTimeout is how long a write is retried while Redis is
 	// unreachable before the request is abandoned to a takeover (60s).
 	RetryTimeout time.Duration
@@ -120,6 +127,9 @@ func (o *EngineOptions) validate() error {
 	def(&o.ClaimInterval, time.Second)
 	def(&o.ClaimTimeout, 10*time.Second)
 	def(&o.RetryTimeout, 60*time.Second)
+	if o.WaitReplicas == 0 {
+		o.WaitReplicas = 1
+	}
 	def(&o.DrainTimeout, 30*time.Second)
 	def(&o.OutTTL, 10*time.Minute)
 	if o.Logger == nil {
@@ -136,6 +146,7 @@ type worker struct {
 	o   EngineOptions
 	k   keys
 	log *slog.Logger
+	dw  *durable.Writer // acquisitions and output entries wait for replicas
 
 	jobs sync.WaitGroup
 
@@ -163,7 +174,7 @@ func RunEngine(ctx context.Context, o EngineOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	w := &worker{o: o, k: newKeys(o.Prefix), log: o.Logger.With("engine", o.ID), inflight: map[string]*job{}, freed: make(chan struct{}, 1)}
+	w := &worker{o: o, k: newKeys(o.Prefix), dw: durable.New(o.Redis, durable.Options{Replicas: o.WaitReplicas}), log: o.Logger.With("engine", o.ID), inflight: map[string]*job{}, freed: make(chan struct{}, 1)}
 
 	// Jobs run under runCtx, which outlives ctx by the drain; background
 	// loops under bgCtx, which ends after the jobs; the heartbeat under
@@ -438,7 +449,7 @@ func (w *worker) appendEntry(runCtx context.Context, j *job, fence int64, last b
 	}
 	args := append([]any{fence, fin, w.o.OutTTL.Milliseconds(), ch, j.rk}, fields...)
 	err = w.retry(runCtx, "appending output", func(ctx context.Context) error {
-		n, err := appendScript.Run(ctx, w.o.Redis, []string{w.k.req(j.rk), w.k.out(j.rk)}, args...).Int64()
+		n, err := w.durableRun(ctx, appendScript, []string{w.k.req(j.rk), w.k.out(j.rk)}, args...).Int64()
 		if err != nil {
 			return fmt.Errorf("cluster: append to %s: %w", j.rk, err)
 		}
@@ -449,6 +460,18 @@ func (w *worker) appendEntry(runCtx context.Context, j *job, fence int64, last b
 		return nil
 	})
 	return cancelled, err
+}
+
+// durableRun runs a script through the durable writer. A script that ran
+// but whose replicas lagged past the wait is taken as done (its reply is
+// kept): running it again would append a second copy of the entry.
+func (w *worker) durableRun(ctx context.Context, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := w.dw.Run(ctx, sc, keys, args...)
+	if errors.Is(cmd.Err(), durable.ErrNotReplicated) {
+		w.log.Warn("cluster: a write reached the primary but not its replica in time", "err", cmd.Err())
+		return redis.NewCmdResult(cmd.Val(), nil)
+	}
+	return cmd
 }
 
 // ack removes j's queue entry: the request is done.
@@ -476,7 +499,7 @@ func (w *worker) run(runCtx context.Context, j *job) {
 	var fence int64
 	var cancelFlag bool
 	err := w.retry(runCtx, "acquiring a request", func(ctx context.Context) error {
-		res, err := acquireScript.Run(ctx, w.o.Redis, []string{w.k.req(j.rk)}, w.o.ID, w.o.OutTTL.Milliseconds()).Int64Slice()
+		res, err := w.durableRun(ctx, acquireScript, []string{w.k.req(j.rk)}, w.o.ID, w.o.OutTTL.Milliseconds()).Int64Slice()
 		if err != nil {
 			return fmt.Errorf("cluster: acquire %s: %w", j.rk, err)
 		}

@@ -148,7 +148,9 @@ func (w *Writer) forget(conn *redis.Conn) {
 
 // Run runs script sc, whose keys are on one slot, as Pipelined does its
 // commands. It sends the script's hash (EVALSHA) and loads the script
-// only where a server does not know it yet.
+// only where a server does not know it yet. When the script ran but the
+// replicas fell short, the command's error is ErrNotReplicated and Val
+// still holds the script's reply.
 func (w *Writer) Run(ctx context.Context, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if w.replicas <= 0 {
 		return sc.Run(ctx, w.rdb, keys, args...)
@@ -162,8 +164,13 @@ func (w *Writer) Run(ctx context.Context, sc *redis.Script, keys []string, args 
 			}
 			continue
 		}
-		if cmd == nil || (err != nil && cmd.Err() == nil) {
+		if cmd == nil {
 			return redis.NewCmdResult(nil, err)
+		}
+		if err != nil && cmd.Err() == nil {
+			// The script ran; its value stays readable with Val for a
+			// caller that accepts a write on the primary alone.
+			cmd.SetErr(err)
 		}
 		return cmd
 	}
