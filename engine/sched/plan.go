@@ -324,9 +324,15 @@ func (p *planner) admit(last Class) {
 		// Make room: a running slot, then blocks, taking them from
 		// strictly lower classes only, and among those only from
 		// sequences that have not aged to q's level: an aged sequence
-		// keeps what it waited for.
+		// keeps what it waited for. A request that has aged into a
+		// higher level may also take them from that level's own
+		// sequences (not aged ones), so its wait is bounded by the
+		// aging even when no slot frees.
 		ql := s.level(q, p.now)
-		lower := func(v *seq) bool { return v.class > q.class && p.lv[v] > ql }
+		aged := ql < q.class
+		lower := func(v *seq) bool {
+			return (v.class > q.class && p.lv[v] > ql) || (aged && p.lv[v] == v.class && p.lv[v] >= ql)
+		}
 		for running >= s.cfg.MaxRunning {
 			v := p.victim(lower, nil)
 			if v == nil {

@@ -100,11 +100,9 @@ func TestAgingProtectsFromPreemption(t *testing.T) {
 				t.Fatalf("batch request did not finish in %d steps under the flood", m.step)
 			}
 			// Once aged to the interactive class (2×AgingAfter) the
-			// batch request takes the next free slot, ahead of the
-			// flood's own waiting requests; slots free up when a
-			// request of the flood ends, within one request's run (16
-			// decode steps and its prefill).
-			if bound := 2*aging + 17*m.dt; queue < 2*aging || queue > bound {
+			// batch request takes a slot at once, from the most recent
+			// fresh interactive request if none is free.
+			if bound := 2*aging + m.dt; queue < 2*aging || queue > bound {
 				t.Errorf("batch waited %v in the queue; want between 2×AgingAfter (%v) and %v", queue, 2*aging, bound)
 			}
 			if q := m.seqs["batch"]; q != nil {
@@ -123,15 +121,31 @@ func TestAgingProtectsFromPreemption(t *testing.T) {
 }
 
 func TestAgedRunningSequenceIsNotTheKVVictim(t *testing.T) {
-	// Blocks run short while an aged batch sequence and a fresh
-	// interactive one both grow: the fresh one gives way.
+	// The one running slot is held by a long interactive request; the
+	// batch request ages to the interactive class and takes the slot
+	// from it. Then blocks run short while the aged batch sequence and a
+	// fresh interactive one both grow: the fresh one gives way.
 	const aging = 100 * time.Millisecond
 	m := newSim(t, Config{BlockSize: 4, MaxRunning: 1, AgingAfter: aging}, 8, 0, 64)
-	m.submit("i0", "i", Interactive, 4, 25, Limits{})
+	m.submit("blocker", "i", Interactive, 4, 30, Limits{})
 	m.submit("batch", "b", Batch, 8, 12, Limits{})
-	for m.seqs["i0"] != nil && m.step < 100 {
+	for m.step < 100 {
+		if _, ok := m.firstRun["batch"]; ok {
+			break
+		}
 		m.run()
 	}
+	at, ok := m.firstRun["batch"]
+	if !ok || time.Duration(at)*m.dt > 2*aging+m.dt {
+		t.Fatalf("batch started at step %d (ok %v); want right after 2×AgingAfter", at, ok)
+	}
+	if !strings.Contains(strings.Join(m.trace, "\n"), "!blocker") {
+		t.Fatal("the aged batch request did not take the slot from the fresh interactive one")
+	}
+	q := m.seqs["blocker"]
+	m.s.Remove("blocker")
+	m.free += q.held
+	delete(m.seqs, "blocker")
 	m.s.cfg.MaxRunning = 2
 	m.submit("i1", "i", Interactive, 8, 12, Limits{})
 	var pre []string

@@ -98,8 +98,9 @@ type Config struct {
 	// 1.5×AgingAfter is ahead of a fresh request one class above it, and
 	// one that has aged into a class goes ahead of that class's own
 	// requests; nor is it preempted for them. So a request leaves the
-	// queue within its distance from the top class times AgingAfter, plus
-	// the wait for a running slot.
+	// queue within its distance from the top class times AgingAfter (and
+	// a step): for a running slot or blocks it preempts, if it must, a
+	// sequence of the class it aged into that has not aged itself.
 	AgingAfter time.Duration
 	// Quantum is the tokens a tenant of weight 1 is credited per deficit
 	// round robin round (256). It is also how far ahead of the others a
