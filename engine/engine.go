@@ -562,10 +562,18 @@ func (e *Engine) renderFitting(msgs []Message, fit int) ([]int32, int, error) {
 	}
 	from := 0
 	for k := 1; from < last; k++ {
-		prev := from
-		for from < last && (at[from] < k*step || !cut(from) || from == prev) {
-			from++
+		// The cut for k: the first cut point past k steps of history.
+		// When it is the one just tried, the next k's is next: never
+		// merely the next message, which would move the cut by one
+		// exchange next turn rather than by a step.
+		prev, c := from, 0
+		for c < last && (at[c] < k*step || !cut(c)) {
+			c++
 		}
+		if c == prev {
+			continue
+		}
+		from = c
 		p, dropped, err := keep(from)
 		if err != nil {
 			return nil, 0, err
