@@ -519,8 +519,40 @@ func q6KValues(blk []byte, v *[superBlocks]int8) {
 
 // matmulK is MatMul for the types of this file.
 func (b *Backend) matmulK(d, xt, wt *Tensor) {
-	n, k, m := xt.rows, xt.cols, wt.rows
-	f := actFormatOf(wt.dt)
+	b.quantizeK(xt, actFormatOf(wt.dt), kX4[wt.dt] != nil)
+	b.runK(d, xt, wt)
+}
+
+// matmulManyK is MatMulMany when every weight is of a type of this file
+// with one activation format (a Q4_K_M layer mixes Q4_K and Q6_K, both
+// Q8_K): x is quantized once for all of them. It reports whether it did
+// the work.
+func (b *Backend) matmulManyK(dsts []kernels.Tensor, xt *Tensor, ws []kernels.Tensor) bool {
+	if len(ws) < 2 {
+		return false
+	}
+	f, x4 := actFormatOf(tensor(ws[0], "MatMulMany").dt), false
+	for i, w := range ws {
+		wt, d := tensor(w, "MatMulMany"), writable(dsts[i], "MatMulMany")
+		if actFormatOf(wt.dt) != f || f == actNone || wt.cols != xt.cols || d.rows != xt.rows || d.cols != wt.rows {
+			return false
+		}
+		x4 = x4 || kX4[wt.dt] != nil
+	}
+	if xt.rows == 0 || xt.cols == 0 {
+		return false // MatMul's own handling of empty shapes
+	}
+	b.quantizeK(xt, f, x4)
+	for i, w := range ws {
+		b.runK(writable(dsts[i], "MatMulMany"), xt, tensor(w, "MatMulMany"))
+	}
+	return true
+}
+
+// quantizeK quantizes x into b.kact in format f, also in the x4 layout
+// when x4 is set and there are four rows or more.
+func (b *Backend) quantizeK(xt *Tensor, f actFormat, x4 bool) {
+	n, k := xt.rows, xt.cols
 	nb := k / f.blockLen()
 	a := &b.kact
 	a.f, a.k = f, k
@@ -543,21 +575,27 @@ func (b *Backend) matmulK(d, xt, wt *Tensor) {
 		}
 		a.bs = a.bs[:n*k/16]
 	}
-	x4 := kX4[wt.dt]
 	a.g = nil
-	if x4 != nil && n >= 4 {
+	if x4 && n >= 4 {
 		ng := n / 4 * (k / superBlocks) * x4Record
 		if cap(b.kg) < ng {
 			b.kg = make([]byte, ng)
 		}
 		a.g = b.kg[:ng]
-	} else {
-		x4 = nil
 	}
 	b.kq = kQuantTask{a: a, x: xt}
 	b.pool.run(&b.kq, n, max(1, 16384/k))
 	b.kq = kQuantTask{}
-	b.kmm = kMatTask{b: b, a: a, dst: d, w: wt, dot: kDots[wt.dt], x4: x4}
+}
+
+// runK computes d = x·wᵀ from the activations quantizeK left in b.kact.
+func (b *Backend) runK(d, xt, wt *Tensor) {
+	n, k, m := xt.rows, xt.cols, wt.rows
+	x4 := kX4[wt.dt]
+	if b.kact.g == nil {
+		x4 = nil
+	}
+	b.kmm = kMatTask{b: b, a: &b.kact, dst: d, w: wt, dot: kDots[wt.dt], x4: x4}
 	grain := m
 	if n*m*k >= 1<<15 {
 		grain = min(64, max(4, m/(b.threads*8)))

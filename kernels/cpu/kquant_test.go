@@ -3,6 +3,7 @@ package cpu
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -163,4 +164,61 @@ var f16Fields = map[kernels.DType][]int{
 	kernels.Q4_1: {0, 2}, kernels.Q5_0: {0}, kernels.Q5_1: {0, 2}, kernels.IQ4_NL: {0},
 	kernels.Q2_K: {80, 82}, kernels.Q3_K: {108}, kernels.Q4_K: {0, 2}, kernels.Q5_K: {0, 2},
 	kernels.Q6_K: {208}, kernels.IQ4_XS: {0},
+}
+
+// TestMatMulManyK checks MatMulMany on weights of several types that share
+// an activation format (a Q4_K_M layer's Q4_K and Q6_K, say), which
+// quantizes the activations once for all: each output must have the bits
+// of MatMul on its weight alone.
+func TestMatMulManyK(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	be := open(t, 2)
+	const k = 512
+	for _, types := range [][]kernels.DType{
+		{kernels.Q4_K, kernels.Q6_K, kernels.Q5_K, kernels.IQ4_XS},
+		{kernels.Q4_1, kernels.Q5_1},
+		{kernels.Q5_0, kernels.IQ4_NL},
+	} {
+		for _, n := range []int{1, 3, 4, 8, 13} {
+			t.Run(fmt.Sprintf("%v/n=%d", types, n), func(t *testing.T) {
+				var ws, many, one []kernels.Tensor
+				for i, dt := range types {
+					m := 8 + 4*i
+					vals := make([]float32, m*k)
+					for j := range vals {
+						vals[j] = float32(r.NormFloat64())
+					}
+					data, err := kernels.Quantize(dt, vals)
+					if err != nil {
+						t.Fatal(err)
+					}
+					w, err := be.Weights(dt, m, k, data)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ws = append(ws, w)
+					many, one = append(many, be.Alloc(n, m)), append(one, be.Alloc(n, m))
+				}
+				x := be.Alloc(n, k)
+				xs := make([]float32, n*k)
+				for j := range xs {
+					xs[j] = float32(r.NormFloat64())
+				}
+				be.Upload(x, xs)
+				be.MatMulMany(many, x, ws)
+				for i, w := range ws {
+					be.MatMul(one[i], x, w)
+					m, _ := w.Dims()
+					have, want := make([]float32, n*m), make([]float32, n*m)
+					be.Download(have, many[i])
+					be.Download(want, one[i])
+					for j := range want {
+						if math.Float32bits(have[j]) != math.Float32bits(want[j]) {
+							t.Fatalf("%v element %d: have %g; want %g", types[i], j, have[j], want[j])
+						}
+					}
+				}
+			})
+		}
+	}
 }

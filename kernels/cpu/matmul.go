@@ -113,6 +113,9 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 		panic(fmt.Sprintf("cpu: MatMulMany: %d outputs for %d weights", len(dsts), len(ws)))
 	}
 	xt := f32Tensor(x, "MatMulMany")
+	if b.matmulManyK(dsts, xt, ws) {
+		return
+	}
 	tiled := len(ws) > 0 && xt.rows >= tileMinRows
 	for i, w := range ws {
 		wt := tensor(w, "MatMulMany")
