@@ -17,6 +17,11 @@ import (
 // properties only the other side declares; equal keywords are kept, and
 // any other pair of different values is reported as unsupported.
 
+// mergedPatterns is the internal keyword that carries the patterns a
+// merge adds to a schema's own "pattern" (a name no schema can use:
+// JSON Schema keywords have no NUL).
+const mergedPatterns = "\x00patterns"
+
 // maxFoldRefs bounds the $ref chain fold follows to find a schema.
 const maxFoldRefs = 8
 
@@ -231,6 +236,14 @@ func (sc *schemaCompiler) merge(a, b *jval, at string) (*jval, string) {
 			m.set(k, out)
 		case "const":
 			return empty("allOf with two different constants")
+		case "pattern":
+			// Both hold: the string compiler intersects them.
+			more := &jval{kind: jArr}
+			if old := m.get(mergedPatterns); old != nil {
+				more.arr = slices.Clone(old.arr)
+			}
+			more.arr = append(more.arr, y)
+			m.set(mergedPatterns, more)
 		default:
 			return a, k
 		}

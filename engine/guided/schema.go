@@ -521,12 +521,20 @@ func (sc *schemaCompiler) str(s *jval, path string) frag {
 		sc.emptyAt(path, fmt.Sprintf("minLength %d is above maxLength %d", minL, maxL))
 		return b.none()
 	}
-	pat, fmtv := s.get("pattern"), s.get("format")
+	fmtv := s.get("format")
 	lengths := s.get("minLength") != nil || s.get("maxLength") != nil
 	// Each constraint is a language of string bodies (the bytes between
-	// the quotes); several are intersected.
+	// the quotes); several are intersected. Merged allOf schemas bring
+	// more than one pattern.
+	var pats []*jval
+	if pat := s.get("pattern"); pat != nil {
+		pats = append(pats, pat)
+	}
+	if more := s.get(mergedPatterns); more != nil {
+		pats = append(pats, more.arr...)
+	}
 	var parts []func() frag
-	if pat != nil {
+	for _, pat := range pats {
 		if pat.kind != jStr {
 			sc.invalid(path, "pattern must be a string")
 			return b.none()

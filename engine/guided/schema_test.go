@@ -158,6 +158,7 @@ var fixedSchemas = []string{
 	`{"$defs":{"s":{"type":"string","pattern":"^[a-z]+$"}},"type":"object","properties":{"w":{"$ref":"#/$defs/s","maxLength":5,"description":"x"}},"required":["w"]}`,
 	`{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"boolean"}},"anyOf":[{"required":["x"]},{"required":["y"]}]}`,
 	`{"type":"number","allOf":[{"minimum":-3},{"maximum":4.5},{"exclusiveMaximum":4}]}`,
+	`{"type":"string","allOf":[{"pattern":"^[a-z]+$"},{"pattern":"q"},{"pattern":"x"}],"maxLength":6}`,
 	// Tuples, property counts, patternProperties, multipleOf.
 	`{"type":"array","prefixItems":[{"type":"integer"},{"type":"string","maxLength":3}],"items":{"type":"boolean"},"minItems":1,"maxItems":4}`,
 	`{"$schema":"http://json-schema.org/draft-07/schema#","type":"array","items":[{"const":"x"},{"type":"number","minimum":0,"maximum":1}],"additionalItems":false}`,
@@ -338,7 +339,8 @@ func TestSchemaErrors(t *testing.T) {
 		{`{"type":"string","pattern":"^[0-9]+$","minLength":3,"format":"email"}`, ErrEmpty, ``},
 		{`{"allOf":[{"type":"string"},{"type":"integer"}]}`, ErrEmpty, `no type in common at #/allOf/1`},
 		{`{"allOf":[{"properties":{"a":{}},"additionalProperties":false},{"properties":{"b":{}},"required":["b"]}]}`, ErrEmpty, `required property "b" is forbidden by additionalProperties: false of another allOf schema`},
-		{`{"allOf":[{"type":"string","pattern":"a"},{"pattern":"b"}]}`, ErrUnsupported, `allOf whose schemas disagree on pattern at #`},
+		{`{"allOf":[{"type":"string","pattern":"a"},{"format":"date"}, {"format":"uuid"}]}`, ErrUnsupported, `allOf whose schemas disagree on format at #`},
+		{`{"allOf":[{"type":"string","pattern":"^a+$"},{"pattern":"^b+$"}]}`, ErrEmpty, ``},
 		{`{"type":"array","prefixItems":[{}],"items":false,"minItems":2}`, ErrEmpty, `minItems 2 is above the 1 items the tuple allows at #/items`},
 		{`{"type":"object","properties":{"a":{}},"required":["a"],"maxProperties":0}`, ErrEmpty, `more than maxProperties 0 at #`},
 		{`{"type":"object","minProperties":2}`, ErrUnsupported, `minProperties above 1 on an object that declares no properties at #`},
