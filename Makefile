@@ -46,6 +46,7 @@ FUZZ := \
 	./engine/guided:FuzzRegex \
 	./engine/guided:FuzzSchema \
 	./gateway:FuzzDecodeFrame \
+	./gateway:FuzzTokenHeader \
 	./gateway:FuzzToolParser \
 	./internal/redisurl:FuzzParse
 

@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -84,4 +86,43 @@ func TestDecodeFrame(t *testing.T) {
 	if len(frames) != 2 || frames[0].Err != nil || frames[1].Err != nil {
 		t.Fatalf("batched message: have %+v; want 2 frames", frames)
 	}
+}
+
+// FuzzTokenHeader: the JWT header reader never panics, and what it reads
+// is what a standard base64url + JSON decode of the first part says.
+func FuzzTokenHeader(f *testing.F) {
+	for _, s := range []string{
+		"eyJhbGciOiJIUzI1NiIsImtpZCI6ImEifQ.e30.sig",
+		"eyJhbGciOiJub25lIn0.e30.",
+		"a.b", "..", "...", "!!!.e30.x", "e30.e30.e30",
+		"eyJhbGciOjF9.e30.x", // alg not a string
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, token string) {
+		alg, kid, ok := tokenHeader(token)
+		if !ok {
+			if alg != "" || kid != "" {
+				t.Fatalf("%q: not ok but alg %q kid %q", token, alg, kid)
+			}
+			return
+		}
+		if strings.Count(token, ".") != 2 {
+			t.Fatalf("%q: ok without three parts", token)
+		}
+		raw, err := base64.RawURLEncoding.DecodeString(strings.SplitN(token, ".", 2)[0])
+		if err != nil {
+			t.Fatalf("%q: ok with a header that is not base64url", token)
+		}
+		var h map[string]any
+		if err := json.Unmarshal(raw, &h); err != nil {
+			t.Fatalf("%q: ok with a header that is not JSON", token)
+		}
+		if a, _ := h["alg"].(string); a != alg {
+			t.Fatalf("%q: have alg %q; want %q", token, alg, a)
+		}
+		if k, _ := h["kid"].(string); k != kid {
+			t.Fatalf("%q: have kid %q; want %q", token, kid, k)
+		}
+	})
 }
