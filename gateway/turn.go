@@ -83,6 +83,16 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 		ten = cur
 	}
 	id := engineRequestID(ten.ID, f.Session, f.Request)
+	// Only the session's owner may reserve one of its request ids: a
+	// stranger's attempt must neither learn that an id is in use nor hold
+	// it, even for a moment, against the owner's own chat.
+	owned, err := s.sessions.owns(ctx, ten.ID, c.ident.User, f.Session)
+	if err != nil {
+		return unavailable("session storage unavailable")
+	}
+	if !owned {
+		return notFound("session")
+	}
 
 	s.mu.Lock()
 	if s.draining {
