@@ -286,3 +286,61 @@ func (sc *schemaCompiler) accObject(s *jval, path string, refs map[string]int) f
 	}
 	return sc.combine(path, all, ops...)
 }
+
+// negation compiles "not" and "if"/"then"/"else", which speak of values
+// that fail a schema. An acceptor over-approximates what a schema
+// accepts, so subtracting it leaves values that surely fail it:
+//
+//	not N:               Gen(rest) ∖ Acc(N)
+//	if I then T else E:  Gen(rest ∧ I ∧ T) ∪ (Gen(rest ∧ E) ∖ Acc(I))
+//
+// (∧: the merge of merge.go). What is left out is valid too, only not
+// generated; a schema left with nothing is refused, saying where.
+func (sc *schemaCompiler) negation(s *jval, path string, depth int) frag {
+	b := sc.b
+	if n := s.get("not"); n != nil {
+		rest := without(s, "not")
+		f := sc.subtract(path, func() frag { return sc.value(rest, path, depth) },
+			func() frag { return sc.acceptor(n, path+"/not", map[string]int{}) })
+		return f
+	}
+	cond := s.get("if")
+	rest := without(without(without(s, "if"), "then"), "else")
+	var fs []frag
+	then := s.get("then")
+	if then == nil {
+		then = &jval{kind: jBool, b: true}
+	}
+	if m, conflict := sc.merge(rest, cond, path+"/if"); conflict == "" {
+		if m, conflict = sc.merge(m, then, path+"/then"); conflict == "" {
+			fs = append(fs, sc.value(m, path, depth))
+		} else {
+			sc.unsupported(path, "then whose "+conflict+" differs from its siblings'")
+		}
+	} else {
+		sc.unsupported(path, "if whose "+conflict+" differs from its siblings'")
+	}
+	els := s.get("else")
+	if els == nil {
+		els = &jval{kind: jBool, b: true}
+	}
+	if m, conflict := sc.merge(rest, els, path+"/else"); conflict == "" {
+		fs = append(fs, sc.subtract(path, func() frag { return sc.value(m, path, depth) },
+			func() frag { return sc.acceptor(cond, path+"/if", map[string]int{}) }))
+	} else {
+		sc.unsupported(path, "else whose "+conflict+" differs from its siblings'")
+	}
+	return b.alt(fs...)
+}
+
+// subtract is gen's language less acc's, noting where it leaves nothing.
+func (sc *schemaCompiler) subtract(path string, gen, acc func() frag) frag {
+	a := sc.productOf(path, firstButNotRest, gen, acc)
+	if a == nil {
+		return sc.b.none()
+	}
+	if a.empty() {
+		sc.emptyAt(path, "every value the schema generates is one its not (or if) schema may accept")
+	}
+	return sc.b.embed(a)
+}

@@ -30,13 +30,14 @@ import (
 //     time, date-time, uuid, ipv4, hostname, email, uri), any of them
 //     together (their languages are intersected); integers and numbers:
 //     minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf
-//     (m·10⁻ⁿ, m up to 4096); booleans;
+//     (m·10⁻ⁿ, m up to 4096); not and if/then/else (by subtracting
+//     acceptors, see oneof.go); booleans;
 //     null. Boolean schemas: true is any JSON value, false matches
 //     nothing.
 //   - Annotations (title, description, default, examples, $comment, …)
 //     and unknown keywords are ignored, as validators ignore them. Known
-//     validation keywords this package does not implement (multipleOf,
-//     patternProperties, uniqueItems, not, if/then/else, …) fail Compile
+//     validation keywords this package does not implement (uniqueItems,
+//     contains, propertyNames, dependentRequired, …) fail Compile
 //     with ErrUnsupported, listing each with its location (a JSON
 //     pointer). A schema that matches nothing fails with ErrEmpty, naming
 //     where and why (a required property that additionalProperties: false
@@ -69,7 +70,7 @@ var unsupportedKeywords = map[string]bool{
 	"propertyNames": true, "dependentRequired": true,
 	"dependentSchemas": true, "dependencies": true, "unevaluatedProperties": true,
 	"unevaluatedItems": true, "contains": true, "minContains": true,
-	"maxContains": true, "not": true, "if": true, "then": true, "else": true,
+	"maxContains": true,
 	"$dynamicRef": true, "$recursiveRef": true,
 }
 
@@ -162,7 +163,7 @@ var schemaKeywords = map[string]bool{
 	"allOf": true, "properties": true, "required": true, "additionalProperties": true,
 	"items": true, "minItems": true, "maxItems": true, "uniqueItems": true, "pattern": true,
 	"prefixItems": true, "additionalItems": true, "minProperties": true, "maxProperties": true,
-	"patternProperties": true, "multipleOf": true,
+	"patternProperties": true, "multipleOf": true, "not": true, "if": true, "then": true, "else": true,
 	"minLength": true, "maxLength": true, "format": true, "minimum": true, "maximum": true,
 	"exclusiveMinimum": true, "exclusiveMaximum": true,
 }
@@ -189,6 +190,9 @@ func (sc *schemaCompiler) value(s *jval, path string, depth int) frag {
 	if depth > sc.lim.MaxDepth {
 		sc.err = fmt.Errorf("%w: schema at %s nests deeper than %d", ErrTooLarge, path, sc.lim.MaxDepth)
 		return b.none()
+	}
+	if s.get("not") != nil || s.get("if") != nil {
+		return sc.negation(s, path, depth)
 	}
 	if folded, refs, changed := sc.fold(s, path); changed {
 		for _, r := range refs {

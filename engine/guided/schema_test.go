@@ -159,6 +159,10 @@ var fixedSchemas = []string{
 	`{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"boolean"}},"anyOf":[{"required":["x"]},{"required":["y"]}]}`,
 	`{"type":"number","allOf":[{"minimum":-3},{"maximum":4.5},{"exclusiveMaximum":4}]}`,
 	`{"type":"string","allOf":[{"pattern":"^[a-z]+$"},{"pattern":"q"},{"pattern":"x"}],"maxLength":6}`,
+	// not, if/then/else.
+	`{"type":"object","properties":{"country":{"enum":["US","CA"]},"zip":{"type":"string","maxLength":6}},"required":["country","zip"],
+	  "if":{"properties":{"country":{"const":"US"}}},"then":{"properties":{"zip":{"pattern":"^[0-9]{5}$"}}},"else":{"properties":{"zip":{"pattern":"^[A-Z][0-9][A-Z]$"}}}}`,
+	`{"type":"array","items":{"type":"string","maxLength":4,"not":{"enum":["a","bb"]}},"minItems":3,"maxItems":3}`,
 	// Tuples, property counts, patternProperties, multipleOf.
 	`{"type":"array","prefixItems":[{"type":"integer"},{"type":"string","maxLength":3}],"items":{"type":"boolean"},"minItems":1,"maxItems":4}`,
 	`{"$schema":"http://json-schema.org/draft-07/schema#","type":"array","items":[{"const":"x"},{"type":"number","minimum":0,"maximum":1}],"additionalItems":false}`,
@@ -325,9 +329,10 @@ func TestSchemaErrors(t *testing.T) {
 		want   error
 		text   string
 	}{
-		{`{"type":"integer","not":{"const":3}}`, ErrUnsupported, "not at #"},
-		{`{"type":"object","properties":{"a":{"not":{}},"b":{"type":"array","uniqueItems":true}}}`, ErrUnsupported,
-			"not at #/properties/a; uniqueItems at #/properties/b"},
+		{`{"type":"integer","dependentRequired":{}}`, ErrUnsupported, "dependentRequired at #"},
+		{`{"not":{}}`, ErrEmpty, "its not (or if) schema may accept at #"},
+		{`{"type":"object","properties":{"a":{"contains":{}},"b":{"type":"array","uniqueItems":true}}}`, ErrUnsupported,
+			"contains at #/properties/a; uniqueItems at #/properties/b"},
 		{`{"type":"string","format":"ipv6"}`, ErrUnsupported, `format "ipv6" (supported: date`},
 		{`{"type":"object","properties":{"a":{}},"required":["a","b"],"additionalProperties":false}`, ErrEmpty,
 			`required property "b" is forbidden by additionalProperties: false at #/required/1`},
@@ -469,6 +474,10 @@ func TestOneOfExact(t *testing.T) {
 		{`{"oneOf":[{"type":"number","minimum":0},{"type":"integer","maximum":50},{"const":120}]}`, ints},
 		{`{"oneOf":[{"type":"string","pattern":"^a"},{"type":"string","maxLength":3}]}`, strs},
 		{`{"oneOf":[{"enum":["a","b","ab"]},{"type":"string","minLength":2}]}`, strs},
+		{`{"type":"integer","minimum":0,"maximum":10,"not":{"enum":[3,4,5]}}`, ints},
+		{`{"type":"string","maxLength":3,"not":{"pattern":"^a"}}`, strs},
+		{`{"type":"integer","minimum":-20,"maximum":20,"if":{"minimum":0},"then":{"multipleOf":2},"else":{"multipleOf":3}}`, ints},
+		{`{"type":"number","maximum":50,"if":{"type":"integer"},"then":{"minimum":10},"else":{"maximum":0}}`, ints},
 	}
 	for _, tt := range tests {
 		t.Run(tt.schema, func(t *testing.T) {
