@@ -134,6 +134,10 @@ var oracleSchemas = []string{
 	`{"oneOf":[{"type":"object","properties":{"kind":{"const":"circle"},"r":{"type":"number","minimum":0,"maximum":10}},"required":["kind","r"]},
 	  {"type":"object","properties":{"kind":{"const":"square"},"side":{"type":"integer","minimum":1,"maximum":9}},"required":["kind","side"]}]}`,
 	`{"type":"object","properties":{"id":{"type":"integer","maximum":99}},"additionalProperties":{"type":"string","maxLength":3},"required":["id","label"]}`,
+	`{"type":"object","properties":{"country":{"enum":["US","CA"]},"zip":{"type":"string","maxLength":6}},"required":["country","zip"],
+	  "if":{"properties":{"country":{"const":"US"}}},"then":{"properties":{"zip":{"pattern":"^[0-9]{5}$"}}},"else":{"properties":{"zip":{"pattern":"^[A-Z][0-9][A-Z]$"}}}}`,
+	`{"allOf":[{"type":"object","properties":{"n":{"type":"integer","multipleOf":5,"minimum":0,"maximum":100}},"required":["n"]},
+	  {"properties":{"t":{"type":"array","prefixItems":[{"type":"boolean"},{"enum":["x","y"]}],"items":false,"minItems":2}},"required":["t"]}]}`,
 }
 
 // TestGuidedOracle decodes many outputs per schema on the real model,
