@@ -23,7 +23,8 @@ import (
 //     oneof.go), allOf, and $ref, anyOf or oneOf beside other keywords
 //     (merged: see merge.go); objects: properties, required,
 //     additionalProperties (a boolean or a schema), patternProperties
-//     (on declared properties), minProperties, maxProperties; arrays:
+//     (on declared properties), minProperties, maxProperties,
+//     dependentRequired; arrays:
 //     items, prefixItems and draft 7 tuples (items as an array,
 //     additionalItems), minItems, maxItems; strings: pattern (RE2 syntax,
 //     unanchored as JSON Schema says), minLength, maxLength, format (date,
@@ -37,7 +38,7 @@ import (
 //   - Annotations (title, description, default, examples, $comment, …)
 //     and unknown keywords are ignored, as validators ignore them. Known
 //     validation keywords this package does not implement (uniqueItems,
-//     contains, propertyNames, dependentRequired, …) fail Compile
+//     contains, propertyNames, dependentSchemas, …) fail Compile
 //     with ErrUnsupported, listing each with its location (a JSON
 //     pointer). A schema that matches nothing fails with ErrEmpty, naming
 //     where and why (a required property that additionalProperties: false
@@ -67,8 +68,8 @@ var annotationKeywords = map[string]bool{
 
 // unsupportedKeywords are validation keywords with no translation here.
 var unsupportedKeywords = map[string]bool{
-	"propertyNames": true, "dependentRequired": true,
-	"dependentSchemas": true, "dependencies": true, "unevaluatedProperties": true,
+	"propertyNames":    true,
+	"dependentSchemas": true, "unevaluatedProperties": true,
 	"unevaluatedItems": true, "contains": true, "minContains": true,
 	"maxContains": true,
 	"$dynamicRef": true, "$recursiveRef": true,
@@ -163,7 +164,7 @@ var schemaKeywords = map[string]bool{
 	"allOf": true, "properties": true, "required": true, "additionalProperties": true,
 	"items": true, "minItems": true, "maxItems": true, "uniqueItems": true, "pattern": true,
 	"prefixItems": true, "additionalItems": true, "minProperties": true, "maxProperties": true,
-	"patternProperties": true, "multipleOf": true, "not": true, "if": true, "then": true, "else": true,
+	"patternProperties": true, "multipleOf": true, "not": true, "dependentRequired": true, "dependencies": true, "if": true, "then": true, "else": true,
 	"minLength": true, "maxLength": true, "format": true, "minimum": true, "maximum": true,
 	"exclusiveMinimum": true, "exclusiveMaximum": true,
 }
@@ -1169,6 +1170,48 @@ func (sc *schemaCompiler) object(s *jval, path string, depth int) frag {
 			}
 		}
 	}
+	// dependentRequired (draft 7: dependencies with arrays): a required
+	// trigger makes its dependencies required; an optional trigger whose
+	// dependencies are not all required is left out.
+	required = maps.Clone(required)
+	for _, kw := range []string{"dependentRequired", "dependencies"} {
+		dr := s.get(kw)
+		if dr == nil {
+			continue
+		}
+		if dr.kind != jObj {
+			sc.invalid(path, "%s must be an object", kw)
+			return b.none()
+		}
+		for i, trig := range dr.keys {
+			deps := dr.vals[i]
+			if deps.kind != jArr {
+				sc.unsupported(path+"/"+kw, "a dependency that is a schema (dependentSchemas)")
+				return b.none()
+			}
+			all := true
+			for _, d := range deps.arr {
+				if !required[d.s] {
+					all = false
+				}
+			}
+			j := slices.Index(names, trig)
+			switch {
+			case all || j < 0:
+			case required[trig]:
+				for _, d := range deps.arr {
+					if !slices.Contains(names, d.s) {
+						sc.unsupported(path+"/"+kw, fmt.Sprintf("required %q depends on %q, which the schema does not declare", trig, d.s))
+						return b.none()
+					}
+					required[d.s] = true
+				}
+			default:
+				names = slices.Delete(names, j, j+1)
+				schemas = slices.Delete(schemas, j, j+1)
+			}
+		}
+	}
 	minP := sc.count(s, "minProperties", path, 0)
 	maxP := sc.count(s, "maxProperties", path, -1)
 	if len(names) == 0 {
@@ -1181,6 +1224,10 @@ func (sc *schemaCompiler) object(s *jval, path string, depth int) frag {
 		}
 		if len(pats) > 0 {
 			sc.unsupported(path, "patternProperties on an object that declares no properties")
+			return b.none()
+		}
+		if s.get("dependentRequired") != nil || s.get("dependencies") != nil {
+			sc.unsupported(path, "dependentRequired on an object whose generated properties are free")
 			return b.none()
 		}
 		if minP > 1 {

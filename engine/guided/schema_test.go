@@ -163,6 +163,8 @@ var fixedSchemas = []string{
 	`{"type":"object","properties":{"country":{"enum":["US","CA"]},"zip":{"type":"string","maxLength":6}},"required":["country","zip"],
 	  "if":{"properties":{"country":{"const":"US"}}},"then":{"properties":{"zip":{"pattern":"^[0-9]{5}$"}}},"else":{"properties":{"zip":{"pattern":"^[A-Z][0-9][A-Z]$"}}}}`,
 	`{"type":"array","items":{"type":"string","maxLength":4,"not":{"enum":["a","bb"]}},"minItems":3,"maxItems":3}`,
+	`{"type":"object","properties":{"card":{"type":"string","maxLength":4},"cvv":{"type":"integer"},"name":{"type":"string","maxLength":3},"zip":{"type":"integer"}},
+	  "required":["name"],"dependentRequired":{"card":["cvv"],"name":["zip"]}}`,
 	// Tuples, property counts, patternProperties, multipleOf.
 	`{"type":"array","prefixItems":[{"type":"integer"},{"type":"string","maxLength":3}],"items":{"type":"boolean"},"minItems":1,"maxItems":4}`,
 	`{"$schema":"http://json-schema.org/draft-07/schema#","type":"array","items":[{"const":"x"},{"type":"number","minimum":0,"maximum":1}],"additionalItems":false}`,
@@ -329,7 +331,8 @@ func TestSchemaErrors(t *testing.T) {
 		want   error
 		text   string
 	}{
-		{`{"type":"integer","dependentRequired":{}}`, ErrUnsupported, "dependentRequired at #"},
+		{`{"type":"integer","dependentSchemas":{}}`, ErrUnsupported, "dependentSchemas at #"},
+		{`{"type":"object","dependentRequired":{"a":["b"]}}`, ErrUnsupported, "dependentRequired on an object whose generated properties are free at #"},
 		{`{"not":{}}`, ErrEmpty, "its not (or if) schema may accept at #"},
 		{`{"type":"object","properties":{"a":{"contains":{}},"b":{"type":"array","uniqueItems":true}}}`, ErrUnsupported,
 			"contains at #/properties/a; uniqueItems at #/properties/b"},
