@@ -29,8 +29,9 @@ import (
 //	      sub-block s of 32: x = d·(scale_s−32)·IQ4NLValues[nibble]
 //
 // Within a super-block the 2-, 4- and 6-bit fields are spread over the
-// bytes as GGML spreads them; kBlockValues is the one place that reads them
-// all, and the CPU kernels follow the same walk.
+// bytes as GGML spreads them; Q2KValues to Q6KValues are the one place that
+// walks them in element order, for the decoders here and the reference dot
+// products of the CPU backend.
 
 // IQ4NLValues is the non-linear table of IQ4_NL and IQ4_XS: a 4-bit index
 // selects one of these 16 values.
@@ -104,7 +105,7 @@ func dequantBlock(dt DType, blk []byte, out []float32) {
 	case Q2_K:
 		d, dmin := f16At(blk[80:]), f16At(blk[82:])
 		var v [QKK]int8
-		q2KValues(blk, &v)
+		Q2KValues(blk, &v)
 		for i := range out {
 			sc := blk[i/16]
 			out[i] = d*float32(sc&15)*float32(v[i]) - dmin*float32(sc>>4)
@@ -112,7 +113,7 @@ func dequantBlock(dt DType, blk []byte, out []float32) {
 	case Q3_K:
 		d := f16At(blk[108:])
 		var v [QKK]int8
-		q3KValues(blk, &v)
+		Q3KValues(blk, &v)
 		sc := ScalesQ3K(blk[96:108])
 		for i := range out {
 			out[i] = d * float32(sc[i/16]) * float32(v[i])
@@ -121,9 +122,9 @@ func dequantBlock(dt DType, blk []byte, out []float32) {
 		d, dmin := f16At(blk), f16At(blk[2:])
 		var v [QKK]int8
 		if dt == Q4_K {
-			q4KValues(blk, &v)
+			Q4KValues(blk, &v)
 		} else {
-			q5KValues(blk, &v)
+			Q5KValues(blk, &v)
 		}
 		for s := range 8 {
 			sc, m := ScaleMinK4(s, blk[4:16])
@@ -135,7 +136,7 @@ func dequantBlock(dt DType, blk []byte, out []float32) {
 	case Q6_K:
 		d := f16At(blk[208:])
 		var v [QKK]int8
-		q6KValues(blk, &v)
+		Q6KValues(blk, &v)
 		for i := range out {
 			out[i] = d * float32(int8(blk[192+i/16])) * float32(v[i])
 		}
@@ -151,9 +152,9 @@ func dequantBlock(dt DType, blk []byte, out []float32) {
 	}
 }
 
-// q2KValues sets v to the 256 2-bit quants of a Q2_K super-block, in
+// Q2KValues sets v to the 256 2-bit quants of a Q2_K super-block, in
 // element order: element 128·n + 32·j + l is bits 2j of byte 32·n + l.
-func q2KValues(blk []byte, v *[QKK]int8) {
+func Q2KValues(blk []byte, v *[QKK]int8) {
 	for n := range 2 {
 		q := blk[16+32*n : 16+32*n+32]
 		for j := range 4 {
@@ -164,10 +165,10 @@ func q2KValues(blk []byte, v *[QKK]int8) {
 	}
 }
 
-// q3KValues sets v to the 256 signed 3-bit quants of a Q3_K super-block:
+// Q3KValues sets v to the 256 signed 3-bit quants of a Q3_K super-block:
 // the 2-bit part is laid out as in Q2_K, and a clear bit 4n+j of hmask[l]
 // takes 4 off element 128·n + 32·j + l.
-func q3KValues(blk []byte, v *[QKK]int8) {
+func Q3KValues(blk []byte, v *[QKK]int8) {
 	hm := blk[:32]
 	for n := range 2 {
 		q := blk[32+32*n : 32+32*n+32]
@@ -184,10 +185,10 @@ func q3KValues(blk []byte, v *[QKK]int8) {
 	}
 }
 
-// q4KValues sets v to the 256 nibbles of a Q4_K super-block: element
+// Q4KValues sets v to the 256 nibbles of a Q4_K super-block: element
 // 64·n + l is the low nibble of byte 32·n + l, element 64·n + 32 + l its
 // high nibble.
-func q4KValues(blk []byte, v *[QKK]int8) {
+func Q4KValues(blk []byte, v *[QKK]int8) {
 	q := blk[16:144]
 	for n := range 4 {
 		for l, c := range q[32*n : 32*n+32] {
@@ -197,9 +198,9 @@ func q4KValues(blk []byte, v *[QKK]int8) {
 	}
 }
 
-// q5KValues is q4KValues for Q5_K, whose qh[l] bit 2n adds 16 to element
+// Q5KValues is q4KValues for Q5_K, whose qh[l] bit 2n adds 16 to element
 // 64·n + l and bit 2n+1 to element 64·n + 32 + l.
-func q5KValues(blk []byte, v *[QKK]int8) {
+func Q5KValues(blk []byte, v *[QKK]int8) {
 	qh := blk[16:48]
 	q := blk[48:176]
 	for n := range 4 {
@@ -210,12 +211,12 @@ func q5KValues(blk []byte, v *[QKK]int8) {
 	}
 }
 
-// q6KValues sets v to the 256 signed 6-bit quants (less 32) of a Q6_K
+// Q6KValues sets v to the 256 signed 6-bit quants (less 32) of a Q6_K
 // super-block. In each half n of 128 elements, element 128n + 32i + l
 // (i < 4, l < 32) takes its low nibble from ql[64n + l + 32·(i&1)] (low
 // nibble for i < 2, high for i ≥ 2) and its top two bits from bits 2i of
 // qh[32n + l].
-func q6KValues(blk []byte, v *[QKK]int8) {
+func Q6KValues(blk []byte, v *[QKK]int8) {
 	for n := range 2 {
 		ql := blk[64*n : 64*n+64]
 		qh := blk[128+32*n : 128+32*n+32]

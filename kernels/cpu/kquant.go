@@ -365,7 +365,7 @@ func dotQ2KGo(w []byte, a actRow) float32 {
 	var v [superBlocks]int8
 	for b, dy := range a.d {
 		blk := w[b*q2KBytes : (b+1)*q2KBytes]
-		q2KValues(blk, &v)
+		kernels.Q2KValues(blk, &v)
 		x := a.q[b*256 : b*256+256]
 		var isum, msum int32
 		for j, sc := range blk[:16] {
@@ -382,7 +382,7 @@ func dotQ3KGo(w []byte, a actRow) float32 {
 	var v [superBlocks]int8
 	for b, dy := range a.d {
 		blk := w[b*q3KBytes : (b+1)*q3KBytes]
-		q3KValues(blk, &v)
+		kernels.Q3KValues(blk, &v)
 		sc := kernels.ScalesQ3K(blk[96:108])
 		x := a.q[b*256 : b*256+256]
 		var isum int32
@@ -394,7 +394,7 @@ func dotQ3KGo(w []byte, a actRow) float32 {
 	return sum
 }
 
-func dotQ45K(w []byte, a actRow, bytes int, values func([]byte, *[superBlocks]int8)) float32 {
+func dotQ45K(w []byte, a actRow, bytes int, values func([]byte, *[kernels.QKK]int8)) float32 {
 	var sum float32
 	var v [superBlocks]int8
 	for b, dy := range a.d {
@@ -412,15 +412,15 @@ func dotQ45K(w []byte, a actRow, bytes int, values func([]byte, *[superBlocks]in
 	return sum
 }
 
-func dotQ4KGo(w []byte, a actRow) float32 { return dotQ45K(w, a, q4KBytes, q4KValues) }
-func dotQ5KGo(w []byte, a actRow) float32 { return dotQ45K(w, a, q5KBytes, q5KValues) }
+func dotQ4KGo(w []byte, a actRow) float32 { return dotQ45K(w, a, q4KBytes, kernels.Q4KValues) }
+func dotQ5KGo(w []byte, a actRow) float32 { return dotQ45K(w, a, q5KBytes, kernels.Q5KValues) }
 
 func dotQ6KGo(w []byte, a actRow) float32 {
 	var sum float32
 	var v [superBlocks]int8
 	for b, dy := range a.d {
 		blk := w[b*q6KBytes : (b+1)*q6KBytes]
-		q6KValues(blk, &v)
+		kernels.Q6KValues(blk, &v)
 		x := a.q[b*256 : b*256+256]
 		var isum int32
 		for j := range 16 {
@@ -447,74 +447,6 @@ func dotIQ4XSGo(w []byte, a actRow) float32 {
 		sum += f16le(blk) * dy * float32(isum)
 	}
 	return sum
-}
-
-// The element walks of the super-block types, as kernels' decoders do them
-// (see kernels/quant_k.go for the layouts).
-
-func q2KValues(blk []byte, v *[superBlocks]int8) {
-	for n := range 2 {
-		q := blk[16+32*n : 16+32*n+32]
-		for j := range 4 {
-			o := v[128*n+32*j : 128*n+32*j+32]
-			for l, c := range q {
-				o[l] = int8(c >> (2 * j) & 3)
-			}
-		}
-	}
-}
-
-func q3KValues(blk []byte, v *[superBlocks]int8) {
-	hm := blk[:32]
-	for n := range 2 {
-		q := blk[32+32*n : 32+32*n+32]
-		for j := range 4 {
-			bit := byte(1) << (4*n + j)
-			o := v[128*n+32*j : 128*n+32*j+32]
-			for l, c := range q {
-				x := int8(c >> (2 * j) & 3)
-				if hm[l]&bit == 0 {
-					x -= 4
-				}
-				o[l] = x
-			}
-		}
-	}
-}
-
-func q4KValues(blk []byte, v *[superBlocks]int8) {
-	q := blk[16:144]
-	for n := range 4 {
-		for l, c := range q[32*n : 32*n+32] {
-			v[64*n+l] = int8(c & 15)
-			v[64*n+32+l] = int8(c >> 4)
-		}
-	}
-}
-
-func q5KValues(blk []byte, v *[superBlocks]int8) {
-	qh := blk[16:48]
-	q := blk[48:176]
-	for n := range 4 {
-		for l, c := range q[32*n : 32*n+32] {
-			v[64*n+l] = int8(c&15 | (qh[l]>>(2*n)&1)<<4)
-			v[64*n+32+l] = int8(c>>4 | (qh[l]>>(2*n+1)&1)<<4)
-		}
-	}
-}
-
-func q6KValues(blk []byte, v *[superBlocks]int8) {
-	for n := range 2 {
-		ql := blk[64*n : 64*n+64]
-		qh := blk[128+32*n : 128+32*n+32]
-		for l := range 32 {
-			h := qh[l]
-			v[128*n+l] = int8(ql[l]&15|(h&3)<<4) - 32
-			v[128*n+32+l] = int8(ql[l+32]&15|(h>>2&3)<<4) - 32
-			v[128*n+64+l] = int8(ql[l]>>4|(h>>4&3)<<4) - 32
-			v[128*n+96+l] = int8(ql[l+32]>>4|(h>>6&3)<<4) - 32
-		}
-	}
 }
 
 // matmulK is MatMul for the types of this file.
