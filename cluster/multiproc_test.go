@@ -172,8 +172,27 @@ const maxTokens = 96
 
 func (c *wsConn) chat(sid, req, content string) {
 	c.t.Helper()
-	c.send(map[string]any{"type": gateway.TypeChat, "session": sid, "request": req, "content": content,
-		"params": map[string]any{"max_tokens": maxTokens, "temperature": 0, "seed": 1}})
+	c.chatWith(sid, req, content, map[string]any{"max_tokens": maxTokens, "temperature": 0, "seed": 1})
+}
+
+func (c *wsConn) chatWith(sid, req, content string, params map[string]any) {
+	c.t.Helper()
+	c.send(map[string]any{"type": gateway.TypeChat, "session": sid, "request": req, "content": content, "params": params})
+}
+
+// reply returns the stored assistant message of sid's last turn.
+func (c *wsConn) reply(sid string) gateway.Message {
+	c.t.Helper()
+	c.send(map[string]any{"type": gateway.TypeSessionGet, "session": sid})
+	f := c.read()
+	if f.Type != gateway.TypeSession || f.Session == nil || len(f.Session.Messages) == 0 {
+		c.t.Fatalf("have %+v; want the session", f)
+	}
+	m := f.Session.Messages[len(f.Session.Messages)-1]
+	if m.Role != "assistant" {
+		c.t.Fatalf("have last message %+v; want the reply", m)
+	}
+	return m
 }
 
 // collect reads req's deltas until done; seqs must run 1, 2, 3… with no
@@ -359,6 +378,59 @@ func TestMultiProcess(t *testing.T) {
 				t.Fatalf("turn %d: have engine %s; want %s, where the session's prefix is", i, es[0], first)
 			}
 		}
+	})
+
+	top := t // owns nodes started by a subtest that later ones use
+	// A sampled request draws each token from (seed, position) alone, so
+	// the engine that takes it over continues exactly the text the first
+	// one would have written: the client sees the uninterrupted reply.
+	t.Run("seeded sample survives a killed engine", func(t *testing.T) {
+		params := map[string]any{"max_tokens": maxTokens, "temperature": 1.0, "top_p": 0.95, "seed": 4242}
+		c := dial(t, g1, token)
+		sid := c.session()
+		c.chatWith(sid, "s1", prompt, params)
+		want, _, wantDone := c.collect("s1", 0, 0)
+		if len(want) < 40 {
+			t.Fatalf("have a sampled reference of %q; want a longer reply to kill an engine in", want)
+		}
+		c.chatWith(c.session(), "s1", prompt, params)
+		if again, _, _ := c.collect("s1", 0, 0); again != want {
+			t.Fatalf("have %q on a second run; want %q: the seeded reply is not reproducible", again, want)
+		}
+
+		sid = c.session()
+		c.chatWith(sid, "s1", prompt, params)
+		head, last, _ := c.collect("s1", 0, 4)
+		es := enginesOf(t, rdb, prefix, sid, "s1")
+		if len(es) != 1 {
+			t.Fatalf("have engines %v; want one", es)
+		}
+		engines[es[0]].kill()
+		delete(engines, es[0])
+		engines["e3"] = startNode(top, bin, "e3", engineArgs("e3")...) // two engines for the next case
+		tail, _, done := c.collect("s1", last, 0)
+		if have := head + tail; have != want {
+			t.Fatalf("have %q; want %q, the reply of the same seed with nothing killed", have, want)
+		}
+		if done.FinishReason != wantDone.FinishReason || done.Usage == nil || done.Usage.CompletionTokens != wantDone.Usage.CompletionTokens ||
+			done.Stats == nil || done.Stats.Seed != 4242 {
+			t.Fatalf("have done %+v (stats %+v); want %s with %d tokens and seed 4242", done, done.Stats, wantDone.FinishReason, wantDone.Usage.CompletionTokens)
+		}
+		if after := enginesOf(t, rdb, prefix, sid, "s1"); len(after) != 2 || after[1] == es[0] {
+			t.Fatalf("have engines %v; want %s, then another", after, es[0])
+		}
+		if m := c.reply(sid); m.Content != want || m.Partial || m.FinishReason != wantDone.FinishReason {
+			t.Fatalf("have stored reply %+v; want %q, whole", m, want)
+		}
+		// A resume from the start replays the same text.
+		c.send(map[string]any{"type": gateway.TypeSessionResume, "session": sid, "request": "s1"})
+		if f := c.read(); f.Type != gateway.TypeSession {
+			t.Fatalf("have %+v; want the session first", f)
+		}
+		if again, _, _ := c.collect("s1", 0, 0); again != want {
+			t.Fatalf("have %q on resume; want %q", again, want)
+		}
+		waitNoPending(t, rdb, prefix)
 	})
 
 	t.Run("engine killed mid-stream", func(t *testing.T) {
