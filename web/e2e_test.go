@@ -517,6 +517,11 @@ func TestBrowserChat(t *testing.T) {
 		chromedp.Click(chromedp.ID("signin-button")),
 	)
 	b.waitJS("connected", jsConnected)
+	// The composer was sized while the sign-in screen hid it: it must
+	// still show a whole line (it once came up 0 px tall, its text cut).
+	if !evalJS[bool](b, `(() => { const i = document.querySelector('[data-testid=message-input]'); return i.clientHeight >= parseFloat(getComputedStyle(i).lineHeight); })()`) {
+		t.Fatalf("the message box is shorter than one line after sign-in: %s", b.failureArtifacts())
+	}
 	// Short answers keep the test fast and the history inside the tiny
 	// model's context.
 	b.do("set max tokens",

@@ -921,6 +921,10 @@ function showBanner(text, kind) {
 function autosize() {
   const t = $("message-input");
   t.style.height = "auto";
+  // While the chat view is hidden (sign-in screen) scrollHeight is 0, and
+  // a height of 0px would leave the box too small to show its own text
+  // once the view appears; rows="1" sizes it until the next input.
+  if (t.scrollHeight === 0) return;
   t.style.height = Math.min(t.scrollHeight, window.innerHeight * 0.4) + "px";
 }
 
