@@ -11,6 +11,7 @@
 package chat
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -24,9 +25,24 @@ import (
 
 // Message is one turn of a conversation. Role is usually "system", "user" or
 // "assistant"; templates decide what other roles mean (many reject them).
+//
+// ToolCalls (on an assistant message) and ToolCallID (on a "tool" message)
+// carry function calling turns; templates that know tools render them in
+// their family's own format.
 type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role       string     `json:"role"`
+	Content    string     `json:"content"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+}
+
+// ToolCall is one function call an assistant made. Arguments is a JSON
+// object; templates see it decoded, as Hugging Face's apply_chat_template
+// passes it, so that "| tojson" prints it once, not as a quoted string.
+type ToolCall struct {
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
 }
 
 // Options configure a Template. The zero value is valid.
@@ -63,8 +79,44 @@ var (
 // Template renders conversations for one model. It is safe for concurrent
 // use: New compiles once and each Render has its own scope.
 type Template struct {
-	tmpl *jinja.Template // nil: plain transcript fallback
-	opts Options
+	tmpl  *jinja.Template // nil: plain transcript fallback
+	opts  Options
+	calls *CallFormat // nil: no native tool format known
+}
+
+// CallFormat is how a model family writes function calls, so that a server
+// can guide and parse them: each call is Open, a JSON object
+// {"name": …, ArgsKey: {…}}, then Close; several calls are separated by a
+// newline.
+type CallFormat struct {
+	// Open and Close surround each call. An empty Open means bare JSON
+	// objects (Llama 3.1+): text that starts with "{" is then a call.
+	Open, Close string
+	// ArgsKey names the arguments member: "arguments", or "parameters"
+	// as Llama 3.1+ is told to write.
+	ArgsKey string
+	// Max is how many calls one answer may hold in this format (0: no
+	// limit of the format's own).
+	Max int
+	// IDLen, when not zero, is the length of the alphanumeric call ids the
+	// template insists on when calls come back in the history (Mistral: 9).
+	IDLen int
+}
+
+// callFormats tells families apart by the markup their templates write;
+// the first match wins.
+var callFormats = []struct {
+	marker string
+	format CallFormat
+}{
+	// Hermes, Qwen2.5 and their many fine-tunes.
+	{"<tool_call>", CallFormat{Open: "<tool_call>\n", Close: "\n</tool_call>", ArgsKey: "arguments"}},
+	// Mistral v0.3, Nemo, Small: one [TOOL_CALLS] list per answer; the
+	// grammar writes one call per list.
+	{"[TOOL_CALLS]", CallFormat{Open: "[TOOL_CALLS][", Close: "]", ArgsKey: "arguments", Max: 1, IDLen: 9}},
+	// Llama 3.1+: custom tools answer a bare JSON object, results come
+	// back in the ipython role; the template takes one call per turn.
+	{"ipython", CallFormat{ArgsKey: "parameters", Max: 1}},
 }
 
 // New compiles a chat template. An empty (or all-whitespace) template selects
@@ -79,6 +131,14 @@ func New(template string, opts Options) (*Template, error) {
 		return nil, fmt.Errorf("%w: %w", ErrSyntax, err)
 	}
 	t.tmpl = tmpl
+	if strings.Contains(template, "tools") {
+		for _, f := range callFormats {
+			if strings.Contains(template, f.marker) {
+				t.calls = &f.format
+				break
+			}
+		}
+	}
 	return t, nil
 }
 
@@ -105,9 +165,29 @@ func compile(src string) (t *jinja.Template, err error) {
 // is added: the tokenizer adds its own, as plain-text models expect.
 func (t *Template) Fallback() bool { return t.tmpl == nil }
 
+// NativeTools reports whether the template renders tool definitions,
+// assistant tool calls and "tool" results itself, in a family format it
+// returns (Llama 3.1+, Qwen2.5/Hermes, Mistral). When it does not, callers
+// describe tools some other way, e.g. in a system message.
+func (t *Template) NativeTools() (CallFormat, bool) {
+	if t.calls == nil {
+		return CallFormat{}, false
+	}
+	return *t.calls, true
+}
+
 // Render returns the prompt text for messages. Message contents are data to
 // the template, never code. The error wraps ErrRaised or ErrRender.
 func (t *Template) Render(messages []Message) (string, error) {
+	return t.RenderTools(messages, nil)
+}
+
+// RenderTools is Render with function definitions, each a JSON object in
+// OpenAI's shape ({"type":"function","function":{"name":…,"parameters":…}}),
+// passed to the template as its tools variable (left undefined when there
+// are none, which is how templates tell a plain chat). The fallback
+// transcript ignores them; see NativeTools.
+func (t *Template) RenderTools(messages []Message, tools []json.RawMessage) (string, error) {
 	if t.tmpl == nil {
 		return t.transcript(messages), nil
 	}
@@ -116,6 +196,27 @@ func (t *Template) Render(messages []Message) (string, error) {
 		d := jinja.NewDict()
 		d.AsDict().Set("role", jinja.NewString(m.Role))
 		d.AsDict().Set("content", jinja.NewString(m.Content))
+		if len(m.ToolCalls) > 0 {
+			calls := make([]jinja.Value, len(m.ToolCalls))
+			for j, c := range m.ToolCalls {
+				args, err := decode(c.Arguments)
+				if err != nil {
+					return "", fmt.Errorf("%w: messages[%d].tool_calls[%d].arguments: %w", ErrRender, i, j, err)
+				}
+				f := jinja.NewDict()
+				f.AsDict().Set("name", jinja.NewString(c.Name))
+				f.AsDict().Set("arguments", args)
+				call := jinja.NewDict()
+				call.AsDict().Set("id", jinja.NewString(c.ID))
+				call.AsDict().Set("type", jinja.NewString("function"))
+				call.AsDict().Set("function", f)
+				calls[j] = call
+			}
+			d.AsDict().Set("tool_calls", jinja.NewList(calls))
+		}
+		if m.ToolCallID != "" {
+			d.AsDict().Set("tool_call_id", jinja.NewString(m.ToolCallID))
+		}
 		msgs[i] = d
 	}
 	now := t.opts.Now
@@ -138,6 +239,17 @@ func (t *Template) Render(messages []Message) (string, error) {
 			return jinja.NewString(strftime(now(), format)), nil
 		}),
 	}
+	if len(tools) > 0 {
+		list := make([]jinja.Value, len(tools))
+		for i, raw := range tools {
+			v, err := decode(raw)
+			if err != nil {
+				return "", fmt.Errorf("%w: tools[%d]: %w", ErrRender, i, err)
+			}
+			list[i] = v
+		}
+		data["tools"] = jinja.NewList(list)
+	}
 	out, err := t.render(data)
 	if err != nil {
 		var r *raised
@@ -156,6 +268,73 @@ func (t *Template) render(data map[string]jinja.Value) (out string, err error) {
 		}
 	}()
 	return t.tmpl.RenderValues(data)
+}
+
+// decode turns JSON into template values with object keys in their
+// written order, so that a template's "| tojson" prints what was given.
+func decode(raw json.RawMessage) (jinja.Value, error) {
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.UseNumber()
+	v, err := decodeValue(dec)
+	if err != nil {
+		return jinja.Undefined(), err
+	}
+	if dec.More() {
+		return jinja.Undefined(), errors.New("trailing data after the JSON value")
+	}
+	return v, nil
+}
+
+func decodeValue(dec *json.Decoder) (jinja.Value, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return jinja.Undefined(), err
+	}
+	switch x := tok.(type) {
+	case json.Delim:
+		switch x {
+		case '{':
+			d := jinja.NewDict()
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return jinja.Undefined(), err
+				}
+				v, err := decodeValue(dec)
+				if err != nil {
+					return jinja.Undefined(), err
+				}
+				d.AsDict().Set(k.(string), v)
+			}
+			_, err := dec.Token()
+			return d, err
+		case '[':
+			var items []jinja.Value
+			for dec.More() {
+				v, err := decodeValue(dec)
+				if err != nil {
+					return jinja.Undefined(), err
+				}
+				items = append(items, v)
+			}
+			_, err := dec.Token()
+			return jinja.NewList(items), err
+		}
+		return jinja.Undefined(), fmt.Errorf("unexpected %v", x)
+	case json.Number:
+		if n, err := x.Int64(); err == nil {
+			return jinja.NewInt(n), nil
+		}
+		f, err := x.Float64()
+		return jinja.NewFloat(f), err
+	case string:
+		return jinja.NewString(x), nil
+	case bool:
+		return jinja.NewBool(x), nil
+	case nil:
+		return jinja.FromGoValue(nil), nil
+	}
+	return jinja.Undefined(), fmt.Errorf("unexpected JSON token %v", tok)
 }
 
 // raised is the error our raise_exception returns.

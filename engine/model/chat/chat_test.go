@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -326,4 +327,69 @@ func FuzzNew(f *testing.F) {
 		}
 		_, _ = tmpl.Render([]Message{msg("user", "hi"), msg("assistant", "yo")})
 	})
+}
+
+// toolConversation is a whole function-calling exchange: tools offered, an
+// assistant call, the tool's result, and the turn that reads it.
+var toolConversation = struct {
+	tools []json.RawMessage
+	msgs  []Message
+}{
+	tools: []json.RawMessage{
+		json.RawMessage(`{"type":"function","function":{"name":"get_weather","description":"Current weather in a city","parameters":{"type":"object","properties":{"city":{"type":"string"},"unit":{"enum":["c","f"]}},"required":["city"]}}}`),
+	},
+	msgs: []Message{
+		msg("system", "You are a helpful assistant"),
+		msg("user", "Weather in Paris?"),
+		{Role: "assistant", ToolCalls: []ToolCall{{ID: "call00001", Name: "get_weather", Arguments: json.RawMessage(`{"city": "Paris", "unit": "c"}`)}}},
+		{Role: "tool", ToolCallID: "call00001", Content: `{"temperature": 21}`},
+		msg("assistant", "It is 21 degrees."),
+		msg("user", "And in Oslo?"),
+	},
+}
+
+// TestGoldenTools renders the tool conversation with every template into
+// testdata/<name>.tools.golden: tool-aware templates show their family's
+// own format (Llama 3.2's ipython role and JSON calls, Mistral's
+// [AVAILABLE_TOOLS]/[TOOL_CALLS]/[TOOL_RESULTS]); the others render or
+// refuse it as they would any unknown role.
+func TestGoldenTools(t *testing.T) {
+	all := append(models[:len(models):len(models)],
+		struct{ name, bos, eos string }{"mistral-nemo", "<s>", "</s>"},
+		struct{ name, bos, eos string }{"qwen2.5-instruct", "", "<|im_end|>"})
+	for _, m := range all {
+		t.Run(m.name, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join("testdata", m.name+".jinja"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl, err := New(string(src), Options{BOS: m.bos, EOS: m.eos, Now: fixedNow})
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			var b strings.Builder
+			f, native := tmpl.NativeTools()
+			fmt.Fprintf(&b, "native tools: %v open=%q close=%q args=%q max=%d idlen=%d\n", native, f.Open, f.Close, f.ArgsKey, f.Max, f.IDLen)
+			out, err := tmpl.RenderTools(toolConversation.msgs, toolConversation.tools)
+			if err != nil {
+				fmt.Fprintf(&b, "error: %v\n", err)
+			} else {
+				b.WriteString(out + "\n")
+			}
+			golden := filepath.Join("testdata", m.name+".tools.golden")
+			if *rewrite {
+				if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -rewrite to create it)", err)
+			}
+			if have := b.String(); have != string(want) {
+				t.Errorf("render differs from %s (go test -rewrite regenerates it)\nhave:\n%s\nwant:\n%s", golden, have, want)
+			}
+		})
+	}
 }
