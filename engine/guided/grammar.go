@@ -74,7 +74,9 @@ type Spec struct {
 // Calls asks for one to Max (0: 1) values of the Schema, each between Open
 // and Close, separated by newlines. When Optional, the output may instead
 // be any text that does not begin with Open: a model that may answer or
-// call a tool either writes text or opens a call.
+// call a tool either writes text or opens a call. An empty Open makes calls
+// bare values (as Llama 3.1+ writes them); Optional text then must not
+// begin with "{".
 type Calls struct {
 	Open, Close string
 	Max         int

@@ -265,8 +265,8 @@ func firstButNotRest(ds []*dfa, qs []int32) bool {
 // is compiled once to a DFA and embedded in each call.
 func compileCalls(b *builder, spec Spec, lim Limits) (frag, []string, error) {
 	c := spec.Calls
-	if c.Open == "" || c.Max < 0 || c.Max > 64 {
-		return frag{}, nil, fmt.Errorf("%w: calls need an opening tag and at most 64 calls", ErrInvalid)
+	if c.Max < 0 || c.Max > 64 {
+		return frag{}, nil, fmt.Errorf("%w: calls need at most 64 calls", ErrInvalid)
 	}
 	root, err := parseJSON(spec.Schema)
 	if err != nil {
@@ -289,8 +289,14 @@ func compileCalls(b *builder, spec Spec, lim Limits) (frag, []string, error) {
 	if !c.Optional {
 		return calls, sc.empties, nil
 	}
+	// Bare calls (no Open) are JSON objects: text then must not start
+	// like one.
+	lead := c.Open
+	if lead == "" {
+		lead = "{"
+	}
 	text := sc.combine("#", firstButNotRest, func() frag { return sc.b.star(sc.b.byteRange(0, 255)) },
-		func() frag { return sc.b.cat(sc.b.lit(c.Open), sc.b.star(sc.b.byteRange(0, 255))) })
+		func() frag { return sc.b.cat(sc.b.lit(lead), sc.b.star(sc.b.byteRange(0, 255))) })
 	if err := sc.failure(); err != nil {
 		return frag{}, nil, err
 	}

@@ -679,30 +679,40 @@ func TestCalls(t *testing.T) {
 	v := synthVocab(800)
 	schema := `{"anyOf":[{"type":"object","properties":{"name":{"const":"get"},"arguments":{"type":"object","properties":{"city":{"type":"string","maxLength":8}},"required":["city"],"additionalProperties":false}},"required":["name","arguments"],"additionalProperties":false}]}`
 	call := "<tool_call>\n" + `{"name":"get","arguments":{"city":"Oslo"}}` + "\n</tool_call>"
+	bare := `{"name":"get","arguments":{"city":"Oslo"}}`
 	tests := []struct {
-		optional bool
-		in       string
-		want     bool
+		optional    bool
+		open, close string
+		in          string
+		want        bool
 	}{
-		{false, call, true},
-		{false, call + "\n" + call, true},
-		{false, call + "\n" + call + "\n" + call, false}, // Max 2
-		{false, "hello", false},
-		{false, "<tool_call>\n" + `{"name":"put","arguments":{}}` + "\n</tool_call>", false},
-		{true, "hello", true},
-		{true, "", true},
-		{true, "<tool", true}, // text that only begins like the tag
-		{true, call, true},
-		{true, "<tool_call>\nhello", false},
-		{true, "<tool_call>\n" + `{"name":"get","arguments":{"city":"Stockholm"}}` + "\n</tool_call>", false},
+		{false, "", "", bare, true}, // bare calls, as Llama 3.1+ writes them
+		{false, "", "", bare + "\n" + bare, true},
+		{false, "", "", "hello", false},
+		{true, "", "", "hello {", true},
+		{true, "", "", bare, true},
+		{true, "", "", `{"city":"Oslo"}`, false}, // text must not start like a call
+		{false, "[TOOL_CALLS][", "]", "[TOOL_CALLS][" + bare + "]", true},
+		{false, "[TOOL_CALLS][", "]", "[TOOL_CALLS]" + bare, false},
+		{false, "<tool_call>\n", "\n</tool_call>", call, true},
+		{false, "<tool_call>\n", "\n</tool_call>", call + "\n" + call, true},
+		{false, "<tool_call>\n", "\n</tool_call>", call + "\n" + call + "\n" + call, false}, // Max 2
+		{false, "<tool_call>\n", "\n</tool_call>", "hello", false},
+		{false, "<tool_call>\n", "\n</tool_call>", "<tool_call>\n" + `{"name":"put","arguments":{}}` + "\n</tool_call>", false},
+		{true, "<tool_call>\n", "\n</tool_call>", "hello", true},
+		{true, "<tool_call>\n", "\n</tool_call>", "", true},
+		{true, "<tool_call>\n", "\n</tool_call>", "<tool", true}, // text that only begins like the tag
+		{true, "<tool_call>\n", "\n</tool_call>", call, true},
+		{true, "<tool_call>\n", "\n</tool_call>", "<tool_call>\nhello", false},
+		{true, "<tool_call>\n", "\n</tool_call>", "<tool_call>\n" + `{"name":"get","arguments":{"city":"Stockholm"}}` + "\n</tool_call>", false},
 	}
 	for _, tt := range tests {
-		g, err := Compile(Spec{Schema: json.RawMessage(schema), Calls: &Calls{Open: "<tool_call>\n", Close: "\n</tool_call>", Max: 2, Optional: tt.optional}}, v)
+		g, err := Compile(Spec{Schema: json.RawMessage(schema), Calls: &Calls{Open: tt.open, Close: tt.close, Max: 2, Optional: tt.optional}}, v)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if have := g.d.accept[g.d.run(g.d.start, []byte(tt.in))]; have != tt.want {
-			t.Errorf("optional=%v %q: have %v; want %v", tt.optional, tt.in, have, tt.want)
+			t.Errorf("optional=%v open=%q %q: have %v; want %v", tt.optional, tt.open, tt.in, have, tt.want)
 		}
 	}
 }
