@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine/guided"
+	"github.com/specgate/specgate/engine/model/chat"
 	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/engine/spec"
 )
@@ -79,9 +80,14 @@ type TenantLimits struct {
 
 // Message is one chat turn, for requests that give messages instead of
 // prompt tokens; the engine renders them with the model's chat template.
+// ToolCalls (assistant) and ToolCallID ("tool" results) reach templates
+// that render tools natively (see Engine.NativeTools); others never see
+// them, so callers turn such turns into text for those.
 type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role       string          `json:"role"`
+	Content    string          `json:"content"`
+	ToolCalls  []chat.ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string          `json:"tool_call_id,omitempty"`
 }
 
 // Guided constrains generation to a language. At most one field is set.
@@ -110,6 +116,10 @@ type Request struct {
 	// chat template and tokenized.
 	Prompt   []int32
 	Messages []Message
+	// Tools are function definitions in OpenAI's shape, given to a chat
+	// template that renders tools natively (Engine.NativeTools) along with
+	// Messages; without such a template they are ignored.
+	Tools []json.RawMessage `json:",omitempty"`
 	// SharedPrefix is how many leading prompt tokens the tenant marks
 	// public, such as a system prompt common to all its users: their KV
 	// is cached once, in a namespace every tenant's requests may match

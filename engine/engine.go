@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -149,7 +150,11 @@ func newEngine(m model.Model, o Options) (*Engine, error) {
 	if tok == nil {
 		return nil, errors.New("engine: model has no tokenizer")
 	}
-	tmpl, err := chat.New(m.ChatTemplate(), chat.Options{BOS: tok.Token(tok.BOS()), EOS: tok.Token(tok.EOS())})
+	src := m.ChatTemplate()
+	if o.ChatTemplate != "" {
+		src = o.ChatTemplate
+	}
+	tmpl, err := chat.New(src, chat.Options{BOS: tok.Token(tok.BOS()), EOS: tok.Token(tok.EOS())})
 	if err != nil {
 		return nil, fmt.Errorf("engine: chat template: %w", err)
 	}
@@ -432,7 +437,7 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 			fit = math.MaxInt // rendered whole; the length checks below refuse it
 		}
 		var err error
-		if prompt, dropped, err = e.renderFitting(r.Messages, fit); err != nil {
+		if prompt, dropped, err = e.renderFitting(r.Messages, r.Tools, fit); err != nil {
 			return nil, err
 		}
 	}
@@ -496,12 +501,12 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 // cache. When the cut does move, the head and the anchor still match.
 // When even the last message alone is too long, that prompt is returned as
 // it is (the caller refuses it).
-func (e *Engine) renderFitting(msgs []Message, fit int) ([]int32, int, error) {
+func (e *Engine) renderFitting(msgs []Message, tools []json.RawMessage, fit int) ([]int32, int, error) {
 	cm := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
-		cm[i] = chat.Message{Role: m.Role, Content: m.Content}
+		cm[i] = chat.Message{Role: m.Role, Content: m.Content, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID}
 	}
-	prompt, err := e.render(cm)
+	prompt, err := e.render(cm, tools)
 	if err != nil || len(prompt) <= fit {
 		return prompt, 0, err
 	}
@@ -510,8 +515,8 @@ func (e *Engine) renderFitting(msgs []Message, fit int) ([]int32, int, error) {
 	// estimate, but the same every turn, which is what keeps cuts put.
 	markup := 4
 	x := chat.Message{Role: "user", Content: "x"}
-	one, err1 := e.render([]chat.Message{x})
-	three, err3 := e.render([]chat.Message{x, {Role: "assistant", Content: "x"}, x})
+	one, err1 := e.render([]chat.Message{x}, nil)
+	three, err3 := e.render([]chat.Message{x, {Role: "assistant", Content: "x"}, x}, nil)
 	if err1 == nil && err3 == nil {
 		markup = max((len(three)-len(one))/2-1, 1)
 	}
@@ -557,7 +562,7 @@ func (e *Engine) renderFitting(msgs []Message, fit int) ([]int32, int, error) {
 				dropped++
 			}
 		}
-		p, err := e.render(append(kept, cm[from:]...))
+		p, err := e.render(append(kept, cm[from:]...), tools)
 		return p, dropped, err
 	}
 	from := 0
@@ -606,9 +611,13 @@ func (e *Engine) renderFitting(msgs []Message, fit int) ([]int32, int, error) {
 	return prompt, 0, nil
 }
 
+// NativeTools reports whether the chat template renders Request.Tools and
+// tool turns itself, and how its model family writes calls.
+func (e *Engine) NativeTools() (chat.CallFormat, bool) { return e.tmpl.NativeTools() }
+
 // render renders msgs with the chat template and tokenizes the text.
-func (e *Engine) render(msgs []chat.Message) ([]int32, error) {
-	text, err := e.tmpl.Render(msgs)
+func (e *Engine) render(msgs []chat.Message, tools []json.RawMessage) ([]int32, error) {
+	text, err := e.tmpl.RenderTools(msgs, tools)
 	if err != nil {
 		if errors.Is(err, chat.ErrRaised) {
 			return nil, &Error{Code: CodeBadRequest, Message: err.Error()}

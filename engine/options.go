@@ -117,6 +117,10 @@ type Options struct {
 	// DefaultMaxTokens) loses its oldest turns (never system messages or
 	// the last message) until it fits.
 	DefaultMaxTokens int
+	// ChatTemplate, when set, replaces the model's own chat template (a
+	// Jinja template, as in tokenizer.chat_template): for a model file
+	// that lacks one or carries an outdated one. Empty uses the model's.
+	ChatTemplate string
 	// AgingAfter is how long a waiting request waits to count as one
 	// priority class higher, so no class starves (5s).
 	AgingAfter time.Duration

@@ -16,6 +16,12 @@ import (
 // on it, both closed when t ends.
 func storiesEngine(t *testing.T) (model.Model, *engine.Engine) {
 	t.Helper()
+	return storiesEngineWith(t, engine.Options{})
+}
+
+// storiesEngineWith is storiesEngine with engine options.
+func storiesEngineWith(t *testing.T, o engine.Options) (model.Model, *engine.Engine) {
+	t.Helper()
 	be, err := kernels.Open("cpu", kernels.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +32,7 @@ func storiesEngine(t *testing.T) (model.Model, *engine.Engine) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close() })
-	eng, err := engine.New(m, engine.Options{})
+	eng, err := engine.New(m, o)
 	if err != nil {
 		t.Fatal(err)
 	}

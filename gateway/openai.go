@@ -632,7 +632,7 @@ func (s *Server) serveChatCompletions(w http.ResponseWriter, r *http.Request, id
 		}
 		c.req.TopLogprobs = *body.TopLogprobs
 	}
-	plan, oe := planTools(body.Tools, body.ToolChoice, body.ParallelToolCalls)
+	plan, oe := planTools(body.Tools, body.ToolChoice, body.ParallelToolCalls, s.o.ToolFormat)
 	if oe != nil {
 		writeOAIError(w, oe)
 		return
@@ -643,6 +643,7 @@ func (s *Server) serveChatCompletions(w http.ResponseWriter, r *http.Request, id
 	}
 	calls := make([][]oaiToolCall, len(body.Messages))
 	results := make([]bool, len(body.Messages))
+	ids := make([]string, len(body.Messages))
 	for i, m := range body.Messages {
 		role := m.Role
 		switch role {
@@ -659,13 +660,21 @@ func (s *Server) serveChatCompletions(w http.ResponseWriter, r *http.Request, id
 			calls[i] = m.ToolCalls
 		case "tool":
 			results[i] = true
+			ids[i] = m.ToolCallID
 		default:
 			writeOAIError(w, oaiInvalid(fmt.Sprintf("messages[%d].role", i), fmt.Sprintf("role %q is not supported (want system, developer, user, assistant or tool)", m.Role)))
 			return
 		}
 		c.req.Messages = append(c.req.Messages, engine.Message{Role: role, Content: string(m.Content)})
 	}
-	c.req.Messages = toolMessages(c.req.Messages, calls, results)
+	if s.o.ToolFormat != nil {
+		c.req.Messages = nativeMessages(c.req.Messages, calls, ids)
+		if plan != nil {
+			c.req.Tools = plan.tools
+		}
+	} else {
+		c.req.Messages = toolMessages(c.req.Messages, calls, results)
+	}
 	if plan != nil && plan.system != "" {
 		// The tools join the system prompt, or lead as one.
 		if c.req.Messages[0].Role == "system" {

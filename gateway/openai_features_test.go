@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/model/chat"
 )
 
 // oaiResult is the part of a chat or completion response these tests
@@ -279,6 +284,10 @@ var weatherTools = []map[string]any{
 
 // checkCalls validates each call's arguments against its tool's
 // parameters with an independent JSON Schema validator.
+// callID is OpenAI's call id, or the 9 alphanumerics Mistral's template
+// insists on.
+var callID = regexp.MustCompile(`^(call_[0-9a-f]{24}|[A-Za-z0-9]{9})$`)
+
 func checkCalls(t *testing.T, calls []oaiToolCall, only string) {
 	t.Helper()
 	for _, tc := range calls {
@@ -292,8 +301,8 @@ func checkCalls(t *testing.T, calls []oaiToolCall, only string) {
 		if params == nil || only != "" && tc.Function.Name != only {
 			t.Fatalf("have a call to %q; want one of the offered tools (%q)", tc.Function.Name, only)
 		}
-		if !strings.HasPrefix(tc.ID, "call_") || tc.Type != "function" {
-			t.Errorf("have call id %q type %q; want call_… and function", tc.ID, tc.Type)
+		if !callID.MatchString(tc.ID) || tc.Type != "function" {
+			t.Errorf("have call id %q type %q; want call_… (or Mistral's 9 alphanumerics) and function", tc.ID, tc.Type)
 		}
 		raw, _ := json.Marshal(params)
 		doc, _ := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
@@ -388,5 +397,106 @@ func TestOpenAITools(t *testing.T) {
 	r := runOAI(t, e, tok, "/v1/chat/completions", map[string]any{"messages": follow, "tools": weatherTools, "tool_choice": "none", "temperature": 0, "max_tokens": 8})
 	if len(r.Choices) != 1 {
 		t.Fatalf("follow-up: have %+v; want an answer", r)
+	}
+}
+
+// TestOpenAIToolsNativeTemplates serves stories260K with public chat
+// templates that render tools themselves (Qwen2.5's <tool_call>, Llama
+// 3.2's bare JSON with an ipython role, Mistral Nemo's [TOOL_CALLS]):
+// the tools and the tool turns go through the template, calls are
+// generated in the family's format and parsed back, and whatever the tiny
+// model says, each call's arguments validate against its schema.
+func TestOpenAIToolsNativeTemplates(t *testing.T) {
+	for _, tt := range []struct{ name, marker string }{
+		{"qwen2.5-instruct", "<tool_call>"},
+		{"llama3.2-instruct", `"parameters"`},
+		{"mistral-nemo", "[TOOL_CALLS]"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join("..", "engine", "model", "chat", "testdata", tt.name+".jinja"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, eng := storiesEngineWith(t, engine.Options{ChatTemplate: string(src)})
+			format, ok := eng.NativeTools()
+			if !ok {
+				t.Fatalf("template %s: have no native tool format", tt.name)
+			}
+			e := newEnv(t, nil, "", func(o *Options) {
+				o.Generator = Adapt(eng.Submit, eng.Cancel)
+				o.ModelName = "stories260K"
+				o.Tokenize = m.Tokenizer().Encode
+				o.ToolFormat = &format
+			})
+			tok := e.token("alice")
+			user := []map[string]any{{"role": "user", "content": "What is the weather in Oslo?"}}
+			base := func(extra map[string]any) map[string]any {
+				b := map[string]any{"messages": user, "tools": weatherTools, "max_tokens": 120}
+				for k, v := range extra {
+					b[k] = v
+				}
+				return b
+			}
+			var first oaiToolCall
+			for _, seed := range []int{1, 2} {
+				for _, stream := range []bool{false, true} {
+					r := runOAI(t, e, tok, "/v1/chat/completions", base(map[string]any{"tool_choice": "required", "temperature": 1, "seed": seed, "stream": stream, "parallel_tool_calls": false}))
+					c := r.Choices[0]
+					if c.Finish != "tool_calls" || len(c.ToolCalls) != 1 || c.Text != "" {
+						t.Fatalf("required, seed %d, stream %v: have %+v; want one tool call", seed, stream, c)
+					}
+					checkCalls(t, c.ToolCalls, "")
+					first = c.ToolCalls[0]
+				}
+			}
+			named := map[string]any{"type": "function", "function": map[string]any{"name": "add"}}
+			r := runOAI(t, e, tok, "/v1/chat/completions", base(map[string]any{"tool_choice": named, "temperature": 0}))
+			if c := r.Choices[0]; c.Finish != "tool_calls" || len(c.ToolCalls) != 1 {
+				t.Fatalf("named: have %+v; want one call to add", c)
+			}
+			checkCalls(t, r.Choices[0].ToolCalls, "add")
+			for _, seed := range []int{1, 2, 3} {
+				r := runOAI(t, e, tok, "/v1/chat/completions", base(map[string]any{"temperature": 1, "seed": seed, "max_tokens": 40}))
+				c := r.Choices[0]
+				if strings.Contains(c.Text, tt.marker) && len(c.ToolCalls) == 0 {
+					t.Errorf("auto: have text %q with a call left in it", c.Text)
+				}
+				checkCalls(t, c.ToolCalls, "")
+			}
+
+			// Multi-turn: the call and its result go back through the
+			// template, which the prompt's length shows.
+			follow := []map[string]any{
+				user[0],
+				{"role": "assistant", "content": nil, "tool_calls": []map[string]any{{"id": first.ID, "type": "function", "function": map[string]any{"name": first.Function.Name, "arguments": first.Function.Arguments}}}},
+				{"role": "tool", "tool_call_id": first.ID, "content": `{"temp": 3}`},
+			}
+			r = runOAI(t, e, tok, "/v1/chat/completions", map[string]any{"messages": follow, "tools": weatherTools, "tool_choice": "required", "temperature": 1, "seed": 7, "max_tokens": 120})
+			checkCalls(t, r.Choices[0].ToolCalls, "")
+			tmpl, err := chat.New(string(src), chat.Options{BOS: m.Tokenizer().Token(m.Tokenizer().BOS()), EOS: m.Tokenizer().Token(m.Tokenizer().EOS())})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tools []json.RawMessage
+			for _, tool := range weatherTools {
+				raw, _ := json.Marshal(tool)
+				tools = append(tools, raw)
+			}
+			text, err := tmpl.RenderTools([]chat.Message{
+				{Role: "user", Content: "What is the weather in Oslo?"},
+				{Role: "assistant", ToolCalls: []chat.ToolCall{{ID: first.ID, Name: first.Function.Name, Arguments: json.RawMessage(first.Function.Arguments)}}},
+				{Role: "tool", ToolCallID: first.ID, Content: `{"temp": 3}`},
+			}, tools)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(text, first.Function.Name) || !strings.Contains(text, "temp") {
+				t.Fatalf("reference render lacks the call or its result:\n%s", text)
+			}
+			want := len(m.Tokenizer().EncodeSpecial(text))
+			if have, _ := r.Usage["prompt_tokens"].(float64); int(have) != want {
+				t.Errorf("follow-up prompt_tokens %v; want %d, the template's render with tools and tool turns", r.Usage["prompt_tokens"], want)
+			}
+		})
 	}
 }

@@ -253,7 +253,7 @@ func (s *Server) oaiWhole(w http.ResponseWriter, c *oaiCall, events <-chan choic
 		if c.chat() {
 			msg := &oaiChatMessage{Role: "assistant"}
 			if c.toolsGuided() {
-				p := &toolParser{}
+				p := c.tools.parser()
 				content, calls := p.feed(text)
 				content += p.end()
 				msg.ToolCalls = calls
@@ -397,7 +397,7 @@ func (s *Server) oaiStream(w http.ResponseWriter, c *oaiCall, events <-chan choi
 		}
 		if c.toolsGuided() {
 			if parsers[i] == nil {
-				parsers[i] = &toolParser{}
+				parsers[i] = c.tools.parser()
 			}
 			text, calls := parsers[i].feed(ev.text)
 			pending[i] = append(pending[i], ev.lps...)

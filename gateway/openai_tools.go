@@ -2,15 +2,22 @@ package gateway
 
 // Tool calling (OpenAI's "tools" and "tool_choice").
 //
-// The tools are described to the model in a system message, in the
-// <tools>/<tool_call> convention that Hermes- and Qwen-style chat
+// When the served chat template renders tools itself (Options.ToolFormat,
+// from engine.NativeTools: Llama 3.1+, Qwen2.5/Hermes, Mistral), the tools,
+// the assistant's earlier tool_calls and the "tool" results go to the
+// template as data and calls are generated in the family's own format
+// (chat.CallFormat): a bare {"name": …, "parameters": …} for Llama,
+// [TOOL_CALLS][…] for Mistral, <tool_call> blocks for Hermes.
+//
+// Otherwise the tools are described to the model in a system message, in
+// the <tools>/<tool_call> convention that Hermes- and Qwen-style chat
 // templates use, so any model and template can take them: a call is
 //
 //	<tool_call>
 //	{"name": "<function>", "arguments": {…}}
 //	</tool_call>
 //
-// Generation is guided (engine/guided's Calls): a call's JSON must name
+// Either way generation is guided (engine/guided's Calls): a call's JSON must name
 // one of the offered functions and its arguments must satisfy that
 // function's parameters schema. tool_choice decides the grammar:
 // "required" and a named function allow calls only; "auto" allows either
@@ -18,7 +25,7 @@ package gateway
 // guides nothing. parallel_tool_calls false allows one call, else up to
 // maxToolCalls. Earlier turns go back to the model the same way: an
 // assistant message's tool_calls as <tool_call> blocks, a "tool" message
-// as a user turn holding <tool_response> blocks (consecutive ones
+// (without a native template) as a user turn holding <tool_response> blocks (consecutive ones
 // merged), since many templates accept only system, user and assistant.
 
 import (
@@ -32,6 +39,7 @@ import (
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/guided"
+	"github.com/specgate/specgate/engine/model/chat"
 )
 
 const (
@@ -54,6 +62,18 @@ type oaiTool struct {
 		Parameters  json.RawMessage `json:"parameters,omitempty"`
 		Strict      *bool           `json:"strict,omitempty"`
 	} `json:"function"`
+	// raw is the tool as the client wrote it: a native template prints
+	// it, and should print what the client sent, keys in its order.
+	raw json.RawMessage
+}
+
+func (t *oaiTool) UnmarshalJSON(b []byte) error {
+	type plain oaiTool // without this method
+	if err := json.Unmarshal(b, (*plain)(t)); err != nil {
+		return err
+	}
+	t.raw = append(json.RawMessage(nil), b...)
+	return nil
 }
 
 // oaiToolCall is a call in a response, a stream delta or a request's
@@ -68,15 +88,24 @@ type oaiToolCall struct {
 	} `json:"function"`
 }
 
+// hermesCalls is the call format of the system-message fallback.
+var hermesCalls = chat.CallFormat{Open: toolOpen, Close: toolClose, ArgsKey: "arguments"}
+
 // toolsPlan is what a request's tools and tool_choice became.
 type toolsPlan struct {
-	system string         // the system text describing the tools
-	guided *engine.Guided // nil: unguided (tool_choice none)
+	system string            // the system text describing the tools ("" when native)
+	tools  []json.RawMessage // the tools for a native template
+	guided *engine.Guided    // nil: unguided (tool_choice none)
+	format chat.CallFormat   // how calls are written
 }
 
+// parser returns a parser of this plan's call format.
+func (p *toolsPlan) parser() *toolParser { return &toolParser{f: p.format} }
+
 // planTools checks tools and tool_choice and builds the prompt text and
-// the grammar. A nil plan means no tools are in play.
-func planTools(tools []oaiTool, choice json.RawMessage, parallel *bool) (*toolsPlan, *oaiError) {
+// the grammar. A nil plan means no tools are in play. native is the
+// template's own call format, nil when it has none.
+func planTools(tools []oaiTool, choice json.RawMessage, parallel *bool, native *chat.CallFormat) (*toolsPlan, *oaiError) {
 	mode, named := "auto", ""
 	if isSet(choice) {
 		var s string
@@ -109,8 +138,13 @@ func planTools(tools []oaiTool, choice json.RawMessage, parallel *bool) (*toolsP
 	if len(tools) > maxTools {
 		return nil, oaiInvalid("tools", fmt.Sprintf("%d tools; want at most %d", len(tools), maxTools))
 	}
+	format := hermesCalls
+	if native != nil {
+		format = *native
+	}
 	seen := map[string]bool{}
 	var branches []string
+	var defsNative []json.RawMessage
 	var desc bytes.Buffer
 	for i, t := range tools {
 		param := fmt.Sprintf("tools[%d]", i)
@@ -137,19 +171,20 @@ func planTools(tools []oaiTool, choice json.RawMessage, parallel *bool) (*toolsP
 			"name": name, "description": t.Function.Description, "parameters": json.RawMessage(params)}})
 		desc.Write(line)
 		desc.WriteByte('\n')
+		defsNative = append(defsNative, t.raw)
 		if named != "" && name != named {
 			continue
 		}
 		// Refs inside parameters point at the parameters' root: give
 		// each its own document by nesting it under $defs.
-		branch := fmt.Sprintf(`{"type":"object","properties":{"name":{"const":%q},"arguments":{"$ref":"#/$defs/f%d"}},"required":["name","arguments"],"additionalProperties":false}`, name, i)
+		branch := fmt.Sprintf(`{"type":"object","properties":{"name":{"const":%q},%q:{"$ref":"#/$defs/f%d"}},"required":["name",%[2]q],"additionalProperties":false}`, name, format.ArgsKey, i)
 		branches = append(branches, branch)
 	}
 	if named != "" && !seen[named] {
 		return nil, oaiInvalid("tool_choice", fmt.Sprintf("tool_choice names function %q, which is not among the tools", named))
 	}
 	if mode == "none" {
-		return &toolsPlan{}, nil
+		return &toolsPlan{format: format}, nil
 	}
 	defs := make([]string, len(tools))
 	for i, t := range tools {
@@ -164,8 +199,17 @@ func planTools(tools []oaiTool, choice json.RawMessage, parallel *bool) (*toolsP
 	if parallel != nil && !*parallel || named != "" {
 		calls = 1
 	}
-	plan := &toolsPlan{guided: &engine.Guided{Schema: json.RawMessage(schema),
-		Calls: &guided.Calls{Open: toolOpen, Close: toolClose, Max: calls, Optional: mode == "auto"}}}
+	if format.Max > 0 {
+		calls = min(calls, format.Max)
+	}
+	plan := &toolsPlan{format: format, guided: &engine.Guided{Schema: json.RawMessage(schema),
+		Calls: &guided.Calls{Open: format.Open, Close: format.Close, Max: calls, Optional: mode == "auto"}}}
+	if native != nil {
+		// The template describes the tools; named and required are
+		// enforced by the grammar alone.
+		plan.tools = defsNative
+		return plan, nil
+	}
 	var sys strings.Builder
 	sys.WriteString("# Tools\n\nYou can call functions to answer. Their signatures, one JSON object per line:\n<tools>\n")
 	sys.Write(desc.Bytes())
@@ -243,7 +287,32 @@ func toolMessages(in []engine.Message, calls [][]oaiToolCall, results []bool) []
 	return out
 }
 
-func newCallID() string {
+// nativeMessages hands the conversation's tool turns to a template that
+// renders them: tool_calls as data, results with their call ids.
+func nativeMessages(in []engine.Message, calls [][]oaiToolCall, ids []string) []engine.Message {
+	out := make([]engine.Message, len(in))
+	for i, m := range in {
+		out[i] = m
+		out[i].ToolCallID = ids[i]
+		for _, c := range calls[i] {
+			out[i].ToolCalls = append(out[i].ToolCalls, chat.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: json.RawMessage(c.Function.Arguments)})
+		}
+	}
+	return out
+}
+
+// newCallID makes a call id: OpenAI's call_<hex>, or n alphanumerics when
+// the template insists on a length (Mistral's 9).
+func newCallID(n int) string {
+	if n > 0 {
+		const alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+		b := make([]byte, n)
+		_, _ = rand.Read(b)
+		for i := range b {
+			b[i] = alnum[int(b[i])%len(alnum)]
+		}
+		return string(b)
+	}
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return "call_" + hex.EncodeToString(b[:])
@@ -251,7 +320,9 @@ func newCallID() string {
 
 // toolParser splits one choice's text, as it streams, into content and
 // calls. Text that could still become a call is held until it is decided.
+// f is the call format; the zero value means the <tool_call> fallback.
 type toolParser struct {
+	f     chat.CallFormat
 	buf   string
 	mode  int // toolUndecided, toolText or toolCalls
 	calls []oaiToolCall
@@ -263,14 +334,27 @@ const (
 	toolCalls
 )
 
+// format is the parser's call format, the fallback's when unset.
+func (p *toolParser) format() chat.CallFormat {
+	if p.f.ArgsKey == "" {
+		return hermesCalls
+	}
+	return p.f
+}
+
 // feed takes more text and returns content to emit and calls completed.
 func (p *toolParser) feed(text string) (content string, done []oaiToolCall) {
+	f := p.format()
+	lead := f.Open
+	if lead == "" {
+		lead = "{" // bare calls are JSON objects
+	}
 	p.buf += text
 	if p.mode == toolUndecided {
 		switch {
-		case strings.HasPrefix(p.buf, toolOpen):
+		case strings.HasPrefix(p.buf, lead):
 			p.mode = toolCalls
-		case strings.HasPrefix(toolOpen, p.buf):
+		case strings.HasPrefix(lead, p.buf):
 			return "", nil // still a prefix of the tag
 		default:
 			p.mode = toolText
@@ -281,21 +365,32 @@ func (p *toolParser) feed(text string) (content string, done []oaiToolCall) {
 		return content, nil
 	}
 	for {
-		rest := strings.TrimPrefix(strings.TrimPrefix(p.buf, "\n"), toolOpen)
-		if len(rest) == len(strings.TrimPrefix(p.buf, "\n")) {
+		s := p.buf
+		if len(p.calls) > 0 {
+			s = strings.TrimPrefix(s, "\n")
+		}
+		if !strings.HasPrefix(s, f.Open) {
 			return "", done // no complete opening yet
 		}
-		end := strings.Index(rest, toolClose)
-		if end < 0 {
+		rest := s[len(f.Open):]
+		// The call's JSON ends where a decoder says it does; a closing
+		// tag's characters may also occur inside the arguments.
+		dec := json.NewDecoder(strings.NewReader(rest))
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return "", done // not whole yet; the grammar makes it whole
+		}
+		after := rest[dec.InputOffset():]
+		if !strings.HasPrefix(after, f.Close) {
 			return "", done
 		}
-		c, ok := parseCall(rest[:end])
+		c, ok := parseCall(raw, f)
 		if !ok {
 			return "", done // the grammar makes this unreachable; end() reports the text
 		}
 		p.calls = append(p.calls, c)
 		done = append(done, c)
-		p.buf = rest[end+len(toolClose):]
+		p.buf = after[len(f.Close):]
 	}
 }
 
@@ -311,22 +406,27 @@ func (p *toolParser) end() string {
 	return rest
 }
 
-func parseCall(s string) (oaiToolCall, bool) {
-	var raw struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
+func parseCall(s []byte, f chat.CallFormat) (oaiToolCall, bool) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(s, &raw); err != nil {
+		return oaiToolCall{}, false
 	}
-	if err := json.Unmarshal([]byte(s), &raw); err != nil || raw.Name == "" {
+	var name string
+	if err := json.Unmarshal(raw["name"], &name); err != nil || name == "" {
+		return oaiToolCall{}, false
+	}
+	args, ok := raw[f.ArgsKey]
+	if !ok {
 		return oaiToolCall{}, false
 	}
 	var c oaiToolCall
-	c.ID, c.Type = newCallID(), "function"
-	c.Function.Name = raw.Name
+	c.ID, c.Type = newCallID(f.IDLen), "function"
+	c.Function.Name = name
 	var buf bytes.Buffer
-	if json.Compact(&buf, raw.Arguments) == nil {
+	if json.Compact(&buf, args) == nil {
 		c.Function.Arguments = buf.String()
 	} else {
-		c.Function.Arguments = string(raw.Arguments)
+		c.Function.Arguments = string(args)
 	}
 	return c, true
 }

@@ -3,11 +3,21 @@ package gateway
 import (
 	"slices"
 	"testing"
+
+	"github.com/specgate/specgate/engine/model/chat"
 )
 
+// parserFormats are the call formats the parser is tested in: the
+// fallback (zero value), Llama 3.1+'s bare objects, Mistral's list.
+var parserFormats = []chat.CallFormat{
+	{},
+	{ArgsKey: "parameters", Max: 1},
+	{Open: "[TOOL_CALLS][", Close: "]", ArgsKey: "arguments", Max: 1, IDLen: 9},
+}
+
 // parseAll feeds text to a parser in pieces cut at the given positions.
-func parseAll(text string, cuts []int) (string, []oaiToolCall) {
-	p := &toolParser{}
+func parseAll(f chat.CallFormat, text string, cuts []int) (string, []oaiToolCall) {
+	p := &toolParser{f: f}
 	var content string
 	var calls []oaiToolCall
 	prev := 0
@@ -25,18 +35,25 @@ func TestToolParser(t *testing.T) {
 	call := func(name, args string) string {
 		return toolOpen + `{"name": "` + name + `", "arguments": ` + args + `}` + toolClose
 	}
+	llama, mistral := parserFormats[1], parserFormats[2]
 	tests := []struct {
 		name    string
+		f       chat.CallFormat
 		text    string
 		content string
 		calls   []string // name:arguments
 	}{
-		{"text", "Hello there", "Hello there", nil},
-		{"tag-like text", "<tool", "<tool", nil},
-		{"text mentioning a tag later", "Use <tool_call> tags", "Use <tool_call> tags", nil},
-		{"one call", call("f", `{"a": 1}`), "", []string{`f:{"a":1}`}},
-		{"two calls", call("f", `{}`) + "\n" + call("g", `{"s":"x}"}`), "", []string{`f:{}`, `g:{"s":"x}"}`}},
-		{"cut short", call("f", `{}`) + "\n" + toolOpen + `{"name": "g", "argu`, "", []string{`f:{}`}},
+		{"llama call", llama, `{"name": "f", "parameters": {"a": [1, "}"]}}`, "", []string{`f:{"a":[1,"}"]}`}},
+		{"llama text", llama, "Hi {there}", "Hi {there}", nil},
+		{"llama cut short", llama, `{"name": "f", "para`, "", nil},
+		{"mistral call", mistral, `[TOOL_CALLS][{"name": "f", "arguments": {"s": "]"}}]`, "", []string{`f:{"s":"]"}`}},
+		{"mistral tag-like text", mistral, "[TOOL", "[TOOL", nil},
+		{"text", chat.CallFormat{}, "Hello there", "Hello there", nil},
+		{"tag-like text", chat.CallFormat{}, "<tool", "<tool", nil},
+		{"text mentioning a tag later", chat.CallFormat{}, "Use <tool_call> tags", "Use <tool_call> tags", nil},
+		{"one call", chat.CallFormat{}, call("f", `{"a": 1}`), "", []string{`f:{"a":1}`}},
+		{"two calls", chat.CallFormat{}, call("f", `{}`) + "\n" + call("g", `{"s":"x}"}`), "", []string{`f:{}`, `g:{"s":"x}"}`}},
+		{"cut short", chat.CallFormat{}, call("f", `{}`) + "\n" + toolOpen + `{"name": "g", "argu`, "", []string{`f:{}`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,7 +62,7 @@ func TestToolParser(t *testing.T) {
 				for c := step; c < len(tt.text); c += step {
 					cuts = append(cuts, c)
 				}
-				content, calls := parseAll(tt.text, cuts)
+				content, calls := parseAll(tt.f, tt.text, cuts)
 				var have []string
 				for _, c := range calls {
 					have = append(have, c.Function.Name+":"+c.Function.Arguments)
@@ -64,14 +81,17 @@ func FuzzToolParser(f *testing.F) {
 	f.Add(toolOpen+`{"name":"f","arguments":{}}`+toolClose, 3)
 	f.Add("plain text", 1)
 	f.Add(toolOpen+"{", 2)
+	f.Add(`{"name":"f","parameters":{"a":"}"}}`, 4)
+	f.Add(`[TOOL_CALLS][{"name":"f","arguments":{}}]`, 5)
 	f.Fuzz(func(t *testing.T, text string, step int) {
+		f := parserFormats[(step%256+256)%256%len(parserFormats)]
 		step = max(1, step%64)
 		var cuts []int
 		for c := step; c < len(text); c += step {
 			cuts = append(cuts, c)
 		}
-		c1, k1 := parseAll(text, nil)
-		c2, k2 := parseAll(text, cuts)
+		c1, k1 := parseAll(f, text, nil)
+		c2, k2 := parseAll(f, text, cuts)
 		if c1 != c2 || len(k1) != len(k2) {
 			t.Fatalf("%q: whole gives %q %d calls; in pieces of %d %q %d calls", text, c1, len(k1), step, c2, len(k2))
 		}

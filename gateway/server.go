@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/specgate/specgate/engine/model/chat"
 	"github.com/specgate/specgate/internal/durable"
 	"github.com/specgate/specgate/internal/keyspace"
 	"github.com/specgate/specgate/migrations"
@@ -131,6 +132,12 @@ type Options struct {
 	// live conversations' prefixes warm and demotes idle ones first
 	// (engine.Engine.SetSessionLive). It must not block.
 	SessionLive func(session string, live bool)
+	// ToolFormat is the served chat template's own function-call format
+	// (engine.NativeTools): tools and tool turns then go through the
+	// template and calls are generated as the model family writes them.
+	// nil describes tools in a system message in the <tool_call>
+	// convention, which any model can read.
+	ToolFormat *chat.CallFormat
 	// Tokenize encodes a raw /v1/completions prompt the way the model
 	// wants it (BOS included); it must be safe for concurrent use. nil:
 	// such prompts must be token ids.

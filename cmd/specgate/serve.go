@@ -19,6 +19,7 @@ import (
 	"github.com/specgate/specgate/cluster"
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model"
+	"github.com/specgate/specgate/engine/model/chat"
 	"github.com/specgate/specgate/engine/model/download"
 	"github.com/specgate/specgate/engine/model/synth"
 	"github.com/specgate/specgate/gateway"
@@ -82,6 +83,7 @@ func runServe(ctx context.Context, args []string) error {
 	var modelInfo *gateway.ModelInfo
 	var tokenize func(string) []int32
 	var sessionLive func(string, bool)
+	var toolFormat *chat.CallFormat // nil: tools described in a system message
 	if *rf.role == roleGateway {
 		// No model here: requests go to engines through Redis.
 		cc, err := newClusterClient(rdb, rf, *addr, log)
@@ -115,6 +117,9 @@ func runServe(ctx context.Context, args []string) error {
 		c := eng.model.Config()
 		modelInfo = &gateway.ModelInfo{Name: modelName, Arch: c.Arch, Context: c.Context, Quantization: c.WeightType.String(), Demo: n != ""}
 		sessionLive = eng.eng.SetSessionLive
+		if f, ok := eng.eng.NativeTools(); ok {
+			toolFormat = &f
+		}
 	}
 
 	gw, err := gateway.New(gateway.Options{
@@ -129,6 +134,7 @@ func runServe(ctx context.Context, args []string) error {
 		Model:       modelInfo,
 		Tokenize:    tokenize,
 		SessionLive: sessionLive,
+		ToolFormat:  toolFormat,
 		AuthTimeout: *authTimeout,
 		TurnLease:   *turnLease,
 	})
