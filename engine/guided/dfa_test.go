@@ -132,6 +132,10 @@ var goldenDFAs = []struct {
 	{"schema52", 71, "03a32264143e9a0d8a2ac5be"},
 	{"schema53", 82, "47420f3ce46970681fb33d91"},
 	{"schema54", 27, "fcb72b2fb42dca7b2d1a99de"},
+	{"schema55", 93, "4baea5379b887ca3fce7f27b"},
+	{"schema56", 154, "80088ea2a9ee38b1a087a6de"},
+	{"schema57", 1221, "507bbc77045fe9cb1e9e22af"},
+	{"schema58", 57, "99a7b32d3c259563a1bde001"},
 }
 
 func TestDFAUnchanged(t *testing.T) {

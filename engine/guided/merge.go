@@ -204,7 +204,7 @@ func (sc *schemaCompiler) merge(a, b *jval, at string) (*jval, string) {
 				}
 			}
 			m.set(k, p)
-		case "items", "additionalProperties", "$defs", "definitions":
+		case "items", "additionalProperties", "propertyNames", "$defs", "definitions":
 			if k == "$defs" || k == "definitions" {
 				continue // refs resolve against the document, not here
 			}

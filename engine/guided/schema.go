@@ -24,7 +24,8 @@ import (
 //     (merged: see merge.go); objects: properties, required,
 //     additionalProperties (a boolean or a schema), patternProperties
 //     (on declared properties), minProperties, maxProperties,
-//     dependentRequired; arrays:
+//     dependentRequired, propertyNames (declared names are checked, free
+//     keys generated from it); arrays:
 //     items, prefixItems and draft 7 tuples (items as an array,
 //     additionalItems), minItems, maxItems; strings: pattern (RE2 syntax,
 //     unanchored as JSON Schema says), minLength, maxLength, format (date,
@@ -38,7 +39,7 @@ import (
 //   - Annotations (title, description, default, examples, $comment, …)
 //     and unknown keywords are ignored, as validators ignore them. Known
 //     validation keywords this package does not implement (uniqueItems,
-//     contains, propertyNames, dependentSchemas, …) fail Compile
+//     contains, dependentSchemas, …) fail Compile
 //     with ErrUnsupported, listing each with its location (a JSON
 //     pointer). A schema that matches nothing fails with ErrEmpty, naming
 //     where and why (a required property that additionalProperties: false
@@ -68,7 +69,6 @@ var annotationKeywords = map[string]bool{
 
 // unsupportedKeywords are validation keywords with no translation here.
 var unsupportedKeywords = map[string]bool{
-	"propertyNames":    true,
 	"dependentSchemas": true, "unevaluatedProperties": true,
 	"unevaluatedItems": true, "contains": true, "minContains": true,
 	"maxContains": true,
@@ -165,7 +165,8 @@ var schemaKeywords = map[string]bool{
 	"items": true, "minItems": true, "maxItems": true, "uniqueItems": true, "pattern": true,
 	"prefixItems": true, "additionalItems": true, "minProperties": true, "maxProperties": true,
 	"patternProperties": true, "multipleOf": true, "not": true, "dependentRequired": true, "dependencies": true, "if": true, "then": true, "else": true,
-	"minLength": true, "maxLength": true, "format": true, "minimum": true, "maximum": true,
+	"propertyNames": true,
+	"minLength":     true, "maxLength": true, "format": true, "minimum": true, "maximum": true,
 	"exclusiveMinimum": true, "exclusiveMaximum": true,
 }
 
@@ -1170,6 +1171,41 @@ func (sc *schemaCompiler) object(s *jval, path string, depth int) frag {
 			}
 		}
 	}
+	// propertyNames: a schema every key's string satisfies. Declared
+	// names are checked against it (the optional ones that fail are left
+	// out); free keys are generated from its language.
+	var nameKey *automaton
+	if pn := s.get("propertyNames"); pn != nil {
+		ppath := path + "/propertyNames"
+		nameKey = sc.productOf(ppath, func(ds []*dfa, qs []int32) bool { return ds[0].accept[qs[0]] && ds[1].accept[qs[1]] },
+			func() frag { return sc.jsonString(0, -1) },
+			func() frag { return sc.value(pn, ppath, depth+1) })
+		if nameKey == nil || sc.stop() {
+			return b.none()
+		}
+		keyOK := sc.automatonOf(ppath, func() frag { return sc.b.embed(nameKey) })
+		if keyOK == nil {
+			return b.none()
+		}
+		for j := 0; j < len(names); j++ {
+			if keyOK.accept[keyOK.run(keyOK.start, appendJSONString(nil, names[j]))] {
+				continue
+			}
+			if required[names[j]] {
+				sc.emptyAt(ppath, fmt.Sprintf("required property %q does not satisfy propertyNames", names[j]))
+				return b.none()
+			}
+			names = slices.Delete(names, j, j+1)
+			schemas = slices.Delete(schemas, j, j+1)
+			j--
+		}
+	}
+	freeKey := func() frag {
+		if nameKey != nil {
+			return b.embed(nameKey)
+		}
+		return sc.jsonString(0, -1)
+	}
 	// dependentRequired (draft 7: dependencies with arrays): a required
 	// trigger makes its dependencies required; an optional trigger whose
 	// dependencies are not all required is left out.
@@ -1239,7 +1275,7 @@ func (sc *schemaCompiler) object(s *jval, path string, depth int) frag {
 		if addl != nil && addl.kind == jObj {
 			apath := path + "/additionalProperties"
 			member = func() frag {
-				return b.seq(sc.jsonString(0, -1), b.lit(":"), sc.ws(), sc.value(addl, apath, depth+1))
+				return b.seq(freeKey(), b.lit(":"), sc.ws(), sc.value(addl, apath, depth+1))
 			}
 		} else {
 			d := sc.anyDepth(depth)
@@ -1250,7 +1286,7 @@ func (sc *schemaCompiler) object(s *jval, path string, depth int) frag {
 				}
 				return b.lit("{}")
 			}
-			member = func() frag { return b.seq(sc.jsonString(0, -1), b.lit(":"), sc.ws(), sc.anyValue(d-1)) }
+			member = func() frag { return b.seq(freeKey(), b.lit(":"), sc.ws(), sc.anyValue(d-1)) }
 		}
 		if minP == 0 && maxP < 0 {
 			return sc.list("{", "}", member())

@@ -172,6 +172,12 @@ var fixedSchemas = []string{
 	`{"type":"object","additionalProperties":{"type":"integer"},"minProperties":1,"maxProperties":2}`,
 	`{"type":"object","properties":{"x_id":{"type":"integer"},"name":{"type":"string","maxLength":4}},"patternProperties":{"_id$":{"minimum":10,"maximum":20}},"required":["x_id"],"additionalProperties":false}`,
 	`{"type":"object","properties":{"n":{"type":"integer","multipleOf":7,"minimum":-50,"maximum":50},"p":{"type":"number","multipleOf":0.25,"minimum":-2,"maximum":3}},"required":["n","p"]}`,
+	// propertyNames: declared names filtered, free keys generated from it.
+	`{"type":"object","properties":{"id":{"type":"integer"},"Bad":{"type":"string"},"name":{"type":"string","maxLength":4}},"required":["id"],
+	  "propertyNames":{"pattern":"^[a-z]+$"}}`,
+	`{"type":"object","additionalProperties":{"type":"integer"},"propertyNames":{"maxLength":3,"pattern":"^x"},"maxProperties":3}`,
+	`{"type":"object","propertyNames":{"enum":["a","b"]}}`,
+	`{"allOf":[{"type":"object","additionalProperties":{"type":"boolean"},"propertyNames":{"pattern":"^[ab]"}},{"propertyNames":{"maxLength":2}}],"maxProperties":2}`,
 }
 
 // TestSchemaGenerates decodes under each schema with random logits and
@@ -336,6 +342,8 @@ func TestSchemaErrors(t *testing.T) {
 		{`{"not":{}}`, ErrEmpty, "its not (or if) schema may accept at #"},
 		{`{"type":"object","properties":{"a":{"contains":{}},"b":{"type":"array","uniqueItems":true}}}`, ErrUnsupported,
 			"contains at #/properties/a; uniqueItems at #/properties/b"},
+		{`{"type":"object","properties":{"Id":{}},"required":["Id"],"propertyNames":{"pattern":"^[a-z]+$"}}`, ErrEmpty,
+			`required property "Id" does not satisfy propertyNames at #/propertyNames`},
 		{`{"type":"string","format":"ipv6"}`, ErrUnsupported, `format "ipv6" (supported: date`},
 		{`{"type":"object","properties":{"a":{}},"required":["a","b"],"additionalProperties":false}`, ErrEmpty,
 			`required property "b" is forbidden by additionalProperties: false at #/required/1`},
