@@ -1,6 +1,9 @@
 package engine
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // minPrefill is the least prefill a step under the latency target plans
 // beside its decodes, so that prefill keeps moving when the decodes alone
@@ -79,6 +82,17 @@ func (t *throughput) tokens(target time.Duration) int {
 	}
 	n := max((target.Seconds()-t.fixed)/t.per, 2*t.fixed/t.per)
 	return int(min(n, 2*t.n+16))
+}
+
+// efficient is the fewest tokens of a step whose fixed cost is at most a
+// third of it (sched.Resources.Efficient): below that, more tokens are
+// almost free and the demand, not the machine, bounds throughput; 0 before
+// the fit has a cost per token.
+func (t *throughput) efficient() int {
+	if t.per == 0 {
+		return 0
+	}
+	return max(int(math.Ceil(2*t.fixed/t.per)), 1)
 }
 
 // stepBudget is the token budget of the next step, the tokens the latency

@@ -176,3 +176,64 @@ func TestLoneRequestFullSteps(t *testing.T) {
 	}
 	checkWhole(t, e)
 }
+
+// TestWeightsGovernEfficientSteps: two tenants weighted 1:3 with 16
+// streams each, on a device whose pass costs 10ms plus 2ms a token, under
+// a 200ms target that holds all 32 decodes. The step is still saturated
+// (32 tokens are over the 10 an efficient step needs: the machine, not
+// the demand, bounds throughput), so b must get three times a's tokens.
+// A lone tenant, and steps the fixed cost dominates, run every decode.
+func TestWeightsGovernEfficientSteps(t *testing.T) {
+	tests := []struct {
+		name       string
+		tenants    []string
+		stepCost   time.Duration
+		wantRatio  float64 // b over a; 0: only b runs
+		wantPerRun int     // b's tokens a step when b runs alone
+	}{
+		{"16+16 saturated", []string{"a", "b"}, 10 * time.Millisecond, 3, 0},
+		{"16+16 fixed cost dominates", []string{"a", "b"}, 100 * time.Millisecond, 1, 0},
+		{"lone tenant", []string{"b"}, 10 * time.Millisecond, 0, 16},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newFakeModel(t)
+			e, clk := testEngine(t, m, Options{MaxStepLatency: 200 * time.Millisecond, KVBlocks: 4000})
+			for _, ten := range tt.tenants {
+				w := map[string]float64{"a": 1, "b": 3}[ten]
+				for i := range 16 {
+					if _, err := submitNow(e, Request{ID: fmt.Sprint(ten, i), Tenant: ten, Limits: TenantLimits{Weight: w}, Prompt: []int32{1, 2, int32(3 + i)}, MaxTokens: 2000}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			m.clock, m.stepCost, m.tokenCost = clk, tt.stepCost, 2*time.Millisecond
+			count := func() map[string]int {
+				c := map[string]int{}
+				for _, s := range e.seqs {
+					c[s.req.Tenant] += len(s.tokens)
+				}
+				return c
+			}
+			for range 30 { // prefill, and let the estimate settle
+				e.step(clk.Now())
+			}
+			before := count()
+			const steps = 300
+			for range steps {
+				e.step(clk.Now())
+			}
+			after := count()
+			a, b := after["a"]-before["a"], after["b"]-before["b"]
+			if tt.wantRatio == 0 {
+				if a != 0 || b != tt.wantPerRun*steps {
+					t.Errorf("have tokens a %d, b %d over %d steps; want b %d", a, b, steps, tt.wantPerRun*steps)
+				}
+				return
+			}
+			if r := float64(b) / float64(a); r < tt.wantRatio*0.9 || r > tt.wantRatio*1.1 {
+				t.Errorf("have tokens b/a = %d/%d = %.3f; want %v within 10%%", b, a, r, tt.wantRatio)
+			}
+		})
+	}
+}

@@ -86,7 +86,13 @@ func (e *Engine) step(now time.Time) bool {
 	}
 	budget, target, first := e.stepBudget()
 	e.count.StepTokens = budget
-	plan := e.sched.Schedule(now, sched.Resources{Tokens: budget, Target: target, FreeBlocks: e.allocatable(), FreeHostBlocks: e.swapRoom(), InteractiveFirst: first})
+	efficient := 0
+	if target > 0 {
+		// Under the latency target with more than one request: shares
+		// by weight apply from an efficient step up (see budget.go).
+		efficient = e.rate.efficient()
+	}
+	plan := e.sched.Schedule(now, sched.Resources{Tokens: budget, Target: target, Efficient: efficient, FreeBlocks: e.allocatable(), FreeHostBlocks: e.swapRoom(), InteractiveFirst: first})
 	for _, p := range plan.Preempt {
 		e.preempt(e.seqs[p.ID], p)
 	}

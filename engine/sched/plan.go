@@ -50,6 +50,10 @@ func (s *Scheduler) Schedule(now time.Time, r Resources) Plan {
 	p.slotBound = len(run) >= s.cfg.MaxRunning
 	if r.Target > 0 && r.Target <= r.Tokens && p.saturated(r.Target) {
 		p.budget, p.share = r.Target, true
+	} else if n := p.weightedCap(r.Efficient); n > 0 && n < p.budget {
+		p.budget, p.share = n, true
+	} else {
+		s.carry = 0
 	}
 	if r.InteractiveFirst {
 		p.runAll(func(q *seq) bool { return lv[q] == Interactive })
@@ -75,6 +79,50 @@ func (p *planner) saturated(target int) bool {
 		}
 	}
 	return many && n > target
+}
+
+// weightedCap is the token budget of a step whose running work, from more
+// than one tenant, fills at least an efficient step (efficient tokens) but
+// may fit the latency target: the most tokens in which every tenant can
+// still take its weighted share (see Resources.Efficient), at least
+// efficient; a fractional cap is carried to the next step. It returns 0
+// when the step is not so saturated.
+func (p *planner) weightedCap(efficient int) int {
+	if efficient <= 0 {
+		return 0
+	}
+	// Tenants in run order, so that the sums do not depend on map order.
+	pend := map[*tenant]int{}
+	var ts []*tenant
+	demand := 0
+	for _, q := range p.run {
+		if d := q.total - q.kv; d > 0 {
+			if _, ok := pend[q.t]; !ok {
+				ts = append(ts, q.t)
+			}
+			pend[q.t] += d
+			demand += d
+		}
+	}
+	if len(ts) < 2 || demand < efficient {
+		return 0
+	}
+	w := 0.0
+	for _, t := range ts {
+		w += t.lim.Weight
+	}
+	c := math.Inf(1)
+	for _, t := range ts {
+		c = math.Min(c, float64(pend[t])*w/t.lim.Weight)
+	}
+	c += p.s.carry
+	n := math.Floor(c)
+	p.s.carry = c - n
+	if int(n) < efficient {
+		p.s.carry = 0
+		return efficient
+	}
+	return int(n)
 }
 
 // runAll plans the running sequences that accept allows: decodes first,

@@ -248,6 +248,60 @@ func TestWeightsGovernSaturatedSteps(t *testing.T) {
 	})
 }
 
+func TestWeightsGovernEfficientSteps(t *testing.T) {
+	// Every decode fits the latency target (512), as at 16+16 on a
+	// machine whose steps take long: the engine is still saturated once
+	// the running work fills an efficient step (8 tokens here), and the
+	// step then holds what lets b (weight 3) take three times a's tokens.
+	for _, tt := range []struct {
+		streams int
+		engine  bool
+	}{{16, false}, {48, false}, {16, true}, {48, true}} {
+		t.Run(fmt.Sprint(tt.streams, "+", tt.streams, " engine budget ", tt.engine), func(t *testing.T) {
+			m := newSim(t, Config{Quantum: 64, MaxRunning: 64}, 1000000, 0, 512)
+			m.target, m.efficient, m.engineBudget = 512, 8, tt.engine
+			a, b := sharesOn(t, m, tt.streams, 1, 3, 3000)
+			if ratio := float64(b) / float64(a); ratio < 3*0.9 || ratio > 3*1.1 {
+				t.Errorf("have tokens b/a = %d/%d = %.3f; want 3 within 10%%", b, a, ratio)
+			}
+		})
+	}
+	t.Run("lone tenant", func(t *testing.T) {
+		// One tenant: nobody to share with, every decode runs.
+		m := newSim(t, Config{}, 1000000, 0, 512)
+		m.target, m.efficient = 512, 8
+		for i := range 16 {
+			m.submit(fmt.Sprint("b", i), "b", Standard, 1, 1000, Limits{Weight: 3})
+		}
+		for range 10 {
+			m.run()
+		}
+		m.served = map[string]int{}
+		for range 10 {
+			m.run()
+		}
+		if m.served["b"] != 160 {
+			t.Errorf("have %v over 10 steps; want b 160 (16 decodes a step)", m.served)
+		}
+	})
+	t.Run("not saturated", func(t *testing.T) {
+		// Running work (3+3 decodes) under an efficient step: the fixed
+		// cost dominates, more tokens are almost free, nobody is held back.
+		m := newSim(t, Config{}, 1000000, 0, 512)
+		m.target, m.efficient = 512, 8
+		a, b := sharesOn(t, m, 3, 1, 3, 300)
+		if a != b || a == 0 {
+			t.Errorf("have tokens a %d, b %d over 300 steps; want them equal (every token runs)", a, b)
+		}
+	})
+	t.Run("trace", func(t *testing.T) {
+		m := newSim(t, Config{Quantum: 64}, 1000000, 0, 512)
+		m.target, m.efficient = 512, 4
+		sharesOn(t, m, 4, 1, 3, 40)
+		golden(t, "weighted_efficient", m.trace)
+	})
+}
+
 func TestSaturatedStepIsWorkConserving(t *testing.T) {
 	// b (weight 3) has two decodes, a (weight 1) eight; a step of 8
 	// tokens gives b all it can use and a the rest rather than idle.

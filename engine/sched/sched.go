@@ -176,6 +176,19 @@ type Resources struct {
 	// time-bound, not only when running slots run out. Otherwise every
 	// decode runs, up to Tokens.
 	Target int
+	// Efficient is the fewest tokens a step needs for its fixed cost
+	// (reading the weights, synchronising workers) to be at most a third
+	// of it (0: unknown). When the running work of more than one tenant
+	// fills at least that, the machine and not the demand bounds
+	// throughput, even if all of it fits Target: then each tenant's share
+	// of the step follows its weight too. The step holds the most tokens
+	// in which every tenant can take its weighted share (a tenant with d
+	// pending tokens and weight w out of W caps it at d·W/w), never fewer
+	// than Efficient, shared as under Target. Without this, every stream
+	// gets one token per step whatever its tenant's weight, and weights
+	// would only govern once steps outgrow the latency target. The price is
+	// the steps' fixed cost on the tokens left out, at most a third.
+	Efficient int
 	// FreeBlocks and FreeHostBlocks are the unused blocks of the device
 	// pool and the host tier.
 	FreeBlocks, FreeHostBlocks int
@@ -241,6 +254,9 @@ type Scheduler struct {
 	running []*seq // in no particular order
 	waiting int
 	steps   int64 // Schedule calls so far
+	// carry is the fraction of a token the last weighted step cap left
+	// over (see Resources.Efficient), so caps like 21⅓ average out.
+	carry float64
 }
 
 type seq struct {

@@ -128,7 +128,9 @@ type sim struct {
 	admits   []string // ids in the order they first ran
 	// target is Resources.Target of every step.
 	target int
-	debug  bool
+	// efficient is Resources.Efficient of every step.
+	efficient int
+	debug     bool
 	// engineBudget sets Tokens as the engine does: the target, but never
 	// less than the decodes plus one.
 	engineBudget bool
@@ -174,7 +176,7 @@ func (m *sim) run() Plan {
 		}
 		tokens = min(m.budget, max(m.target, decodes+1))
 	}
-	p := m.s.Schedule(m.now, Resources{Tokens: tokens, Target: m.target, FreeBlocks: m.free, FreeHostBlocks: m.hostFree})
+	p := m.s.Schedule(m.now, Resources{Tokens: tokens, Target: m.target, Efficient: m.efficient, FreeBlocks: m.free, FreeHostBlocks: m.hostFree})
 	line := fmt.Sprintf("%3d:", m.step)
 	for _, c := range p.Run {
 		line += fmt.Sprintf(" %s+%d", c.ID, c.N)
