@@ -493,12 +493,17 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 // so the template's head) stay, and the first exchange (a user message and
 // its reply, when they take at most a quarter of fit) stays as an anchor,
 // as attention sinks do; then the conversation goes on from the first
-// user message at or past k×⅔·fit tokens of history, for the least k that
-// fits. A conversation only grows at its end, so turn after turn the cut
-// stays put until the history has grown by ⅔ of the room again (a third
-// is kept at a cut: more would move the cut more often), and the
-// kept prompt starts the same way each turn: its KV stays in the prefix
-// cache. When the cut does move, the head and the anchor still match.
+// user message at or past k steps of history, for the least k that fits,
+// a step being the whole room the head and anchor leave. A conversation
+// only grows at its end, so turn after turn the cut stays put until the
+// history has filled the room again, and the kept prompt starts the same
+// way each turn: its KV stays in the prefix cache. When the cut moves, it
+// lands on the newest messages (when the next cut point is not there yet,
+// only the last message is kept): the head and anchor come from the cache
+// and only the few messages after the cut are prefilled, so a cut turn is
+// cheap too, and cuts come as rarely as the room allows. Keeping more at a
+// cut (say half the room) would keep more of the recent conversation but
+// prefill it again at every cut and cut twice as often.
 // When even the last message alone is too long, that prompt is returned as
 // it is (the caller refuses it).
 func (e *Engine) renderFitting(msgs []Message, tools []json.RawMessage, fit int) ([]int32, int, error) {
@@ -550,7 +555,6 @@ func (e *Engine) renderFitting(msgs []Message, tools []json.RawMessage, fit int)
 		}
 		return (anchor < 0 || i > anchor+1) && cm[i].Role != "system" && (cm[i].Role == "user" || !users)
 	}
-	step := max(2*fit/3, 1)
 	// keep renders the conversation cut at from.
 	keep := func(from int) ([]int32, int, error) {
 		kept := make([]chat.Message, 0, len(cm))
@@ -564,6 +568,12 @@ func (e *Engine) renderFitting(msgs []Message, tools []json.RawMessage, fit int)
 		}
 		p, err := e.render(append(kept, cm[from:]...), tools)
 		return p, dropped, err
+	}
+	// step is the room after the head and the anchor, as the estimate
+	// counts it; it depends on the earliest messages only.
+	step := fit
+	if p, _, err := keep(last); err == nil {
+		step = max(fit-(len(p)-len(e.tok.Encode(cm[last].Content))-markup), 1)
 	}
 	from := 0
 	for k := 1; from < last; k++ {
@@ -584,19 +594,6 @@ func (e *Engine) renderFitting(msgs []Message, tools []json.RawMessage, fit int)
 			return nil, 0, err
 		}
 		if len(p) <= fit {
-			if from == last {
-				// Turns this long for the context cannot keep a cut
-				// for several turns anyway: rather than keep only the
-				// last message, drop as little as fits.
-				for i := prev + 1; i < from; i++ {
-					if !cut(i) {
-						continue
-					}
-					if q, d, err := keep(i); err == nil && len(q) <= fit {
-						return q, d, nil
-					}
-				}
-			}
 			return p, dropped, nil
 		}
 		if from == last && anchor >= 0 {
