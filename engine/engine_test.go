@@ -63,7 +63,7 @@ func TestRefusals(t *testing.T) {
 		{"negative max tokens", Options{}, nil, Request{Prompt: []int32{1}, MaxTokens: -1}, CodeBadRequest, ""},
 		{"negative shared prefix", Options{}, nil, Request{Prompt: []int32{1}, SharedPrefix: -1}, CodeBadRequest, ""},
 		{"bad priority", Options{}, nil, Request{Prompt: []int32{1}, Priority: 9}, CodeBadRequest, ""},
-		{"unsupported schema", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Schema: []byte(`{"type":"integer","contains":{"const":3}}`)}}, CodeBadRequest, ""},
+		{"unsupported schema", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Schema: []byte(`{"type":"array","uniqueItems":true}`)}}, CodeBadRequest, ""},
 		{"bad regex", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Regex: "a("}}, CodeBadRequest, ""},
 		{"two constraints", Options{}, nil, Request{Prompt: []int32{1}, Guided: &Guided{Regex: "a", JSON: true}}, CodeBadRequest, ""},
 		{"context too long", Options{MaxContext: 10}, nil, Request{Prompt: make([]int32, 8), MaxTokens: 3}, CodeContextTooLong, ""},

@@ -88,7 +88,7 @@ func TestGuidedRefusals(t *testing.T) {
 		// msg must appear in the error.
 		msg string
 	}{
-		{"unsupported schema feature", Request{Prompt: []int32{1}, Guided: &Guided{Schema: []byte(`{"type":"object","properties":{"n":{"type":"integer","contains":{"const":3}}}}`)}}, "contains at #/properties/n"},
+		{"unsupported schema feature", Request{Prompt: []int32{1}, Guided: &Guided{Schema: []byte(`{"type":"object","properties":{"n":{"type":"array","uniqueItems":true}}}`)}}, "uniqueItems at #/properties/n"},
 		{"regex syntax", Request{Prompt: []int32{1}, Guided: &Guided{Regex: `a(`}}, "invalid"},
 		{"schema not JSON", Request{Prompt: []int32{1}, Guided: &Guided{Schema: []byte(`{`)}}, "invalid"},
 		{"matches nothing", Request{Prompt: []int32{1}, Guided: &Guided{Schema: []byte(`false`)}}, "nothing"},

@@ -136,6 +136,9 @@ var goldenDFAs = []struct {
 	{"schema56", 154, "80088ea2a9ee38b1a087a6de"},
 	{"schema57", 1221, "507bbc77045fe9cb1e9e22af"},
 	{"schema58", 57, "99a7b32d3c259563a1bde001"},
+	{"schema59", 41, "ea430226895071039fa5f4d7"},
+	{"schema60", 5038, "beff482f29af32a1d34a91b0"},
+	{"schema61", 126, "334393cea8936c23132c3d63"},
 }
 
 func TestDFAUnchanged(t *testing.T) {

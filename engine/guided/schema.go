@@ -25,7 +25,7 @@ import (
 //     additionalProperties (a boolean or a schema), patternProperties
 //     (on declared properties), minProperties, maxProperties,
 //     dependentRequired, propertyNames (declared names are checked, free
-//     keys generated from it); arrays:
+//     keys generated from it); arrays: contains with minContains,
 //     items, prefixItems and draft 7 tuples (items as an array,
 //     additionalItems), minItems, maxItems; strings: pattern (RE2 syntax,
 //     unanchored as JSON Schema says), minLength, maxLength, format (date,
@@ -39,7 +39,7 @@ import (
 //   - Annotations (title, description, default, examples, $comment, …)
 //     and unknown keywords are ignored, as validators ignore them. Known
 //     validation keywords this package does not implement (uniqueItems,
-//     contains, dependentSchemas, …) fail Compile
+//     dependentSchemas, maxContains, …) fail Compile
 //     with ErrUnsupported, listing each with its location (a JSON
 //     pointer). A schema that matches nothing fails with ErrEmpty, naming
 //     where and why (a required property that additionalProperties: false
@@ -70,9 +70,8 @@ var annotationKeywords = map[string]bool{
 // unsupportedKeywords are validation keywords with no translation here.
 var unsupportedKeywords = map[string]bool{
 	"dependentSchemas": true, "unevaluatedProperties": true,
-	"unevaluatedItems": true, "contains": true, "minContains": true,
-	"maxContains": true,
-	"$dynamicRef": true, "$recursiveRef": true,
+	"unevaluatedItems": true,
+	"$dynamicRef":      true, "$recursiveRef": true,
 }
 
 type schemaCompiler struct {
@@ -1029,6 +1028,25 @@ func (sc *schemaCompiler) array(s *jval, path string, depth int) frag {
 		sc.emptyAt(path, fmt.Sprintf("minItems %d is above maxItems %d", minI, maxI))
 		return b.none()
 	}
+	contains, minC := s.get("contains"), 0
+	if contains != nil {
+		minC = sc.count(s, "minContains", path, 1)
+		if s.get("maxContains") != nil {
+			// At most n items satisfying a schema needs the exact
+			// complement of what it accepts, which acceptors only
+			// over-approximate.
+			sc.unsupported(path, "maxContains")
+			return b.none()
+		}
+		if len(prefix) > 0 && minC > 0 {
+			sc.unsupported(path, "contains on a tuple (prefixItems)")
+			return b.none()
+		}
+		if maxI >= 0 && minC > maxI {
+			sc.emptyAt(path, fmt.Sprintf("minContains %d is above maxItems %d", minC, maxI))
+			return b.none()
+		}
+	}
 	if len(prefix) > 0 {
 		return sc.tuple(prefix, ppath, item, ipath, minI, maxI, depth)
 	}
@@ -1036,19 +1054,50 @@ func (sc *schemaCompiler) array(s *jval, path string, depth int) frag {
 	if maxI == 0 {
 		return b.lit("[]")
 	}
-	if minI == 0 && maxI < 0 {
-		return sc.list("[", "]", gen())
+	plain := func() frag {
+		b := sc.b
+		if minI == 0 && maxI < 0 {
+			return sc.list("[", "]", gen())
+		}
+		more := func() frag { return b.seq(b.lit(","), sc.ws(), gen()) }
+		rest := -1
+		if maxI > 0 {
+			rest = maxI - 1
+		}
+		body := b.cat(gen(), b.repeat(more, max(minI-1, 0), rest))
+		if minI == 0 {
+			body = b.quest(body)
+		}
+		return b.seq(b.lit("["), body, b.lit("]"))
 	}
-	more := func() frag { return b.seq(b.lit(","), sc.ws(), gen()) }
-	rest := -1
-	if maxI > 0 {
-		rest = maxI - 1
+	if minC == 0 {
+		return plain()
 	}
-	body := b.cat(gen(), b.repeat(more, max(minI-1, 0), rest))
-	if minI == 0 {
-		body = b.quest(body)
+	// contains with minContains k: the arrays above intersected with
+	// those holding at least k items of items ∩ contains. JSON text
+	// splits into items one way only, so the intersection's items are
+	// the real ones.
+	cpath := path + "/contains"
+	both := func(ds []*dfa, qs []int32) bool { return ds[0].accept[qs[0]] && ds[1].accept[qs[1]] }
+	hit := sc.productOf(cpath, both, gen, func() frag { return sc.value(contains, cpath, depth+1) })
+	if hit == nil || sc.stop() {
+		return b.none()
 	}
-	return b.seq(b.lit("["), body, b.lit("]"))
+	if hit.empty() {
+		sc.emptyAt(cpath, "no item allowed by items satisfies contains")
+		return b.none()
+	}
+	atLeast := func() frag {
+		b := sc.b
+		sep := func() frag { return b.cat(b.lit(","), sc.ws()) }
+		f := b.cat(b.lit("["), b.star(b.cat(gen(), sep())))
+		f = b.cat(f, b.embed(hit))
+		for range minC - 1 {
+			f = b.seq(f, b.star(b.cat(sep(), gen())), sep(), b.embed(hit))
+		}
+		return b.seq(f, b.star(b.cat(sep(), gen())), b.lit("]"))
+	}
+	return sc.combine(path, both, plain, atLeast)
 }
 
 // tuple matches arrays whose first items follow prefix and the rest item,

@@ -178,6 +178,10 @@ var fixedSchemas = []string{
 	`{"type":"object","additionalProperties":{"type":"integer"},"propertyNames":{"maxLength":3,"pattern":"^x"},"maxProperties":3}`,
 	`{"type":"object","propertyNames":{"enum":["a","b"]}}`,
 	`{"allOf":[{"type":"object","additionalProperties":{"type":"boolean"},"propertyNames":{"pattern":"^[ab]"}},{"propertyNames":{"maxLength":2}}],"maxProperties":2}`,
+	// contains / minContains: at least k items of items ∩ contains.
+	`{"type":"array","items":{"type":"integer","minimum":0,"maximum":20},"contains":{"minimum":15},"minContains":2,"maxItems":4}`,
+	`{"type":"array","contains":{"type":"string","const":"x"}}`,
+	`{"type":"array","items":{"type":"string","maxLength":3},"contains":{"pattern":"^a"},"minItems":2}`,
 }
 
 // TestSchemaGenerates decodes under each schema with random logits and
@@ -340,8 +344,9 @@ func TestSchemaErrors(t *testing.T) {
 		{`{"type":"integer","dependentSchemas":{}}`, ErrUnsupported, "dependentSchemas at #"},
 		{`{"type":"object","dependentRequired":{"a":["b"]}}`, ErrUnsupported, "dependentRequired on an object whose generated properties are free at #"},
 		{`{"not":{}}`, ErrEmpty, "its not (or if) schema may accept at #"},
-		{`{"type":"object","properties":{"a":{"contains":{}},"b":{"type":"array","uniqueItems":true}}}`, ErrUnsupported,
-			"contains at #/properties/a; uniqueItems at #/properties/b"},
+		{`{"type":"object","properties":{"a":{"type":"array","contains":{},"maxContains":2},"b":{"type":"array","uniqueItems":true}}}`, ErrUnsupported,
+			"maxContains at #/properties/a; uniqueItems at #/properties/b"},
+		{`{"type":"array","items":{"type":"integer","maximum":3},"contains":{"minimum":5}}`, ErrEmpty, "no item allowed by items satisfies contains at #/contains"},
 		{`{"type":"object","properties":{"Id":{}},"required":["Id"],"propertyNames":{"pattern":"^[a-z]+$"}}`, ErrEmpty,
 			`required property "Id" does not satisfy propertyNames at #/propertyNames`},
 		{`{"type":"string","format":"ipv6"}`, ErrUnsupported, `format "ipv6" (supported: date`},
