@@ -291,16 +291,7 @@ func (s *SessionStore) StartTurn(ctx context.Context, tenant, user, sid, request
 		}
 		return nil, ErrDuplicateRequest
 	case []any:
-		out := make([]Message, 0, len(v))
-		for _, raw := range v {
-			str, _ := raw.(string)
-			var m Message
-			if err := json.Unmarshal([]byte(str), &m); err != nil {
-				return nil, fmt.Errorf("gateway: session %s: stored message: %w", sid, err)
-			}
-			out = append(out, m)
-		}
-		return out, nil
+		return decodeHistory(sid, v)
 	}
 	return nil, fmt.Errorf("gateway: store user message: unexpected reply %T", res)
 }
