@@ -205,7 +205,7 @@ func (s *SessionStore) StartReplaceTurn(ctx context.Context, tenant, user, sid, 
 		return nil, err
 	}
 	now := s.now().UnixMilli()
-	res, err := replaceScript.Run(ctx, s.rdb,
+	res, err := s.w.Run(ctx, replaceScript,
 		[]string{s.sessKey(sid), s.msgsKey(sid), s.reqKey(sid, request), s.altsKey(sid)},
 		tenant, user, replaced, content, now, sid, s.logTTL.Milliseconds(), request).Result()
 	if err != nil {
@@ -237,7 +237,7 @@ func (s *SessionStore) SwitchBranch(ctx context.Context, tenant, user, sid, requ
 		return err
 	}
 	now := s.now().UnixMilli()
-	n, err := switchScript.Run(ctx, s.rdb,
+	n, err := s.w.Run(ctx, switchScript,
 		[]string{s.sessKey(sid), s.msgsKey(sid), s.altsKey(sid)},
 		tenant, user, request, branch, now).Int()
 	if err != nil {
@@ -256,7 +256,7 @@ func (s *SessionStore) SwitchBranch(ctx context.Context, tenant, user, sid, requ
 
 // AbortTurn removes a refused turn's user message (see abortScript).
 func (s *SessionStore) AbortTurn(ctx context.Context, sid, request string) error {
-	err := abortScript.Run(ctx, s.rdb, []string{s.msgsKey(sid), s.reqKey(sid, request), s.altsKey(sid)}, request).Err()
+	err := s.w.Run(ctx, abortScript, []string{s.msgsKey(sid), s.reqKey(sid, request), s.altsKey(sid)}, request).Err()
 	if err != nil {
 		return fmt.Errorf("gateway: undo refused turn: %w", err)
 	}

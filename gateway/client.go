@@ -355,7 +355,7 @@ func (c *client) handle(f ClientFrame) {
 		}
 		c.conn.Send(ServerFrame{Type: TypeSessions, Sessions: list})
 	case TypeSessionRename:
-		if err := c.s.sessions.Rename(ctx, t, u, f.Session, f.Title); err != nil {
+		if err := c.s.sessions.Update(ctx, t, u, f.Session, SessionUpdate{Title: &f.Title}); err != nil {
 			fail(storeError(err), "")
 			return
 		}

@@ -56,6 +56,10 @@ func (s *Server) abortTurn(session, request string) {
 	if err := s.sessions.AbortTurn(ctx, session, request); err != nil {
 		s.o.Logger.Warn("gateway: undo refused turn", "session", session, "request", request, "err", err)
 	}
+	// The entry is this gateway's own (the turn was registered): left in
+	// the index it would expire and be "recovered" by another gateway,
+	// and a retry with the same request id would inherit its deadline.
+	s.unregisterTurn(session, request)
 }
 
 // modelInfo is the served model's description for ready frames, with the

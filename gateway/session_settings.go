@@ -52,6 +52,9 @@ func (u SessionUpdate) fields() ([]any, error) {
 
 // Update changes a session's title, system prompt or default parameters.
 func (s *SessionStore) Update(ctx context.Context, tenant, user, id string, u SessionUpdate) error {
+	if !validKeyPart(id) {
+		return ErrNotFound
+	}
 	kv, err := u.fields()
 	if err != nil {
 		return err

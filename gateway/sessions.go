@@ -202,27 +202,6 @@ func (s *SessionStore) List(ctx context.Context, tenant, user string, limit int)
 	return out, nil
 }
 
-var renameScript = redis.NewScript(ownerCheck + `
-redis.call('HSET', KEYS[1], 'title', ARGV[3], 'updated', ARGV[4])
-return 1
-`)
-
-// Rename sets a session's title.
-func (s *SessionStore) Rename(ctx context.Context, tenant, user, id, title string) error {
-	if !validKeyPart(id) {
-		return ErrNotFound
-	}
-	now := s.now().UnixMilli()
-	n, err := renameScript.Run(ctx, s.rdb, []string{s.sessKey(id)}, tenant, user, title, now).Int()
-	if err != nil {
-		return fmt.Errorf("gateway: rename session: %w", err)
-	}
-	if n == 0 {
-		return ErrNotFound
-	}
-	return s.touch(ctx, tenant, user, id, now)
-}
-
 var deleteScript = redis.NewScript(ownerCheck + `
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 return 1
@@ -365,7 +344,7 @@ func (s *SessionStore) RecoverTurn(ctx context.Context, tenant, user, sid string
 		m.Created = s.now().UnixMilli()
 	}
 	b, _ := json.Marshal(m)
-	n, err := recoverScript.Run(ctx, s.rdb,
+	n, err := s.w.Run(ctx, recoverScript,
 		[]string{s.sessKey(sid), s.msgsKey(sid), s.reqKey(sid, m.Request)},
 		b, m.Created, s.logTTL.Milliseconds(), m.FinishReason).Int()
 	if err != nil {
