@@ -381,14 +381,20 @@ func TestFMA32(t *testing.T) {
 		check(a, b, -c)
 		check(float32(r.IntN(1<<20)-1<<19), r.Float32()*1e-3, r.Float32()*10-5)
 	}
-	// c = 1; a·b = 2⁻²⁴ (half an ulp of 1) plus a sliver far below the
-	// float64 sum's last bit: the sum rounds to exactly halfway, and only
-	// the sliver says to round up.
+	// Small products next to 1: the float64 sum is exact, no tie.
 	a := float32(1 + 0x1p-23)
 	b := float32(0x1p-24)
 	check(a, b, 1)
 	check(-a, b, -1)
 	check(a, -b, 1)
+	// A real tie: a·b + c = 1+2⁻²³ + 2⁻²⁴ − 2⁻⁷⁰ rounds in float64 to
+	// exactly halfway between two float32s, and only the dropped −2⁻⁷⁰
+	// says to round down (plain float32(s) would round up to 1+2⁻²²).
+	check(1+0x1p-23, (1-0x1p-23)*0x1p-24, 1+0x1p-23)
+	check(-(1 + 0x1p-23), (1-0x1p-23)*0x1p-24, -(1 + 0x1p-23))
+	if got := fma32(1+0x1p-23, (1-0x1p-23)*0x1p-24, 1+0x1p-23); got != 1+0x1p-23 {
+		t.Errorf("fma32 at a tie = %v; want 1+2⁻²³", got)
+	}
 	check(0, 5, -0.0)
 	check(-0.0, 5, 0)
 }

@@ -62,7 +62,9 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 	}
 	grain := m
 	if n*m*k >= 1<<15 {
-		grain = min(64, max(4, m/(b.threads*8)))
+		// A multiple of 8: the batch-1 Q8_0/Q4_0 kernels take weight rows
+		// eight at a time, and a shorter chunk runs all eight lanes anyway.
+		grain = min(64, max(8, m/(b.threads*8))&^7)
 	}
 	b.pool.run(t, m, grain)
 	*t = matmulTask{}
