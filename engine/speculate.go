@@ -94,7 +94,6 @@ type specState struct {
 	depths []int32
 	moves  []kernels.SlotCopy
 	ctx    []int32
-	target []int32
 	starts []int32
 }
 
@@ -384,25 +383,25 @@ func (e *Engine) verify(s *sequence, row int) {
 		}
 		return st.ctx
 	}
-	// The target's token after every node, as plain decoding would pick
-	// it there (Sample draws with the uniform of the token's position,
+	// The target's token after a node, as plain decoding would pick it
+	// there (Sample draws with the uniform of the token's position,
 	// len(ctxOf(node))). Accepting exactly those tokens is lossless for
 	// sampled requests too: by induction over the path, every token the
 	// step emits is the token plain decoding emits at its position after
 	// the same history, so the output is the plain output, which has the
 	// target's distribution. Drafts only decide how many of those tokens
-	// one pass yields.
-	st.target = st.target[:0]
-	for node := spec.Root; int(node) < t.Len(); node++ {
-		tok := int32(-1)
+	// one pass yields. Only the nodes on the walk are sampled: a sampled
+	// request's Sample costs a pass over the vocabulary.
+	after := func(node int32) int32 {
 		if s.matcher == nil {
-			tok = s.sampler.Sample(rowOf(node), ctxOf(node))
-		} else if g := stateOf(node); g > 0 {
-			tok = s.sampler.SampleMasked(rowOf(node), s.matcher.Grammar().Mask(g), ctxOf(node))
+			return s.sampler.Sample(rowOf(node), ctxOf(node))
 		}
-		st.target = append(st.target, tok)
+		if g := stateOf(node); g > 0 {
+			return s.sampler.SampleMasked(rowOf(node), s.matcher.Grammar().Mask(g), ctxOf(node))
+		}
+		return -1
 	}
-	path, next := spec.VerifyGreedy(t, st.target)
+	path, next := spec.VerifyWalk(t, after)
 	sp.pend = sp.pend[:0]
 	bs := int32(e.o.BlockSize)
 	slot := func(pos int) int32 { return s.table[int32(pos)/bs]*bs + int32(pos)%bs }

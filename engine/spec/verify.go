@@ -30,9 +30,16 @@ const Root int32 = -1
 // the same uniforms from a distribution close to the target's is accepted
 // often (TestVerifyCoupledDistribution).
 func VerifyGreedy(t *Tree, target []int32) (path []int32, bonus int32) {
+	return VerifyWalk(t, func(node int32) int32 { return target[node+1] })
+}
+
+// VerifyWalk is VerifyGreedy with the target's token after a node asked
+// for as the walk reaches it, so that nodes off the accepted path are
+// never evaluated.
+func VerifyWalk(t *Tree, after func(node int32) int32) (path []int32, bonus int32) {
 	cur := Root
 	for {
-		want := target[cur+1]
+		want := after(cur)
 		next := Root
 		for i := cur + 1; int(i) < len(t.Tokens); i++ {
 			if t.Parent[i] == cur && t.Tokens[i] == want {
