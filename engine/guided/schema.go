@@ -1078,8 +1078,7 @@ func (sc *schemaCompiler) array(s *jval, path string, depth int) frag {
 	// splits into items one way only, so the intersection's items are
 	// the real ones.
 	cpath := path + "/contains"
-	both := func(ds []*dfa, qs []int32) bool { return ds[0].accept[qs[0]] && ds[1].accept[qs[1]] }
-	hit := sc.productOf(cpath, both, gen, func() frag { return sc.value(contains, cpath, depth+1) })
+	hit := sc.productOf(cpath, all, gen, func() frag { return sc.value(contains, cpath, depth+1) })
 	if hit == nil || sc.stop() {
 		return b.none()
 	}
@@ -1097,7 +1096,7 @@ func (sc *schemaCompiler) array(s *jval, path string, depth int) frag {
 		}
 		return b.seq(f, b.star(b.cat(sep(), gen())), b.lit("]"))
 	}
-	return sc.combine(path, both, plain, atLeast)
+	return sc.combine(path, all, plain, atLeast)
 }
 
 // tuple matches arrays whose first items follow prefix and the rest item,
@@ -1226,7 +1225,7 @@ func (sc *schemaCompiler) object(s *jval, path string, depth int) frag {
 	var nameKey *automaton
 	if pn := s.get("propertyNames"); pn != nil {
 		ppath := path + "/propertyNames"
-		nameKey = sc.productOf(ppath, func(ds []*dfa, qs []int32) bool { return ds[0].accept[qs[0]] && ds[1].accept[qs[1]] },
+		nameKey = sc.productOf(ppath, all,
 			func() frag { return sc.jsonString(0, -1) },
 			func() frag { return sc.value(pn, ppath, depth+1) })
 		if nameKey == nil || sc.stop() {
