@@ -65,6 +65,7 @@ func TestHelpExitsZero(t *testing.T) {
 		{"tenant", "token", "--help"}, {"migrate", "-h"}, {"generate", "--help"},
 		{"bench", "--help"}, {"mkmodel", "--help"}, {"status", "--help"},
 		{"loadgen", "--help"}, {"version", "--help"},
+		{"tokenize", "--help"}, {"logits", "-h"},
 	} {
 		r := specgate(t, env, args...)
 		if r.code != 0 || !strings.Contains(r.stdout+r.stderr, "usage") {

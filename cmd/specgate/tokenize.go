@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,9 +11,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/engine/model/gguf"
-	"github.com/specgate/specgate/kernels"
 )
 
 // The tokenize and logits commands print what outside checks compare with
@@ -33,21 +32,10 @@ func tokenizeTo(stdout, stderr io.Writer, args []string) error {
 	file := fs.String("file", "", "tokenize this file's whole text instead of --text")
 	noBOS := fs.Bool("no-bos", false, "add no special token at all (BOS; EOS where the metadata asks for it; BERT's CLS and SEP), whatever the model's metadata says: how llama.cpp's tokenizer test suites are written")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+		return err // flag.ErrHelp included: main exits 0 on it
+	}
+	if _, err := checkInputFlags(fs, *path, "text", "file"); err != nil {
 		return err
-	}
-	if *path == "" {
-		return fmt.Errorf("--model is required")
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["text"] == set["file"] {
-		return fmt.Errorf("give exactly one of --text and --file")
 	}
 	if *file != "" {
 		b, err := os.ReadFile(*file)
@@ -105,24 +93,14 @@ func logitsTo(stdout, stderr io.Writer, args []string) error {
 	backend := fs.String("backend", "cpu", "compute backend")
 	threads := fs.Int("threads", 0, "worker threads (0 = one per CPU)")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+		return err // flag.ErrHelp included: main exits 0 on it
+	}
+	byPrompt, err := checkInputFlags(fs, *path, "prompt", "ids")
+	if err != nil {
 		return err
 	}
-	if *path == "" {
-		return fmt.Errorf("--model is required")
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["prompt"] == set["ids"] {
-		return fmt.Errorf("give exactly one of --prompt and --ids")
-	}
 	var given []int32
-	if set["ids"] {
+	if !byPrompt {
 		for _, s := range strings.Fields(*idList) {
 			v, err := strconv.ParseInt(s, 10, 32)
 			if err != nil {
@@ -131,22 +109,14 @@ func logitsTo(stdout, stderr io.Writer, args []string) error {
 			given = append(given, int32(v))
 		}
 	}
-	be, err := kernels.Open(*backend, kernels.Options{Threads: *threads})
-	if err != nil {
-		return err
-	}
-	defer be.Close()
-	m, err := model.Load(*path, be)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
 	// llama.cpp's reference logits are computed with an F32 KV cache.
-	if err := m.SetKVType(kernels.F32); err != nil {
+	m, closeModel, err := loadModel(*backend, *threads, *path, engine.KVF32)
+	if err != nil {
 		return err
 	}
+	defer closeModel()
 	ids := given
-	if !set["ids"] {
+	if byPrompt {
 		ids = m.Tokenizer().Encode(*prompt)
 	}
 	c := m.Config()
@@ -177,4 +147,23 @@ func logitsTo(stdout, stderr io.Writer, args []string) error {
 		return err
 	}
 	return nil
+}
+
+// checkInputFlags checks what tokenize and logits both require: a model,
+// no stray arguments, and exactly one of the two input flags a and b
+// (set at all, so that an empty --text "" still counts as given). It
+// reports whether a is the one given.
+func checkInputFlags(fs *flag.FlagSet, model, a, b string) (bool, error) {
+	if model == "" {
+		return false, fmt.Errorf("--model is required")
+	}
+	if fs.NArg() > 0 {
+		return false, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set[a] == set[b] {
+		return false, fmt.Errorf("give exactly one of --%s and --%s", a, b)
+	}
+	return set[a], nil
 }

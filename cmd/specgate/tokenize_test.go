@@ -37,7 +37,6 @@ func TestTokenizeCommand(t *testing.T) {
 		{"add_eos_token", []string{"--model", eos, "--text", "ied 4 ½ months"}, "1 474 287 29871 29946 29871 30226 7378 2\n"},
 		{"add_eos_token no-bos", []string{"--model", eos, "--text", "ied 4 ½ months", "--no-bos"}, "474 287 29871 29946 29871 30226 7378\n"},
 		{"empty", []string{"--model", spm, "--text", "", "--no-bos"}, "\n"},
-		{"help", []string{"--help"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
