@@ -26,10 +26,47 @@ type oaiResult struct {
 type oaiResultChoice struct {
 	Text      string
 	Finish    string
-	ToolCalls []oaiToolCall
-	Logprobs  []oaiTokenLogprob   // chat
-	Legacy    *completionLogprobs // completions
-	NullText  bool                // chat content was null
+	ToolCalls []wireToolCall
+	Logprobs  []wireTokenLogprob      // chat
+	Legacy    *wireCompletionLogprobs // completions
+	NullText  bool                    // chat content was null
+}
+
+// The response shapes as OpenAI's API reference writes them, declared
+// here with their own JSON names rather than borrowed from the gateway,
+// so that a renamed or misspelt key fails these tests.
+type wireToolCall struct {
+	Index    *int   `json:"index"` // stream deltas only
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type wireTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+type wireTokenLogprob struct {
+	Token       string           `json:"token"`
+	Logprob     float32          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []wireTopLogprob `json:"top_logprobs"`
+}
+
+type wireChatLogprobs struct {
+	Content []wireTokenLogprob `json:"content"`
+}
+
+type wireCompletionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float32            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
 }
 
 // runOAI posts body and returns the result, assembling streamed chunks by
@@ -43,12 +80,12 @@ func runOAI(t *testing.T, e *env, tok, path string, body map[string]any) oaiResu
 	type choice struct {
 		Index   int `json:"index"`
 		Message *struct {
-			Content   *string       `json:"content"`
-			ToolCalls []oaiToolCall `json:"tool_calls"`
+			Content   *string        `json:"content"`
+			ToolCalls []wireToolCall `json:"tool_calls"`
 		} `json:"message"`
 		Delta *struct {
-			Content   *string       `json:"content"`
-			ToolCalls []oaiToolCall `json:"tool_calls"`
+			Content   *string        `json:"content"`
+			ToolCalls []wireToolCall `json:"tool_calls"`
 		} `json:"delta"`
 		Text         *string         `json:"text"`
 		Logprobs     json.RawMessage `json:"logprobs"`
@@ -87,7 +124,7 @@ func runOAI(t *testing.T, e *env, tok, path string, body map[string]any) oaiResu
 					t.Fatalf("have a tool call delta without index: %+v", tc)
 				}
 				for len(r.ToolCalls) <= *tc.Index {
-					r.ToolCalls = append(r.ToolCalls, oaiToolCall{})
+					r.ToolCalls = append(r.ToolCalls, wireToolCall{})
 				}
 				d := &r.ToolCalls[*tc.Index]
 				if tc.ID != "" {
@@ -100,18 +137,18 @@ func runOAI(t *testing.T, e *env, tok, path string, body map[string]any) oaiResu
 		}
 		if len(c.Logprobs) > 0 && string(c.Logprobs) != "null" {
 			if strings.Contains(path, "chat") {
-				var lp chatLogprobs
+				var lp wireChatLogprobs
 				if err := json.Unmarshal(c.Logprobs, &lp); err != nil {
 					t.Fatal(err)
 				}
 				r.Logprobs = append(r.Logprobs, lp.Content...)
 			} else {
-				var lp completionLogprobs
+				var lp wireCompletionLogprobs
 				if err := json.Unmarshal(c.Logprobs, &lp); err != nil {
 					t.Fatal(err)
 				}
 				if r.Legacy == nil {
-					r.Legacy = &completionLogprobs{}
+					r.Legacy = &wireCompletionLogprobs{}
 				}
 				r.Legacy.Tokens = append(r.Legacy.Tokens, lp.Tokens...)
 				r.Legacy.TokenLogprobs = append(r.Legacy.TokenLogprobs, lp.TokenLogprobs...)
@@ -217,7 +254,7 @@ func TestOpenAIChoicesAndLogprobs(t *testing.T) {
 			if lp.TopLogprobs[0].Token != lp.Token || lp.TopLogprobs[0].Logprob != lp.Logprob {
 				t.Errorf("token %d: have %q first among %+v; want the greedy token", i, lp.Token, lp.TopLogprobs)
 			}
-			if !slices.IsSortedFunc(lp.TopLogprobs, func(a, b oaiTopLogprob) int {
+			if !slices.IsSortedFunc(lp.TopLogprobs, func(a, b wireTopLogprob) int {
 				return -cmpFloat(a.Logprob, b.Logprob)
 			}) {
 				t.Errorf("token %d: have %+v; want alternatives most likely first", i, lp.TopLogprobs)
@@ -288,9 +325,12 @@ var weatherTools = []map[string]any{
 // insists on.
 var callID = regexp.MustCompile(`^(call_[0-9a-f]{24}|[A-Za-z0-9]{9})$`)
 
-func checkCalls(t *testing.T, calls []oaiToolCall, only string) {
+func checkCalls(t *testing.T, calls []wireToolCall, only string) {
 	t.Helper()
 	for _, tc := range calls {
+		if tc.ID == "" || tc.Type != "function" {
+			t.Fatalf("have a call with id %q and type %q; want an id and type \"function\"", tc.ID, tc.Type)
+		}
 		var params any
 		for _, tool := range weatherTools {
 			f := tool["function"].(map[string]any)
@@ -437,7 +477,7 @@ func TestOpenAIToolsNativeTemplates(t *testing.T) {
 				}
 				return b
 			}
-			var first oaiToolCall
+			var first wireToolCall
 			for _, seed := range []int{1, 2} {
 				for _, stream := range []bool{false, true} {
 					r := runOAI(t, e, tok, "/v1/chat/completions", base(map[string]any{"tool_choice": "required", "temperature": 1, "seed": seed, "stream": stream, "parallel_tool_calls": false}))
