@@ -174,6 +174,7 @@ func TestTenantToken(t *testing.T) {
 		{[]string{"tenant", "token", "acme"}, "needs --user"},
 		{[]string{"tenant", "token", "acme", "--user", "bad user"}, "want 1-128"},
 		{[]string{"tenant", "token", "nosuch", "--user", "bob"}, `no tenant "nosuch"`},
+		{[]string{"tenant", "token", "--user", "bob", "acme", "extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"tenant", "show", "nosuch"}, "specgate tenant: not found"},
 		{[]string{"tenant", "frob", "x"}, `specgate tenant: unknown command "frob"`},
 	} {

@@ -40,10 +40,12 @@ func runTenantToken(ctx context.Context, ts *tenants.Store, args []string, out i
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if id == "" && fs.NArg() > 0 {
-		id = fs.Arg(0)
-	} else if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	rest := fs.Args()
+	if id == "" && len(rest) > 0 {
+		id, rest = rest[0], rest[1:]
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("unexpected arguments %q", rest)
 	}
 	if id == "" {
 		fs.Usage()
