@@ -71,9 +71,7 @@ type Engine struct {
 	// cached device block can be evicted: see allocatable.
 	shared    map[int32]int
 	seqs      map[string]*sequence
-	batch     model.Batch
-	rows      []*sequence // the sequence of each logits row of batch
-	placed    []placedChunk
+	cur       stepPlan // the step's plan, its buffers reused
 	logits    []float32
 	rate      throughput
 	urgent    bool     // the last step planned interactive work first

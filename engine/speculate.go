@@ -82,7 +82,6 @@ type specState struct {
 	free        []int // drafter slots not in use
 
 	// Per step.
-	cands  []*sequence // decodes of the step
 	runs   []*sequence // decodes with a tree this step
 	shape  spec.Shape
 	start  time.Time
@@ -201,26 +200,26 @@ func chainOf(sh spec.Shape) spec.Shape {
 	return spec.Chain(k)
 }
 
-// draft proposes trees for the step's decodes and adds their nodes to
-// the batch after every planned row. It reports whether a tree branches
-// (the pass then needs the tree mask).
-func (e *Engine) draft(now time.Time) bool {
+// draft proposes trees for p's decodes and adds their nodes to the batch
+// after every planned row. It reports whether a tree branches (the pass
+// then needs the tree mask).
+func (e *Engine) draft(now time.Time, p *stepPlan) bool {
 	st := e.spec
 	st.runs = st.runs[:0]
-	if len(st.cands) == 0 {
+	if len(p.decodes) == 0 {
 		return false
 	}
 	st.start = now
-	for _, s := range st.cands {
+	for _, s := range p.decodes {
 		s.sp.drafting = false
 	}
-	st.shape = st.disp.Pick(len(st.cands))
+	st.shape = st.disp.Pick(len(p.decodes))
 	if st.sc == nil {
 		st.shape = chainOf(st.shape)
 	}
 	st.ctxs, st.trees = st.ctxs[:0], st.trees[:0]
-	for _, s := range st.cands {
-		sh := st.policy(s).Shape(st.shape, len(st.cands))
+	for _, s := range p.decodes {
+		sh := st.policy(s).Shape(st.shape, len(p.decodes))
 		// A draft deeper than the tokens left to generate is wasted.
 		// Logprobs are read from the plain decode's row.
 		if sh.Off() || sh.MaxDepth >= s.max-s.generated() || s.req.Logprobs {
@@ -280,15 +279,15 @@ func (e *Engine) draft(now time.Time) bool {
 		if s.matcher != nil {
 			s.sp.states = s.matcher.Grammar().TreeStates(s.matcher.State(), t.Tokens, t.Parent, s.sp.states)
 		}
-		s.sp.root, s.sp.node0, s.sp.drafting = n, len(e.batch.Logits), true
+		s.sp.root, s.sp.node0, s.sp.drafting = n, len(p.batch.Logits), true
 		// Each node sees its parent's slots plus its own; the root is in
 		// the causal prefix.
 		st.starts = st.starts[:0]
 		for i, tok := range t.Tokens {
 			pos := int32(n + 1 + i)
 			slot := s.table[pos/bs]*bs + pos%bs
-			row := int32(e.batch.Len())
-			e.batch.Add(tok, int32(n)+st.depths[i], slot, s.table, true)
+			row := int32(p.batch.Len())
+			p.batch.Add(tok, int32(n)+st.depths[i], slot, s.table, true)
 			at := len(st.anc)
 			if p := t.Parent[i]; p >= 0 {
 				ps := int(st.starts[p])
@@ -305,14 +304,14 @@ func (e *Engine) draft(now time.Time) bool {
 		return false
 	}
 	rows := st.mask.Rows[:0]
-	for i := range e.batch.Len() {
-		rows = append(rows, kernels.TreeRow{Prefix: e.batch.Pos[i] + 1})
+	for i := range p.batch.Len() {
+		rows = append(rows, kernels.TreeRow{Prefix: p.batch.Pos[i] + 1})
 	}
 	for _, a := range st.ancAt {
 		rows[a.row] = kernels.TreeRow{Prefix: a.prefix, Slots: st.anc[a.lo:a.hi]}
 	}
 	st.mask.Rows = rows
-	e.batch.Tree = &st.mask
+	p.batch.Tree = &st.mask
 	return true
 }
 
@@ -432,14 +431,16 @@ func (e *Engine) verify(s *sequence, row int) {
 }
 
 // commitDrafts compacts the accepted paths' K/V, then commits each
-// drafted sequence's tokens and gives its tree's spare blocks back.
-func (e *Engine) commitDrafts(now time.Time) {
+// drafted sequence's tokens and gives its tree's spare blocks back; it adds
+// what it committed to res.
+func (e *Engine) commitDrafts(p *stepPlan, now time.Time, res *stepResult) {
 	st := e.spec
 	if len(st.moves) > 0 {
 		st.sc.CopySlots(e.devKV, st.moves)
 		st.moves = st.moves[:0]
 	}
 	committed := 0
+	res.Drafter = st.drafter.Name()
 	for _, s := range st.runs {
 		if e.seqs[s.req.ID] != s {
 			continue
@@ -449,6 +450,9 @@ func (e *Engine) commitDrafts(now time.Time) {
 		s.kv = sp.root + 1 + sp.accepted
 		took := e.accept(s, sp.pend, now)
 		committed += took
+		res.Tokens += took
+		res.Drafted += sp.tree.Len()
+		res.Accepted += min(sp.accepted, took)
 		e.met.SpecAccepted(st.drafter.Name(), min(sp.accepted, took))
 		if e.seqs[s.req.ID] != s {
 			continue
@@ -461,7 +465,7 @@ func (e *Engine) commitDrafts(now time.Time) {
 		e.sched.SetKV(s.req.ID, s.kv)
 		st.drafter.Rewind(sp.slot, len(s.tokens))
 	}
-	for _, s := range st.cands {
+	for _, s := range p.decodes {
 		if !s.sp.drafting {
 			committed++ // a plain decode commits one token
 		}
@@ -474,6 +478,6 @@ func (e *Engine) commitDrafts(now time.Time) {
 			s.table = s.table[:keep]
 		}
 	}
-	st.disp.Observe(len(st.cands), st.shape, committed, e.clock.Now().Sub(st.start))
-	st.runs, st.cands = st.runs[:0], st.cands[:0]
+	st.disp.Observe(len(p.decodes), st.shape, committed, e.clock.Now().Sub(st.start))
+	st.runs = st.runs[:0]
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/engine/sched"
 	"github.com/specgate/specgate/kernels"
@@ -73,17 +74,98 @@ func refusal(err error) error {
 // step runs one scheduling round and one forward pass at time now, and
 // reports whether it made progress (ran tokens or found cached ones). It is
 // the engine's whole core: tests call it directly, with a fake clock and no
-// goroutines.
+// goroutines. It reads as its three phases: plan decides the batch, run is
+// the forward pass, commit turns the pass's logits into tokens and events.
 func (e *Engine) step(now time.Time) bool {
+	e.expire(now)
+	if len(e.seqs) == 0 {
+		e.gauges(now, true)
+		return false
+	}
+	p := e.plan(now)
+	for _, s := range p.failed {
+		e.end(s, now, FinishError, &Error{Code: CodeInternal, Message: "KV blocks ran out"})
+	}
+	if p.batch.Len() == 0 {
+		e.gauges(now, false)
+		return p.progress
+	}
+	err := e.run(p)
+	took := e.clock.Now().Sub(now)
+	e.met.Step(p.batch.Len(), len(p.chunks), took)
+	e.count.Steps++
+	e.count.ForwardTokens += int64(p.batch.Len())
+	if err != nil {
+		// The pass's output is unusable for every sequence in it.
+		ferr := &Error{Code: CodeInternal, Message: fmt.Sprintf("forward pass: %v", err)}
+		for _, c := range p.chunks {
+			if s := e.seqs[c.ID]; s != nil {
+				e.end(s, now, FinishError, ferr)
+			}
+		}
+		e.gauges(now, false)
+		return true
+	}
+	e.rate.observe(p.batch.Len(), took)
+	// Tokens are stamped when the pass ends: that is when a client could
+	// first see them.
+	now = e.clock.Now()
+	e.commit(p, now)
+	e.gauges(now, false)
+	return true
+}
+
+// expire ends the requests whose deadline has passed.
+func (e *Engine) expire(now time.Time) {
 	for _, s := range e.seqs {
 		if d := s.req.Deadline; !d.IsZero() && !now.Before(d) {
 			e.end(s, now, FinishCancelled, nil)
 		}
 	}
-	if len(e.seqs) == 0 {
-		e.gauges(now, true)
-		return false
-	}
+}
+
+// stepPlan is one step's batch as planned: the chunks the scheduler chose,
+// the forward batch that runs them (with any draft trees), and which
+// sequence each logits row belongs to. plan builds it; run reads it;
+// commit consumes it. The engine keeps one and reuses its buffers.
+type stepPlan struct {
+	// chunks are the scheduler's chunks for the step, placed or not.
+	chunks []sched.Chunk
+	batch  model.Batch
+	// placed are the chunks that went into batch, in batch order.
+	placed []placedChunk
+	// rows[i] is the sequence of logits row i (a drafted sequence's
+	// tree rows follow every planned row; see speculate.go).
+	rows []*sequence
+	// decodes are the rows that decode one token after the sequence's
+	// last: the candidates for speculation.
+	decodes []*sequence
+	// failed are sequences whose blocks could not be placed; the step
+	// ends them.
+	failed []*sequence
+	// progress says the plan found cached tokens (a prefix cache hit),
+	// progress even when nothing runs.
+	progress bool
+}
+
+// stepResult is what commit did: the figures a per-step report is made
+// of.
+type stepResult struct {
+	// Tokens counts the tokens committed to sequences (a sequence that
+	// ended mid-step counts the tokens it took).
+	Tokens int
+	// Drafted and Accepted count draft tokens put into the batch and
+	// accepted by verification; Drafter names the drafter.
+	Drafted, Accepted int
+	Drafter           string
+}
+
+// plan runs the scheduling round and builds the step's batch: preemptions,
+// prefix cache lookups, block placement, the planned rows and the draft
+// trees. It neither runs the model nor emits anything: sequences it could
+// not place are returned in failed for the caller to end.
+func (e *Engine) plan(now time.Time) *stepPlan {
+	p := &e.cur
 	budget, target, first := e.stepBudget()
 	e.count.StepTokens = budget
 	efficient := 0
@@ -92,34 +174,30 @@ func (e *Engine) step(now time.Time) bool {
 		// by weight apply from an efficient step up (see budget.go).
 		efficient = e.rate.efficient()
 	}
-	plan := e.sched.Schedule(now, sched.Resources{Tokens: budget, Target: target, Efficient: efficient, FreeBlocks: e.allocatable(), FreeHostBlocks: e.swapRoom(), InteractiveFirst: first})
-	for _, p := range plan.Preempt {
-		e.preempt(e.seqs[p.ID], p)
+	sp := e.sched.Schedule(now, sched.Resources{Tokens: budget, Target: target, Efficient: efficient, FreeBlocks: e.allocatable(), FreeHostBlocks: e.swapRoom(), InteractiveFirst: first})
+	for _, pr := range sp.Preempt {
+		e.preempt(e.seqs[pr.ID], pr)
 	}
-	e.batch.Reset()
-	e.rows = e.rows[:0]
-	e.placed = e.placed[:0]
-	if e.spec != nil {
-		e.spec.cands = e.spec.cands[:0]
-	}
+	p.chunks = sp.Run
+	p.batch.Reset()
+	p.placed, p.rows, p.decodes, p.failed = p.placed[:0], p.rows[:0], p.decodes[:0], p.failed[:0]
+	p.progress = false
 	// slack is how many blocks the device can give beyond what the plan's
 	// chunks take as planned; a cache hit spends it (see lookup).
 	slack := e.allocatable()
-	for _, c := range plan.Run {
+	for _, c := range sp.Run {
 		slack -= e.planned(c)
 	}
-	progress := false
-	var failed []*sequence
-	for _, c := range plan.Run {
+	for _, c := range sp.Run {
 		s := e.seqs[c.ID]
 		if e.cache != nil && c.Start == 0 && len(s.table) == 0 && !c.Resume {
 			var hit bool
 			c, slack, hit = e.lookup(s, c, slack)
-			progress = progress || hit
+			p.progress = p.progress || hit
 		}
 		c, err := e.place(s, c)
 		if err != nil {
-			failed = append(failed, s)
+			p.failed = append(p.failed, s)
 			continue
 		}
 		if s.scheduled.IsZero() {
@@ -133,13 +211,13 @@ func (e *Engine) step(now time.Time) bool {
 			pos := int32(i)
 			slot := s.table[pos/bs]*bs + pos%bs
 			last := i == c.Start+c.N-1
-			e.batch.Add(s.tokens[i], pos, slot, s.table, last && c.Logits)
+			p.batch.Add(s.tokens[i], pos, slot, s.table, last && c.Logits)
 		}
-		e.placed = append(e.placed, placedChunk{s: s, c: c})
+		p.placed = append(p.placed, placedChunk{s: s, c: c})
 		if c.Logits {
-			e.rows = append(e.rows, s)
-			if e.spec != nil && c.N == 1 && c.Start == len(s.tokens)-1 {
-				e.spec.cands = append(e.spec.cands, s)
+			p.rows = append(p.rows, s)
+			if c.N == 1 && c.Start == len(s.tokens)-1 {
+				p.decodes = append(p.decodes, s)
 			}
 		}
 		if fresh := min(c.Start+c.N, s.prompt) - max(c.Start, s.prefilled); fresh > 0 {
@@ -150,45 +228,33 @@ func (e *Engine) step(now time.Time) bool {
 			e.count.PromptTokens += int64(input)
 		}
 	}
-	for _, s := range failed {
-		e.end(s, now, FinishError, &Error{Code: CodeInternal, Message: "KV blocks ran out"})
+	if e.spec != nil && p.batch.Len() > 0 {
+		e.draft(now, p)
 	}
-	if e.batch.Len() == 0 {
-		e.gauges(now, false)
-		return progress
-	}
-	if e.spec != nil {
-		e.draft(now)
-	}
+	return p
+}
+
+// run is the step's forward pass: p's batch through the model into
+// e.logits, one row of the vocabulary per logits row.
+func (e *Engine) run(p *stepPlan) error {
 	vocab := e.m.Config().Vocab
-	if need := len(e.batch.Logits) * vocab; cap(e.logits) < need {
+	if need := len(p.batch.Logits) * vocab; cap(e.logits) < need {
 		e.logits = make([]float32, need)
 	}
-	e.logits = e.logits[:len(e.batch.Logits)*vocab]
-	err := e.m.Forward(e.devKV, &e.batch, e.logits)
-	took := e.clock.Now().Sub(now)
-	e.met.Step(e.batch.Len(), len(plan.Run), took)
-	e.count.Steps++
-	e.count.ForwardTokens += int64(e.batch.Len())
-	if err != nil {
-		// The pass's output is unusable for every sequence in it.
-		ferr := &Error{Code: CodeInternal, Message: fmt.Sprintf("forward pass: %v", err)}
-		for _, c := range plan.Run {
-			if s := e.seqs[c.ID]; s != nil {
-				e.end(s, now, FinishError, ferr)
-			}
-		}
-		e.gauges(now, false)
-		return true
+	e.logits = e.logits[:len(p.batch.Logits)*vocab]
+	return e.m.Forward(e.devKV, &p.batch, e.logits)
+}
+
+// commit takes the forward pass's logits for p at time now: the K/V the
+// pass wrote, the next token of every row (verifying drafted trees) and
+// their events.
+func (e *Engine) commit(p *stepPlan, now time.Time) stepResult {
+	var res stepResult
+	for _, pc := range p.placed {
+		pc.s.kv = pc.c.Start + pc.c.N
 	}
-	e.rate.observe(e.batch.Len(), took)
-	for _, p := range e.placed {
-		p.s.kv = p.c.Start + p.c.N
-	}
-	// Tokens are stamped when the pass ends: that is when a client could
-	// first see them.
-	now = e.clock.Now()
-	for i, s := range e.rows {
+	vocab := e.m.Config().Vocab
+	for i, s := range p.rows {
 		if e.seqs[s.req.ID] != s {
 			continue
 		}
@@ -205,13 +271,12 @@ func (e *Engine) step(now time.Time) bool {
 			e.end(s, now, FinishStop, nil)
 			continue
 		}
-		e.accept(s, []int32{tok}, now)
+		res.Tokens += e.accept(s, []int32{tok}, now)
 	}
-	if e.spec != nil && len(e.spec.cands) > 0 {
-		e.commitDrafts(now)
+	if e.spec != nil && len(p.decodes) > 0 {
+		e.commitDrafts(p, now, &res)
 	}
-	e.gauges(now, false)
-	return true
+	return res
 }
 
 // placedChunk is a chunk that went into the step's batch.
