@@ -33,7 +33,7 @@ func TestLosslessGreedy(t *testing.T) {
 					ctx = maxInt(ctx, len(pr)+maxTok)
 				}
 				for dname, d := range drafters(t, p, batch, ctx) {
-					for _, shape := range []Shape{Chain(1), Chain(4), Wide, Bushy} {
+					for _, shape := range []Shape{Chain(1), Chain(4), Wide, Bushy, Dynamic(8), Dynamic(24)} {
 						t.Run(fmt.Sprintf("batch=%d/%s/%s", batch, dname, shape.Name), func(t *testing.T) {
 							r := newRunner(t, p.target, d, batch, ctx, &shape)
 							reqs := make([]Request, batch)

@@ -22,6 +22,8 @@ package spec
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 )
 
 // ErrShape is wrapped by errors about malformed shapes and trees.
@@ -95,6 +97,20 @@ type Shape struct {
 	// MaxDepth is the deepest node's depth: the most tokens a step can
 	// accept (plus one from the target).
 	MaxDepth int
+	// Dynamic makes the shape a budget rather than a topology, as EAGLE-2
+	// drafts: a drafter that knows its own confidence grows the tree
+	// best-first by cumulative path probability, at most Len() nodes and
+	// MaxDepth deep, expanding up to Width nodes per depth into up to
+	// Width children each, and keeps the Len() likeliest nodes. Parent,
+	// Rank and Depth then describe a static tree of the same budget (the
+	// envelope, see DynamicShape) that drafters without a confidence fill
+	// instead; its main chain is MaxDepth long, so a verifier without tree
+	// attention still gets a full chain. Whatever the drafter does, the
+	// result is an ordinary Tree of at most Len() nodes.
+	Dynamic bool
+	// Width bounds a dynamic tree's branching (see Dynamic); 0 for static
+	// shapes.
+	Width int
 }
 
 // Len is the number of nodes.
@@ -203,3 +219,258 @@ var (
 		{0}, {1}, {2}, {0, 0}, {0, 1}, {1, 0}, {0, 0, 0}, {0, 0, 0, 0},
 	})
 )
+
+// DynamicShape returns the dynamic shape of budget nodes (at most
+// MaxTreeNodes), depth levels and width (see Shape.Dynamic); it is named
+// "dyn<budget>", or "dyn<budget>d<depth>w<width>" off the defaults of
+// Dynamic. Its envelope is the rank-0 chain of depth nodes, then the nodes
+// a best-first expansion would add if rank r of every node had prior
+// probability 2^-(r+1), so drafters that fill it statically put the spare
+// nodes where a typical drafter's confidence would.
+func DynamicShape(budget, depth, width int) Shape {
+	budget = min(max(budget, 0), MaxTreeNodes)
+	depth, width = max(depth, 1), max(width, 1)
+	if budget == 0 {
+		return Off
+	}
+	name := fmt.Sprintf("dyn%d", budget)
+	if dd, dw := dynDefaults(budget); dd != depth || dw != width {
+		name = fmt.Sprintf("dyn%dd%dw%d", budget, depth, width)
+	}
+	type cand struct {
+		path  []int
+		score float64
+	}
+	var paths [][]int
+	var front []cand
+	for d := 1; d <= min(depth, budget); d++ {
+		p := make([]int, d)
+		paths = append(paths, p)
+		for r := 1; r < width; r++ {
+			front = append(front, cand{append(slices.Clone(p[:d-1]), r), math.Pow(0.5, float64(d+r))})
+		}
+	}
+	if depth < budget {
+		// The chain's own rank-0 children are in it already; a chain
+		// node's rank ≥ 1 children (added above) and their descendants
+		// compete by score, ties to the earlier candidate.
+		for len(paths) < budget && len(front) > 0 {
+			best := 0
+			for i, c := range front {
+				if c.score > front[best].score {
+					best = i
+				}
+			}
+			c := front[best]
+			front = slices.Delete(front, best, best+1)
+			paths = append(paths, c.path)
+			if len(c.path) < depth {
+				for r := range width {
+					front = append(front, cand{append(slices.Clone(c.path), r), c.score * math.Pow(0.5, float64(r+1))})
+				}
+			}
+		}
+	}
+	s := mustShape(name, paths)
+	s.Dynamic, s.Width = true, width
+	s.MaxDepth = min(depth, budget)
+	return s
+}
+
+// Dynamic returns the dynamic shape of budget nodes with the default depth
+// and width for that budget.
+func Dynamic(budget int) Shape {
+	d, w := dynDefaults(budget)
+	return DynamicShape(budget, d, w)
+}
+
+// dynDefaults are the depth and width of Dynamic(budget): deep enough for
+// the main chain to use about half of the budget, wide enough that the rest
+// can branch where the drafter hesitates.
+func dynDefaults(budget int) (depth, width int) {
+	switch {
+	case budget <= 4:
+		return budget, 2
+	case budget <= 8:
+		return 5, 3
+	case budget <= 16:
+		return 6, 4
+	default:
+		return 8, 4
+	}
+}
+
+// grower builds one dynamic tree, layer by layer: the root is expanded
+// first, then at each depth the Width likeliest nodes of the newest layer
+// (by cumulative path probability under the drafter, ties to the earlier
+// node), skipping any that could no longer be among the Len() likeliest;
+// at the end the Len() likeliest nodes are kept. A path's probability never
+// exceeds its parent's, so what is kept is a tree. The caller expands the
+// nodes that frontier returns (with add) and then calls next, so a model
+// drafter can run one layer of all its sequences in one batch.
+type grower struct {
+	sh     Shape
+	expand int // nodes expanded per layer: sh.Width, or 1 for a chain
+	nodes  []gnode
+	layer  int // first node of the newest layer
+	depth  int // layers added so far
+	pick   []int32
+	kids   [][]int32
+}
+
+type gnode struct {
+	tok    int32
+	parent int32
+	depth  int32
+	score  float64
+	q      []float32
+}
+
+func (g *grower) reset(sh Shape) {
+	g.sh, g.expand, g.nodes, g.layer, g.depth = sh, sh.Width, g.nodes[:0], 0, 0
+}
+
+// better orders nodes a and b: higher score first, then lower index.
+func (g *grower) better(a, b int32) bool {
+	sa, sb := g.nodes[a].score, g.nodes[b].score
+	return sa > sb || sa == sb && a < b
+}
+
+// frontier returns the nodes to expand next, best first; -1 stands for the
+// root. Empty when the tree is done.
+func (g *grower) frontier(dst []int32) []int32 {
+	dst = dst[:0]
+	if g.depth == 0 {
+		return append(dst, -1)
+	}
+	if g.depth >= g.sh.MaxDepth {
+		return dst
+	}
+	budget := g.sh.Len()
+	for i := g.layer; i < len(g.nodes); i++ {
+		n := int32(i)
+		// A node with budget nodes ahead of it cannot be kept, nor can
+		// its descendants (they score no higher).
+		ahead := 0
+		for j := range g.nodes {
+			if g.better(int32(j), n) {
+				ahead++
+			}
+		}
+		if ahead >= budget {
+			continue
+		}
+		at, _ := slices.BinarySearchFunc(dst, n, func(a, b int32) int {
+			if g.better(a, b) {
+				return -1
+			}
+			return 1
+		})
+		dst = slices.Insert(dst, at, n)
+		if len(dst) > g.expand {
+			dst = dst[:g.expand]
+		}
+	}
+	return dst
+}
+
+// add gives parent (-1: the root) its children toks, best first, with their
+// probabilities p under the drafter and their draft distributions qs (nil:
+// point masses). Probabilities are clamped to [0, 1]; children with none
+// are dropped.
+func (g *grower) add(parent int32, toks []int32, p []float32, qs [][]float32) {
+	base, depth := 1.0, int32(1)
+	if parent >= 0 {
+		base, depth = g.nodes[parent].score, g.nodes[parent].depth+1
+	}
+	for i, t := range toks[:min(len(toks), g.sh.Width)] {
+		pr := float64(min(max(p[i], 0), 1))
+		if pr <= 0 || math.IsNaN(pr) {
+			continue
+		}
+		var q []float32
+		if qs != nil {
+			q = qs[i]
+		}
+		g.nodes = append(g.nodes, gnode{tok: t, parent: parent, depth: depth, score: base * pr, q: q})
+	}
+}
+
+// next closes the layer being added.
+func (g *grower) next() {
+	if g.depth > 0 {
+		// The layer expanded was nodes [g.layer, the end before this
+		// layer's adds); the new layer starts after them.
+		for g.layer < len(g.nodes) && g.nodes[g.layer].depth <= int32(g.depth) {
+			g.layer++
+		}
+	}
+	g.depth++
+}
+
+// grow builds the whole tree into t with cands, which returns up to k
+// children of a path (the tokens below the root) with their probabilities
+// and draft distributions: for drafters that compute one node at a time.
+func (g *grower) grow(t *Tree, cands func(path []int32, k int) ([]int32, []float32, [][]float32)) {
+	var front, path []int32
+	for {
+		front = g.frontier(front)
+		if len(front) == 0 {
+			break
+		}
+		for _, node := range front {
+			path = g.path(node, path)
+			toks, ps, qs := cands(path, g.sh.Width)
+			g.add(node, toks, ps, qs)
+		}
+		g.next()
+	}
+	g.emit(t)
+}
+
+// path writes node's tokens from the first below the root to node itself.
+func (g *grower) path(node int32, dst []int32) []int32 {
+	dst = dst[:0]
+	for j := node; j >= 0; j = g.nodes[j].parent {
+		dst = append(dst, g.nodes[j].tok)
+	}
+	slices.Reverse(dst)
+	return dst
+}
+
+// emit writes the Len() likeliest nodes to t (reset first), depth first
+// with the likeliest child first, so the likeliest path leads and needs no
+// KV compaction when it is accepted whole.
+func (g *grower) emit(t *Tree) {
+	t.Reset()
+	n := int32(len(g.nodes))
+	g.pick = g.pick[:0]
+	for i := range n {
+		g.pick = append(g.pick, i)
+	}
+	slices.SortFunc(g.pick, func(a, b int32) int {
+		if g.better(a, b) {
+			return -1
+		}
+		return 1
+	})
+	keep := g.pick[:min(int(n), g.sh.Len())]
+	// kids[p+1] lists the kept children of p, best first (keep is in that
+	// order already).
+	g.kids = slices.Grow(g.kids[:0], int(n)+1)[:n+1]
+	for i := range g.kids {
+		g.kids[i] = g.kids[i][:0]
+	}
+	for _, i := range keep {
+		p := g.nodes[i].parent
+		g.kids[p+1] = append(g.kids[p+1], i)
+	}
+	var walk func(node, parent int32)
+	walk = func(node, parent int32) {
+		for _, c := range g.kids[node+1] {
+			idx := t.Add(g.nodes[c].tok, parent, g.nodes[c].q)
+			walk(c, idx)
+		}
+	}
+	walk(-1, -1)
+}

@@ -1,0 +1,259 @@
+package spec
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/specgate/specgate/internal/testmodels"
+	"github.com/specgate/specgate/kernels"
+)
+
+// fakeCands is a drafter's view in which the children of every path are
+// tokens 1..w with probabilities that depend on the path, so different
+// branches have different confidence.
+func fakeCands(path []int32, k int) ([]int32, []float32, [][]float32) {
+	h := uint32(7)
+	for _, t := range path {
+		h = h*31 + uint32(t)
+	}
+	var toks []int32
+	var ps []float32
+	rest := float32(1)
+	for r := range k {
+		// A skewed split of what is left: 0.35–0.9 of it goes to rank r.
+		f := 0.35 + 0.55*float32((h>>(3*r))%8)/7
+		p := rest * f
+		rest -= p
+		toks, ps = append(toks, int32(10*len(path)+r+1)), append(ps, p)
+	}
+	// Best first, as drafters return them.
+	idx := []int{}
+	for i := range toks {
+		idx = append(idx, i)
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		if ps[a] > ps[b] {
+			return -1
+		}
+		if ps[a] < ps[b] {
+			return 1
+		}
+		return 0
+	})
+	var st []int32
+	var sp []float32
+	for _, i := range idx {
+		st, sp = append(st, toks[i]), append(sp, ps[i])
+	}
+	return st, sp, nil
+}
+
+// pathProb is the product of fakeCands probabilities along node's path.
+func pathProb(t *Tree, node int32) float64 {
+	var path []int32
+	for j := node; j >= 0; j = t.Parent[j] {
+		path = append(path, t.Tokens[j])
+	}
+	slices.Reverse(path)
+	p := 1.0
+	for d, tok := range path {
+		toks, ps, _ := fakeCands(path[:d], 8)
+		i := slices.Index(toks, tok)
+		p *= float64(ps[i])
+	}
+	return p
+}
+
+func TestDynamicShape(t *testing.T) {
+	for _, budget := range []int{1, 2, 4, 8, 16, 24, 32, 64, 100} {
+		s := Dynamic(budget)
+		want := min(budget, MaxTreeNodes)
+		if !s.Dynamic || s.Len() != want {
+			t.Errorf("Dynamic(%d): have dynamic %v, %d nodes; want %d", budget, s.Dynamic, s.Len(), want)
+		}
+		// The envelope is a valid static shape whose main chain is as
+		// deep as the tree may grow.
+		if have := mainChain(s).Len(); have != s.MaxDepth {
+			t.Errorf("%s: main chain of %d nodes; want %d", s.Name, have, s.MaxDepth)
+		}
+		for i, p := range s.Parent {
+			if p >= int32(i) || (p >= 0 && s.Depth[i] != s.Depth[p]+1) || int(s.Depth[i]) > s.MaxDepth || int(s.Rank[i]) >= s.Width {
+				t.Errorf("%s: node %d: parent %d depth %d rank %d", s.Name, i, p, s.Depth[i], s.Rank[i])
+			}
+		}
+	}
+	if !Dynamic(0).Off() {
+		t.Errorf("Dynamic(0) should be off")
+	}
+}
+
+// TestGrowerBudgetOrder: a dynamic tree keeps at most its budget, is a
+// valid tree no deeper than MaxDepth, puts the likeliest path first,
+// orders siblings by confidence, keeps nothing less likely than a node it
+// dropped among those it expanded, and is the same every time.
+func TestGrowerBudgetOrder(t *testing.T) {
+	for _, sh := range []Shape{Dynamic(1), Dynamic(4), Dynamic(8), Dynamic(16), Dynamic(24), DynamicShape(12, 3, 2), DynamicShape(64, 10, 4)} {
+		t.Run(sh.Name, func(t *testing.T) {
+			var g grower
+			g.reset(sh)
+			var tr Tree
+			g.grow(&tr, fakeCands)
+			if err := tr.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if tr.Len() == 0 || tr.Len() > sh.Len() {
+				t.Fatalf("have %d nodes; want 1 to %d", tr.Len(), sh.Len())
+			}
+			depths := tr.Depths(nil)
+			if slices.Max(depths) > int32(sh.MaxDepth) {
+				t.Errorf("have depth %d; want ≤ %d", slices.Max(depths), sh.MaxDepth)
+			}
+			// All generated nodes (kept or not): the kept ones are the
+			// likeliest, ties to the earlier.
+			minKept := math.Inf(1)
+			for i := range tr.Len() {
+				minKept = min(minKept, pathProb(&tr, int32(i)))
+			}
+			dropped := 0
+			for _, n := range g.nodes {
+				if contains(tr.Tokens, n.tok) && n.score >= minKept {
+					continue
+				}
+				dropped++
+				if n.score > minKept*(1+1e-6) {
+					t.Errorf("dropped node %d (p=%.4g) is likelier than a kept one (p=%.4g)", n.tok, n.score, minKept)
+				}
+			}
+			if len(g.nodes) > sh.Len() && dropped == 0 {
+				t.Errorf("generated %d nodes, dropped none; budget %d", len(g.nodes), sh.Len())
+			}
+			// Siblings best first; node 0.. is the greedy path.
+			for i := range tr.Len() {
+				for j := i + 1; j < tr.Len(); j++ {
+					if tr.Parent[j] == tr.Parent[i] && pathProb(&tr, int32(j)) > pathProb(&tr, int32(i)) {
+						t.Errorf("sibling %d (p=%.4g) after less likely %d (p=%.4g)", j, pathProb(&tr, int32(j)), i, pathProb(&tr, int32(i)))
+					}
+				}
+			}
+			for i := 1; i < tr.Len() && depths[i] == int32(i+1); i++ {
+				if tr.Parent[i] != int32(i-1) {
+					t.Errorf("leading chain broken at %d", i)
+				}
+			}
+			var again Tree
+			g.reset(sh)
+			g.grow(&again, fakeCands)
+			if !slices.Equal(tr.Tokens, again.Tokens) || !slices.Equal(tr.Parent, again.Parent) {
+				t.Errorf("not deterministic: %v/%v then %v/%v", tr.Tokens, tr.Parent, again.Tokens, again.Parent)
+			}
+			t.Logf("%d nodes, depth %d, of %d generated", tr.Len(), slices.Max(depths), len(g.nodes))
+		})
+	}
+}
+
+// TestGrowerFollowsConfidence: a drafter sure of one continuation gets a
+// chain as deep as allowed; one torn between two gets both branches.
+func TestGrowerFollowsConfidence(t *testing.T) {
+	sure := func(path []int32, k int) ([]int32, []float32, [][]float32) {
+		return []int32{1, 2}, []float32{0.99, 0.01}, nil
+	}
+	torn := func(path []int32, k int) ([]int32, []float32, [][]float32) {
+		if len(path) == 0 {
+			return []int32{1, 2}, []float32{0.5, 0.5}, nil
+		}
+		return []int32{3, 4}, []float32{0.99, 0.01}, nil
+	}
+	sh := DynamicShape(8, 8, 2)
+	var g grower
+	var tr Tree
+	g.reset(sh)
+	g.grow(&tr, sure)
+	if d := tr.Depths(nil); tr.Len() != 8 || d[7] != 8 {
+		t.Errorf("sure drafter: have %v / %v; want a chain of 8", tr.Tokens, tr.Parent)
+	}
+	g.reset(sh)
+	g.grow(&tr, torn)
+	roots := 0
+	for _, p := range tr.Parent {
+		if p == -1 {
+			roots++
+		}
+	}
+	if roots != 2 || tr.Len() != 8 {
+		t.Errorf("torn drafter: have %v / %v; want both first tokens, 8 nodes", tr.Tokens, tr.Parent)
+	}
+}
+
+// TestDraftModelDynamic: the draft model grows dynamic trees within the
+// budget, the same tree twice, with or without tree attention in its
+// backend (then the growth is a chain).
+func TestDraftModelDynamic(t *testing.T) {
+	p := storiesPair(t)
+	prompt := p.prompts[0]
+	for _, tc := range []struct {
+		name  string
+		draft func(t *testing.T) *DraftModel
+	}{
+		{"tree", func(t *testing.T) *DraftModel {
+			d, err := NewDraftModel(p.draft, 2, 128)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}},
+		{"chain", func(t *testing.T) *DraftModel {
+			// Embedding only the interface hides the backend's tree ops.
+			m := loadOn(t, testmodels.Path(t, testmodels.Stories260KQ4_0), struct{ kernels.Backend }{openBackend(t)})
+			d, err := NewDraftModel(m, 2, 128)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := tc.draft(t)
+			for _, sh := range []Shape{Dynamic(4), Dynamic(16), Dynamic(48)} {
+				var a, b Tree
+				ctx := []Context{{Slot: 0, Tokens: prompt, Shape: sh}}
+				if err := d.Propose(ctx, []*Tree{&a}); err != nil {
+					t.Fatal(err)
+				}
+				// Slot 1 starts cold: same tree from a fresh KV.
+				ctx[0].Slot = 1
+				if err := d.Propose(ctx, []*Tree{&b}); err != nil {
+					t.Fatal(err)
+				}
+				if err := a.Validate(); err != nil || a.Len() == 0 || a.Len() > sh.Len() {
+					t.Fatalf("%s: have %d nodes (%v); want 1 to %d", sh.Name, a.Len(), err, sh.Len())
+				}
+				if !slices.Equal(a.Tokens, b.Tokens) || !slices.Equal(a.Parent, b.Parent) {
+					t.Errorf("%s: slots differ: %v/%v vs %v/%v", sh.Name, a.Tokens, a.Parent, b.Tokens, b.Parent)
+				}
+				// Every node's first child is the draft's argmax after its
+				// path, as plain decoding with the draft computes it: the
+				// tree pass sees exactly each node's ancestors.
+				checked := map[int32]bool{}
+				for i, par := range a.Parent {
+					if checked[par] {
+						continue
+					}
+					checked[par] = true
+					ctx := slices.Clone(prompt)
+					var path []int32
+					for j := par; j >= 0; j = a.Parent[j] {
+						path = append(path, a.Tokens[j])
+					}
+					slices.Reverse(path)
+					ctx = append(ctx, path...)
+					if want := plainGreedy(t, p.draft, [][]int32{ctx}, 1)[0][0]; a.Tokens[i] != want {
+						t.Errorf("%s: after path %v: have first child %d; want the draft's argmax %d", sh.Name, path, a.Tokens[i], want)
+					}
+				}
+				t.Logf("%s: %s", sh.Name, fmt.Sprint(a.Tokens, a.Parent))
+			}
+		})
+	}
+}
