@@ -15,16 +15,24 @@ import (
 // "self-draft"). It keeps its own paged KV per slot and runs all slots'
 // drafting steps as one batch per depth.
 //
-// The draft model runs along the shape's main (rank-0) chain: at each depth
-// it feeds the best candidate and reads the next distribution; siblings off
-// the main chain are the runner-up candidates there, and nodes below them
-// are left out (they would need the draft model to run every branch). For
-// greedy requests candidates are the draft's top tokens (point masses); for
-// sampled ones the first is the draft's draw from its processed
-// distribution q with the request's uniform for that position (the one
-// the target draws with, so when q is close to the target's distribution
-// the guess is the target's token), which the tree carries with q, and
-// the others the draft's next most likely tokens (point masses).
+// A static shape is filled along its main (rank-0) chain: at each depth
+// the draft feeds the best candidate and reads the next distribution;
+// siblings off the main chain are the runner-up candidates there, and nodes
+// below them are left out (they would need the draft model to run every
+// branch). A dynamic shape (Shape.Dynamic) is grown the EAGLE-2 way: at
+// each depth the Width likeliest nodes of the newest layer (by cumulative
+// draft probability) run through the draft model together, as one tree
+// pass when its backend has tree attention (a chain of the likeliest node
+// otherwise), and the tree keeps the Len() likeliest nodes.
+//
+// For greedy requests candidates are the draft's top tokens (point masses,
+// ranked by its raw masked logits); for sampled ones the first is the
+// draft's draw from its processed distribution q with the request's
+// uniform for that position (the one the target draws with, so when q is
+// close to the target's distribution the guess is the target's token),
+// which the tree carries with q, and the others the draft's next most
+// likely tokens (point masses). A tree's Q slices belong to the drafter and
+// stay valid until its next Propose.
 //
 // Rewinding is implicit as well as explicit: before drafting, the KV of a
 // slot is kept only as far as it matches the committed tokens, so rejected
@@ -34,10 +42,11 @@ type DraftModel struct {
 	kv     kernels.KVCache
 	bs     int
 	vocab  int
+	tree   bool // the draft's backend has tree attention
 	tables [][]int32
 	fed    [][]int32 // tokens whose KV the slot holds, in order
 	samp   []*sample.Sampler
-	seeds  []uint64
+	grow   []grower // per slot, for dynamic shapes
 
 	// Temperature, when above zero, replaces the request's temperature
 	// for sampled drafting (a hotter draft explores more; the verifier
@@ -45,27 +54,32 @@ type DraftModel struct {
 	Temperature float32
 
 	batch  model.Batch
+	mask   kernels.TreeMask
 	logits []float32
-	work   []float32
+	qs     [][]float32 // distributions handed out this Propose
+	nq     int
+	hist   []int32
+	anc    []int32
 }
 
 var _ Drafter = (*DraftModel)(nil)
 
 // NewDraftModel allocates the draft model's KV for slots sequences of up to
-// ctx tokens each (plus room for a draft chain).
+// ctx tokens each (plus room for a draft tree).
 func NewDraftModel(m model.Model, slots, ctx int) (*DraftModel, error) {
 	const bs = 16
 	if slots <= 0 || ctx <= 0 {
 		return nil, fmt.Errorf("spec: draft model for %d slots of %d tokens", slots, ctx)
 	}
-	per := (ctx + 64 + bs - 1) / bs
+	per := (ctx + MaxTreeNodes + bs - 1) / bs
 	kv, err := m.NewKV(slots*per, bs)
 	if err != nil {
 		return nil, fmt.Errorf("spec: draft KV: %w", err)
 	}
-	d := &DraftModel{m: m, kv: kv, bs: bs, vocab: m.Config().Vocab,
+	_, tree := m.Backend().(kernels.TreeAttention)
+	d := &DraftModel{m: m, kv: kv, bs: bs, vocab: m.Config().Vocab, tree: tree,
 		tables: make([][]int32, slots), fed: make([][]int32, slots),
-		samp: make([]*sample.Sampler, slots), seeds: make([]uint64, slots)}
+		samp: make([]*sample.Sampler, slots), grow: make([]grower, slots)}
 	for i := range d.tables {
 		d.tables[i] = make([]int32, per)
 		for j := range d.tables[i] {
@@ -96,48 +110,53 @@ func (d *DraftModel) Rewind(slot, n int) {
 
 // draftSeq is one slot's drafting state within a Propose call.
 type draftSeq struct {
-	ci    int
+	ci  int
+	dyn *grower // nil: a static shape along its main chain
+	// Static shapes.
 	chain []int32 // main-chain tokens fed so far (after the root)
 	want  []int   // candidates needed after depth d (d = 0: the root)
 	toks  [][]int32
 	qs    [][][]float32
 	row   int // logits row of the last forward, -1 when not in it
+	// Dynamic shapes: the nodes expanded this depth (-1: the root), their
+	// logits rows, and each fed node's KV slot.
+	front []int32
+	rows  []int
+	slot  map[int32]int32
+	fedN  int // tree nodes fed so far (scratch slots used)
 }
 
 // Propose drafts for every context in one batched forward per depth.
 func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
+	d.nq = 0
 	var seqs []*draftSeq
 	for i, c := range ctxs {
 		trees[i].Reset()
 		if c.Slot < 0 || c.Slot >= len(d.tables) || len(c.Tokens) == 0 || c.Shape.Off() {
 			continue
 		}
-		// Children wanted after each main-chain depth: the main chain is
-		// nodes 0, 1, … while Rank is 0 and Depth increases.
-		s := c.Shape
-		var want []int
-		for j := 0; j < s.Len(); j++ {
-			dep := int(s.Depth[j])
-			if dep-1 > len(want) {
+		s := &draftSeq{ci: i, row: -1}
+		room := len(d.tables[c.Slot]) * d.bs
+		if c.Shape.Dynamic {
+			// Scratch slots for every node the growth may feed.
+			if len(c.Tokens)+c.Shape.Width*c.Shape.MaxDepth > room {
 				continue
 			}
-			onChain := s.Parent[j] == int32(dep-2) // parent is the main-chain node one up
-			if dep == 1 {
-				onChain = true
+			g := &d.grow[c.Slot]
+			g.reset(c.Shape)
+			g.expand = c.Shape.Width
+			if !d.tree {
+				g.expand = 1 // a chain runs with causal attention
 			}
-			if !onChain {
-				continue
+			s.dyn, s.slot = g, map[int32]int32{}
+		} else {
+			s.want = mainWant(c.Shape)
+			if len(c.Tokens)+len(s.want) > room {
+				continue // no room: no drafts for this one
 			}
-			for len(want) < dep {
-				want = append(want, 0)
-			}
-			want[dep-1] = max(want[dep-1], int(s.Rank[j])+1)
-		}
-		if need := len(c.Tokens) + len(want); need > len(d.tables[c.Slot])*d.bs {
-			continue // no room: no drafts for this one
 		}
 		d.startSlot(c)
-		seqs = append(seqs, &draftSeq{ci: i, want: want, row: -1})
+		seqs = append(seqs, s)
 	}
 	if len(seqs) == 0 {
 		return nil
@@ -145,40 +164,32 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 	for depth := 0; ; depth++ {
 		b := &d.batch
 		b.Reset()
+		d.anc = d.anc[:0]
+		tree := false
 		for _, s := range seqs {
-			s.row = -1
 			c := ctxs[s.ci]
-			if depth >= len(s.want) || (depth > 0 && len(s.chain) < depth) {
+			if depth == 0 {
+				d.catchUp(s, c)
 				continue
 			}
-			var feed []int32
-			if depth == 0 {
-				// Catch up: keep the KV as far as it matches the committed
-				// tokens, and feed at least the root for its logits.
-				fed := d.fed[c.Slot]
-				common := 0
-				for common < len(fed) && common < len(c.Tokens) && fed[common] == c.Tokens[common] {
-					common++
-				}
-				common = min(common, len(c.Tokens)-1)
-				d.fed[c.Slot] = fed[:common]
-				feed = c.Tokens[common:]
-			} else {
-				feed = s.chain[depth-1 : depth]
+			if s.dyn != nil {
+				tree = d.feedLayer(s, c) || tree
+				continue
 			}
-			tab := d.tables[c.Slot]
-			for j, t := range feed {
-				pos := int32(len(d.fed[c.Slot]))
-				slot := tab[int(pos)/d.bs]*int32(d.bs) + pos%int32(d.bs)
-				if j == len(feed)-1 {
-					s.row = len(b.Logits)
-				}
-				b.Add(t, pos, slot, tab, j == len(feed)-1)
-				d.fed[c.Slot] = append(d.fed[c.Slot], t)
+			s.row = -1
+			if depth >= len(s.want) || len(s.chain) < depth {
+				continue
 			}
+			pos := int32(len(d.fed[c.Slot]))
+			s.row = len(b.Logits)
+			b.Add(s.chain[depth-1], pos, d.slotAt(c.Slot, pos), d.tables[c.Slot], true)
+			d.fed[c.Slot] = append(d.fed[c.Slot], s.chain[depth-1])
 		}
 		if b.Len() == 0 {
 			break
+		}
+		if tree {
+			d.treeMask(seqs, ctxs)
 		}
 		if need := len(b.Logits) * d.vocab; cap(d.logits) < need {
 			d.logits = make([]float32, need)
@@ -191,12 +202,24 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 			return fmt.Errorf("spec: draft forward: %w", err)
 		}
 		for _, s := range seqs {
+			c := ctxs[s.ci]
+			if s.dyn != nil {
+				g := s.dyn
+				for k, node := range s.front {
+					logits := d.logits[s.rows[k]*d.vocab : (s.rows[k]+1)*d.vocab]
+					d.hist = append(append(d.hist[:0], c.Tokens...), g.path(node, nil)...)
+					toks, ps, qs := d.candidates(c, d.hist, logits, g.sh.Width, true)
+					g.add(node, toks, ps, qs)
+				}
+				g.next()
+				continue
+			}
 			if s.row < 0 {
 				continue
 			}
-			c := ctxs[s.ci]
 			logits := d.logits[s.row*d.vocab : (s.row+1)*d.vocab]
-			toks, qs := d.candidates(c, s.chain, logits, s.want[depth])
+			d.hist = append(append(d.hist[:0], c.Tokens...), s.chain...)
+			toks, _, qs := d.candidates(c, d.hist, logits, s.want[depth], false)
 			s.toks, s.qs = append(s.toks, toks), append(s.qs, qs)
 			if len(toks) > 0 && depth+1 < len(s.want) {
 				s.chain = append(s.chain, toks[0])
@@ -205,6 +228,13 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 	}
 	for _, s := range seqs {
 		c := ctxs[s.ci]
+		if s.dyn != nil {
+			s.dyn.emit(trees[s.ci])
+			// The tree's KV sits in scratch slots: only the committed
+			// tokens stay.
+			d.fed[c.Slot] = d.fed[c.Slot][:len(c.Tokens)]
+			continue
+		}
 		fill(trees[s.ci], c.Shape, func(path []int32, k int) ([]int32, [][]float32) {
 			dep := len(path)
 			if dep >= len(s.toks) || !slices.Equal(path, s.chain[:dep]) {
@@ -215,6 +245,111 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 		})
 	}
 	return nil
+}
+
+// mainWant is how many candidates a static shape wants after each depth
+// of its main chain (index 0: after the root).
+func mainWant(s Shape) []int {
+	var want []int
+	for j := 0; j < s.Len(); j++ {
+		dep := int(s.Depth[j])
+		if dep-1 > len(want) {
+			continue
+		}
+		// On the main chain: a child of the root, or of the main-chain
+		// node one up (node dep-2: the chain is laid out first).
+		if dep != 1 && s.Parent[j] != int32(dep-2) {
+			continue
+		}
+		for len(want) < dep {
+			want = append(want, 0)
+		}
+		want[dep-1] = max(want[dep-1], int(s.Rank[j])+1)
+	}
+	return want
+}
+
+// slotAt is the KV slot of position pos in slot's table.
+func (d *DraftModel) slotAt(slot int, pos int32) int32 {
+	bs := int32(d.bs)
+	return d.tables[slot][pos/bs]*bs + pos%bs
+}
+
+// catchUp adds the committed tokens slot's KV lacks to the batch (at least
+// the root, for its logits): the KV is kept as far as it matches them.
+func (d *DraftModel) catchUp(s *draftSeq, c Context) {
+	b := &d.batch
+	fed := d.fed[c.Slot]
+	common := 0
+	for common < len(fed) && common < len(c.Tokens) && fed[common] == c.Tokens[common] {
+		common++
+	}
+	common = min(common, len(c.Tokens)-1)
+	d.fed[c.Slot] = fed[:common]
+	for j, t := range c.Tokens[common:] {
+		pos := int32(len(d.fed[c.Slot]))
+		last := common+j == len(c.Tokens)-1
+		if last {
+			s.row = len(b.Logits)
+			s.rows = append(s.rows[:0], s.row)
+		}
+		b.Add(t, pos, d.slotAt(c.Slot, pos), d.tables[c.Slot], last)
+		d.fed[c.Slot] = append(d.fed[c.Slot], t)
+	}
+	if s.dyn != nil {
+		s.front = append(s.front[:0], -1)
+	}
+}
+
+// feedLayer adds the dynamic tree's next nodes to expand to the batch, each
+// at a scratch slot past the committed tokens and at its depth's position,
+// and reports whether any needs tree attention.
+func (d *DraftModel) feedLayer(s *draftSeq, c Context) bool {
+	g := s.dyn
+	s.front = g.frontier(s.front)
+	s.rows = s.rows[:0]
+	b := &d.batch
+	n := int32(len(c.Tokens) - 1) // the root's position
+	tree := false
+	for _, node := range s.front {
+		nd := g.nodes[node]
+		slot := d.slotAt(c.Slot, n+1+int32(s.fedN))
+		// A chain (one node per depth) has each node at its own
+		// position's slot: plain causal attention sees the right KV.
+		tree = tree || int32(s.fedN)+1 != nd.depth
+		s.fedN++
+		s.slot[node] = slot
+		s.rows = append(s.rows, len(b.Logits))
+		b.Add(nd.tok, n+nd.depth, slot, d.tables[c.Slot], true)
+	}
+	return tree
+}
+
+// treeMask gives every row of the batch its view: plain rows their causal
+// prefix, dynamic tree nodes the committed tokens and their ancestors.
+func (d *DraftModel) treeMask(seqs []*draftSeq, ctxs []Context) {
+	b := &d.batch
+	rows := d.mask.Rows[:0]
+	for i := range b.Len() {
+		rows = append(rows, kernels.TreeRow{Prefix: b.Pos[i] + 1})
+	}
+	for _, s := range seqs {
+		if s.dyn == nil {
+			continue
+		}
+		g := s.dyn
+		prefix := int32(len(ctxs[s.ci].Tokens))
+		for k, node := range s.front {
+			at := len(d.anc)
+			for j := node; j >= 0; j = g.nodes[j].parent {
+				d.anc = append(d.anc, s.slot[j])
+			}
+			row := b.Logits[s.rows[k]]
+			rows[row] = kernels.TreeRow{Prefix: prefix, Slots: d.anc[at:len(d.anc):len(d.anc)]}
+		}
+	}
+	d.mask.Rows = rows
+	b.Tree = &d.mask
 }
 
 // startSlot sets up the slot's sampler for the request.
@@ -228,70 +363,107 @@ func (d *DraftModel) startSlot(c Context) {
 	}
 }
 
-// candidates returns k candidates after ctx.Tokens + chain from the draft's
-// logits: the top k for greedy requests (q nil), k independent draws from
-// the processed draft distribution for sampled ones.
-func (d *DraftModel) candidates(c Context, chain []int32, logits []float32, k int) ([]int32, [][]float32) {
+// newQ hands out a vocabulary-wide distribution buffer, reused across
+// Propose calls.
+func (d *DraftModel) newQ() []float32 {
+	if d.nq == len(d.qs) {
+		d.qs = append(d.qs, make([]float32, d.vocab))
+	}
+	d.nq++
+	return d.qs[d.nq-1]
+}
+
+// candidates returns up to k candidates after hist (the committed tokens
+// and the draft path) from the draft's logits, with their probabilities
+// under the draft when wantP: the top k for greedy requests (q nil), for
+// sampled ones a draw from the processed draft distribution and then its
+// most likely others. It reads logits without copying them.
+func (d *DraftModel) candidates(c Context, hist []int32, logits []float32, k int, wantP bool) ([]int32, []float32, [][]float32) {
 	if k <= 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	var hist []int32
-	if c.Mask != nil || c.Params.Temperature > 0 || c.Params.RepeatPenalty > 0 || c.Params.PresencePenalty != 0 || c.Params.FrequencyPenalty != 0 {
-		hist = append(slices.Clip(c.Tokens), chain...)
-	}
+	var mask []uint64
 	if c.Mask != nil {
-		if m := c.Mask(hist); m != nil {
-			d.work = append(d.work[:0], logits...)
-			kernels.MaskLogitsRef(d.work, m)
-			logits = d.work
-		}
+		mask = c.Mask(hist)
 	}
 	if c.Params.Temperature <= 0 {
 		// Greedy: rank by the draft's raw (masked) logits. The target
 		// applies the request's penalties when it verifies; drafts need
 		// only be likely, not exact.
-		return topK(slices.Clone(logits), k), nil
+		toks := topK(logits, mask, k, nil)
+		var ps []float32
+		if wantP && len(toks) > 0 {
+			lse := logSumExp(logits, mask, logits[toks[0]])
+			for _, t := range toks {
+				ps = append(ps, float32(math.Exp(float64(logits[t])-lse)))
+			}
+		}
+		return toks, ps, nil
 	}
 	samp := d.samp[c.Slot]
-	q := make([]float32, len(logits))
-	samp.Probs(logits, hist, q)
+	q := d.newQ()
+	if mask != nil {
+		samp.ProbsMasked(logits, mask, hist, q)
+	} else {
+		samp.Probs(logits, hist, q)
+	}
 	first := samp.Draw(q, len(hist))
 	if q[first] <= 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	toks, qs := []int32{first}, [][]float32{q}
+	toks, ps, qs := []int32{first}, []float32{q[first]}, [][]float32{q}
 	if k > 1 {
-		w := slices.Clone(q)
-		w[first] = float32(math.Inf(-1))
-		for _, t := range topK(w, k-1) {
-			if q[t] <= 0 {
+		for _, t := range topK(q, nil, k, nil) {
+			if len(toks) == k || q[t] <= 0 {
 				break
 			}
-			toks = append(toks, t)
-			qs = append(qs, nil)
-		}
-	}
-	return toks, qs
-}
-
-// topK returns the indices of the k largest values of l, best first
-// (lower index on ties), skipping -Inf (masked) and NaN. l is scratch and
-// is overwritten.
-func topK(l []float32, k int) []int32 {
-	negInf := float32(math.Inf(-1))
-	out := make([]int32, 0, k)
-	for range k {
-		best := int32(-1)
-		for i, v := range l {
-			if v > negInf && (best < 0 || v > l[best]) {
-				best = int32(i)
+			if t != first {
+				toks, ps, qs = append(toks, t), append(ps, q[t]), append(qs, nil)
 			}
 		}
-		if best < 0 {
-			break
+	}
+	return toks, ps, qs
+}
+
+// topK returns, in dst's storage, the indices of the k largest values of l
+// that mask allows (nil: all), best first, lower index on ties, skipping
+// -Inf and NaN. It does not modify l.
+func topK(l []float32, mask []uint64, k int, dst []int32) []int32 {
+	out := dst[:0]
+	if k <= 0 {
+		return out
+	}
+	negInf := float32(math.Inf(-1))
+	for i, v := range l {
+		if !(v > negInf) || len(out) == k && v <= l[out[k-1]] {
+			continue
 		}
-		out = append(out, best)
-		l[best] = negInf
+		if mask != nil && !allowed(mask, int32(i)) {
+			continue
+		}
+		// Insert after every kept value at least as large (ties keep
+		// the lower index first).
+		at := len(out)
+		for at > 0 && v > l[out[at-1]] {
+			at--
+		}
+		if len(out) < k {
+			out = append(out, 0)
+		}
+		copy(out[at+1:], out[at:len(out)-1])
+		out[at] = int32(i)
 	}
 	return out
+}
+
+// logSumExp is log Σ exp(l[i]) over the ids mask allows, computed around
+// top (the largest allowed value).
+func logSumExp(l []float32, mask []uint64, top float32) float64 {
+	var sum float64
+	for i, v := range l {
+		if v > float32(math.Inf(-1)) && (mask == nil || allowed(mask, int32(i))) {
+			sum += math.Exp(float64(v - top))
+		}
+	}
+	return float64(top) + math.Log(sum)
 }
