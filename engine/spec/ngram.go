@@ -1,23 +1,37 @@
 package spec
 
-// NGram is prompt-lookup drafting: the continuation of the longest recent
-// n-gram match of the context's suffix, found in the sequence's own tokens
-// and its session history. It needs no model and keeps no state, so Rewind
-// is a no-op; it pays off when the output repeats its input (summaries,
-// code edits, quoting earlier turns).
+// NGram is prompt-lookup drafting: the continuations of the longest recent
+// n-gram matches of the context's suffix, found anywhere in the
+// conversation: the session's earlier turns (Context.History) and the
+// sequence's own tokens, generated ones included. It needs no model and
+// pays off when the output repeats its input (summaries, code edits,
+// quoting earlier turns).
 //
 // At each tree node the candidates are the distinct tokens that followed
 // earlier occurrences of the node's context suffix, longest n first, most
-// recent first; rank r of the shape takes the r-th candidate. Its drafts
-// are point masses (Q nil). The zero value is ready to use.
+// recent first; rank r of a static shape takes the r-th candidate. A
+// candidate's confidence, which grows dynamic shapes, is the share of the
+// suffix's occurrences it followed at the longest n where it did, times
+// n/(n+1) (a long match predicts better than a short one). Its drafts are
+// point masses (Q nil).
+//
+// Each slot keeps an index of its conversation (token → positions), kept in
+// step with the committed tokens, so a lookup costs the occurrences of one
+// token, not the length of the conversation. The zero value is ready to
+// use.
 type NGram struct {
 	// MinN and MaxN bound the suffix lengths tried; zero means 1 and 4.
 	MinN, MaxN int
-	// Window bounds how many most recent tokens (history, then context)
-	// are searched; zero means 4096.
+	// Window, when above zero, bounds how many most recent tokens of the
+	// conversation are searched; zero searches all of it.
 	Window int
+	// MaxScan bounds how many of the most recent occurrences of a suffix's
+	// last token a lookup examines; zero means 512.
+	MaxScan int
 
-	hay []int32
+	slots map[int]*ngramIndex
+	g     grower
+	path  []int32
 }
 
 var _ Drafter = (*NGram)(nil)
@@ -25,74 +39,204 @@ var _ Drafter = (*NGram)(nil)
 // Name returns "ngram".
 func (g *NGram) Name() string { return "ngram" }
 
-// Rewind does nothing: NGram keeps no per-sequence state.
-func (g *NGram) Rewind(slot, n int) {}
+// Rewind drops slot's index when the slot is freed (n = 0); otherwise the
+// index follows the committed tokens by itself at the next Propose.
+func (g *NGram) Rewind(slot, n int) {
+	if n <= 0 {
+		delete(g.slots, slot)
+	}
+}
 
-// Propose fills each tree by lookup. It never fails.
-func (g *NGram) Propose(ctxs []Context, trees []*Tree) error {
-	minN, maxN, window := g.MinN, g.MaxN, g.Window
+func (g *NGram) params() (minN, maxN, scan int) {
+	minN, maxN, scan = g.MinN, g.MaxN, g.MaxScan
 	if minN <= 0 {
 		minN = 1
 	}
 	if maxN < minN {
 		maxN = max(minN, 4)
 	}
-	if window <= 0 {
-		window = 4096
+	if scan <= 0 {
+		scan = 512
+	}
+	return minN, maxN, scan
+}
+
+// Propose fills each tree by lookup. It never fails.
+func (g *NGram) Propose(ctxs []Context, trees []*Tree) error {
+	minN, maxN, scan := g.params()
+	if g.slots == nil {
+		g.slots = map[int]*ngramIndex{}
 	}
 	for i, c := range ctxs {
-		// The haystack is history followed by the context; draft paths are
-		// appended per node and removed again.
-		g.hay = append(g.hay[:0], c.History...)
-		g.hay = append(g.hay, c.Tokens...)
-		if len(g.hay) > window {
-			g.hay = append(g.hay[:0], g.hay[len(g.hay)-window:]...)
+		ix := g.slots[c.Slot]
+		if ix == nil {
+			ix = &ngramIndex{at: map[int32][]int32{}}
+			g.slots[c.Slot] = ix
 		}
-		base := len(g.hay)
-		fill(trees[i], c.Shape, func(path []int32, k int) ([]int32, [][]float32) {
-			g.hay = append(g.hay[:base], path...)
+		ix.sync(c.History, c.Tokens)
+		q := ngramQuery{ix: ix, minN: minN, maxN: maxN, scan: scan, window: g.Window}
+		cands := func(path []int32, k int) ([]int32, []float32) {
 			var mask []uint64
 			if c.Mask != nil {
 				mask = c.Mask(append(c.Tokens[:len(c.Tokens):len(c.Tokens)], path...))
 			}
-			return lookup(g.hay, minN, maxN, k, mask), nil
+			return q.lookup(path, k, mask)
+		}
+		if c.Shape.Dynamic {
+			g.g.reset(c.Shape)
+			g.g.grow(trees[i], func(path []int32, k int) ([]int32, []float32, [][]float32) {
+				toks, ps := cands(path, k)
+				return toks, ps, nil
+			})
+			continue
+		}
+		fill(trees[i], c.Shape, func(path []int32, k int) ([]int32, [][]float32) {
+			toks, _ := cands(path, k)
+			return toks, nil
 		})
-		g.hay = g.hay[:base]
 	}
 	return nil
 }
 
+// ngramIndex is one slot's conversation (history, then tokens) and where
+// each token occurs in it.
+type ngramIndex struct {
+	hay []int32
+	at  map[int32][]int32 // ascending positions of each token in hay
+}
+
+// sync makes the index hold history followed by tokens, keeping what it
+// already holds of them.
+func (ix *ngramIndex) sync(history, tokens []int32) {
+	common := 0
+	n := len(history) + len(tokens)
+	for common < len(ix.hay) && common < n {
+		want := int32(0)
+		if common < len(history) {
+			want = history[common]
+		} else {
+			want = tokens[common-len(history)]
+		}
+		if ix.hay[common] != want {
+			break
+		}
+		common++
+	}
+	for p := len(ix.hay) - 1; p >= common; p-- {
+		t := ix.hay[p]
+		l := ix.at[t]
+		ix.at[t] = l[:len(l)-1] // p is its last occurrence
+	}
+	ix.hay = ix.hay[:common]
+	for p := common; p < n; p++ {
+		t := int32(0)
+		if p < len(history) {
+			t = history[p]
+		} else {
+			t = tokens[p-len(history)]
+		}
+		ix.hay = append(ix.hay, t)
+		ix.at[t] = append(ix.at[t], int32(p))
+	}
+}
+
+// ngramQuery is one lookup configuration over an index.
+type ngramQuery struct {
+	ix                       *ngramIndex
+	minN, maxN, scan, window int
+}
+
+// ngramHit is an earlier occurrence of the suffix ending at end, matching
+// n tokens, followed by next.
+type ngramHit struct {
+	end, n int
+	next   int32
+}
+
 // lookup returns up to k distinct tokens that followed earlier occurrences
-// of hay's suffix of length n, for n from maxN down to minN, most recent
-// occurrence first, skipping tokens mask forbids.
-func lookup(hay []int32, minN, maxN, k int, mask []uint64) []int32 {
-	var out []int32
-	end := len(hay)
-	for n := min(maxN, end-1); n >= minN && len(out) < k; n-- {
-		suf := hay[end-n:]
-		// An occurrence at [s, s+n) with a following token at s+n < end.
-		for s := end - n - 1; s >= 0 && len(out) < k; s-- {
-			if hay[s+n-1] != suf[n-1] || hay[s] != suf[0] {
-				continue
-			}
-			match := true
-			for j := 1; j < n-1; j++ {
-				if hay[s+j] != suf[j] {
-					match = false
-					break
-				}
-			}
-			if !match {
-				continue
-			}
-			tok := hay[s+n]
-			if !allowed(mask, tok) || contains(out, tok) {
-				continue
-			}
-			out = append(out, tok)
+// of the suffix of the conversation followed by path, for n from maxN down
+// to minN, most recent occurrence first, skipping tokens mask forbids, and
+// their confidences.
+func (q ngramQuery) lookup(path []int32, k int, mask []uint64) ([]int32, []float32) {
+	hay := q.ix.hay
+	h := len(hay)
+	L := h + len(path)
+	if L < 2 || k <= 0 {
+		return nil, nil
+	}
+	at := func(i int) int32 {
+		if i < h {
+			return hay[i]
+		}
+		return path[i-h]
+	}
+	lo := 0
+	if q.window > 0 {
+		lo = max(L-q.window, 0)
+	}
+	last := at(L - 1)
+	var hits []ngramHit
+	try := func(e int) {
+		n := 0
+		for n < q.maxN && e-n >= lo && at(e-n) == at(L-1-n) {
+			n++
+		}
+		if n >= q.minN {
+			hits = append(hits, ngramHit{end: e, n: n, next: at(e + 1)})
 		}
 	}
-	return out
+	// Occurrences ending in the path (most recent), then in the indexed
+	// conversation; an occurrence needs a following token, so it ends
+	// before L-1.
+	for e := L - 2; e >= h && e >= lo; e-- {
+		if at(e) == last {
+			try(e)
+		}
+	}
+	occ := q.ix.at[last]
+	scanned := 0
+	for j := len(occ) - 1; j >= 0 && scanned < q.scan; j-- {
+		e := int(occ[j])
+		if e >= L-1 {
+			continue
+		}
+		if e < lo {
+			break
+		}
+		scanned++
+		try(e)
+	}
+	var toks []int32
+	var ps []float32
+	for n := min(q.maxN, L-1); n >= q.minN && len(toks) < k; n-- {
+		total := 0
+		for _, x := range hits {
+			if x.n >= n && allowed(mask, x.next) {
+				total++
+			}
+		}
+		if total == 0 {
+			continue
+		}
+		conf := float32(n) / float32(n+1)
+		for _, x := range hits {
+			if len(toks) == k {
+				break
+			}
+			if x.n < n || !allowed(mask, x.next) || contains(toks, x.next) {
+				continue
+			}
+			count := 0
+			for _, y := range hits {
+				if y.n >= n && y.next == x.next {
+					count++
+				}
+			}
+			toks = append(toks, x.next)
+			ps = append(ps, conf*float32(count)/float32(total))
+		}
+	}
+	return toks, ps
 }
 
 func contains(s []int32, v int32) bool {

@@ -68,7 +68,9 @@ func TestNGramLookup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			have := lookup(tt.hay, 1, 4, tt.k, nil)
+			ix := &ngramIndex{at: map[int32][]int32{}}
+			ix.sync(nil, tt.hay)
+			have, _ := ngramQuery{ix: ix, minN: 1, maxN: 4, scan: 512}.lookup(nil, tt.k, nil)
 			if !slices.Equal(have, tt.want) {
 				t.Errorf("have %v; want %v", have, tt.want)
 			}
