@@ -22,21 +22,15 @@ package sample
 import (
 	"math"
 	"slices"
+
+	"github.com/specgate/specgate/kernels"
 )
 
 // Params configure one request's sampling. The zero value is greedy
-// decoding without penalties.
-type Params struct {
-	Temperature      float32 // 0 (or below) = greedy
-	TopK             int     // keep the K most likely tokens; 0 (or below, or ≥ vocab) = off
-	TopP             float32 // keep the smallest most-likely set with mass ≥ TopP; 0 or ≥ 1 = off
-	MinP             float32 // keep tokens with p ≥ MinP·p_max; 0 (or below) = off, ≥ 1 keeps the maximum only
-	RepeatPenalty    float32 // divide positive, multiply non-positive logits of recent tokens; 0 (or below) or 1 = off
-	RepeatLastN      int     // how many recent history tokens the penalties see; 0 = 64, -1 = all
-	PresencePenalty  float32 // subtracted once from the logit of every recent token
-	FrequencyPenalty float32 // subtracted per occurrence of a recent token
-	Seed             uint64  // seeds the random source; equal seeds draw equal tokens at equal positions
-}
+// decoding without penalties. The type is kernels.SampleParams, so a
+// backend's kernels.Sampler is handed the very settings this package's
+// reference applies.
+type Params = kernels.SampleParams
 
 // DefaultRepeatLastN is the penalty window when Params.RepeatLastN is 0.
 const DefaultRepeatLastN = 64
@@ -94,6 +88,11 @@ func mix64(x uint64) uint64 {
 
 // Params returns the sampler's parameters.
 func (s *Sampler) Params() Params { return s.p }
+
+// Reset makes s sample with p from then on, keeping its scratch buffers:
+// one Sampler can serve many requests in turn (a backend's
+// kernels.Sampler does), since nothing of a draw depends on earlier ones.
+func (s *Sampler) Reset(p Params) { s.p = p }
 
 // Greedy reports whether the sampler always picks the argmax.
 func (s *Sampler) Greedy() bool { return !(s.p.Temperature > 0) }

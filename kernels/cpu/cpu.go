@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"unsafe"
 
+	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
 )
 
@@ -81,6 +82,10 @@ type Backend struct {
 	attnItems []attnItem
 	attnPart  []float32
 	rows      rowTask
+	samp      sampleTask
+	// samplers are SampleRows' per-worker host samplers, kept for their
+	// scratch buffers.
+	samplers []sample.Sampler
 	// kact, kq and kmm are MatMul's for the types of kquant.go; kg backs
 	// kact's x4 layout.
 	kact kAct

@@ -32,6 +32,7 @@ func Run(t *testing.T, b kernels.Backend) {
 		t.Run(fmt.Sprintf("AttnVariants/kv=%v", dt), func(t *testing.T) { testAttnVariants(t, b, dt) })
 	}
 	t.Run("Variants", func(t *testing.T) { testVariants(t, b) })
+	t.Run("Logits", func(t *testing.T) { testLogits(t, b) })
 }
 
 // KVTypes are the KV cache element types the suite knows; a backend is

@@ -1,0 +1,101 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/kernels"
+)
+
+// The CPU backend's logits live in host memory already, so its logits ops
+// are the host reference (engine/sample, kernels.MaskLogitsRef) run on the
+// tensor's rows in place: nothing is copied, and the results are the
+// reference's by construction. Rows are independent, so a batch of them is
+// spread over the workers, each with a sampler of its own.
+
+var (
+	_ kernels.Sampler      = (*Backend)(nil)
+	_ kernels.MaskedLogits = (*Backend)(nil)
+)
+
+// MaskLogits is kernels.MaskedLogits: kernels.MaskLogitsRef on each row.
+func (b *Backend) MaskLogits(logits kernels.Tensor, rows []int, masks [][]uint64) {
+	lt := writable(logits, "MaskLogits")
+	if len(rows) != len(masks) {
+		panic(fmt.Sprintf("cpu: MaskLogits: %d rows, %d masks", len(rows), len(masks)))
+	}
+	for i, r := range rows {
+		kernels.MaskLogitsRef(lt.row(checkRow(lt, r, "MaskLogits")), masks[i])
+	}
+}
+
+// ArgmaxRows is kernels.Sampler's argmax: sample.Argmax, or
+// sample.ArgmaxMasked for a row with a mask.
+func (b *Backend) ArgmaxRows(out []int32, logits kernels.Tensor, rows []int, masks [][]uint64) {
+	lt := f32Tensor(logits, "ArgmaxRows")
+	if len(out) != len(rows) || masks != nil && len(masks) != len(rows) {
+		panic(fmt.Sprintf("cpu: ArgmaxRows: %d outputs and %d masks for %d rows", len(out), len(masks), len(rows)))
+	}
+	for i, r := range rows {
+		row := lt.row(checkRow(lt, r, "ArgmaxRows"))
+		if masks != nil && masks[i] != nil {
+			out[i] = sample.ArgmaxMasked(row, masks[i])
+		} else {
+			out[i] = sample.Argmax(row)
+		}
+	}
+}
+
+// SampleRows is kernels.Sampler's draw: engine/sample's Sampler on each
+// row, in place.
+func (b *Backend) SampleRows(out []int32, logits kernels.Tensor, rows []kernels.SampleRow) {
+	lt := f32Tensor(logits, "SampleRows")
+	if len(out) != len(rows) {
+		panic(fmt.Sprintf("cpu: SampleRows: %d outputs for %d rows", len(out), len(rows)))
+	}
+	for _, r := range rows {
+		checkRow(lt, r.Row, "SampleRows")
+	}
+	if len(b.samplers) < b.threads {
+		b.samplers = make([]sample.Sampler, b.threads)
+	}
+	t := &b.samp
+	t.out, t.lt, t.rows, t.samplers = out, lt, rows, b.samplers
+	// A greedy row without a mask or penalties is one pass over the row,
+	// too short to be worth handing out; a sampled one takes several.
+	grain := 1
+	if len(rows) < 4 {
+		grain = len(rows)
+	}
+	b.pool.run(t, len(rows), grain)
+	*t = sampleTask{}
+}
+
+// sampleTask is SampleRows handed to the pool.
+type sampleTask struct {
+	out      []int32
+	lt       *Tensor
+	rows     []kernels.SampleRow
+	samplers []sample.Sampler // one per worker
+}
+
+func (t *sampleTask) run(w, lo, hi int) {
+	s := &t.samplers[w]
+	for i := lo; i < hi; i++ {
+		r := &t.rows[i]
+		s.Reset(r.Params)
+		row := t.lt.row(r.Row)
+		if r.Mask != nil {
+			t.out[i] = s.SampleMasked(row, r.Mask, r.History)
+		} else {
+			t.out[i] = s.Sample(row, r.History)
+		}
+	}
+}
+
+func checkRow(t *Tensor, r int, op string) int {
+	if r < 0 || r >= t.rows {
+		panic(fmt.Sprintf("cpu: %s: row %d of %d", op, r, t.rows))
+	}
+	return r
+}

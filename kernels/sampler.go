@@ -1,0 +1,60 @@
+package kernels
+
+// SampleParams are one request's sampling settings. The zero value is
+// greedy decoding without penalties. engine/sample holds the reference
+// implementation (its Params is this type) and documents the chain they
+// drive: penalties → top-k → top-p → min-p → temperature → softmax → draw.
+type SampleParams struct {
+	Temperature      float32 // 0 (or below) = greedy
+	TopK             int     // keep the K most likely tokens; 0 (or below, or ≥ vocab) = off
+	TopP             float32 // keep the smallest most-likely set with mass ≥ TopP; 0 or ≥ 1 = off
+	MinP             float32 // keep tokens with p ≥ MinP·p_max; 0 (or below) = off, ≥ 1 keeps the maximum only
+	RepeatPenalty    float32 // divide positive, multiply non-positive logits of recent tokens; 0 (or below) or 1 = off
+	RepeatLastN      int     // how many recent history tokens the penalties see; 0 = 64, -1 = all
+	PresencePenalty  float32 // subtracted once from the logit of every recent token
+	FrequencyPenalty float32 // subtracted per occurrence of a recent token
+	Seed             uint64  // seeds the random source; equal seeds draw equal tokens at equal positions
+}
+
+// Greedy reports whether p always picks the (penalised) argmax.
+func (p SampleParams) Greedy() bool { return !(p.Temperature > 0) }
+
+// SampleRow asks a Sampler for one token: the next token after History,
+// drawn from one row of a logits tensor.
+type SampleRow struct {
+	// Row is the logits tensor's row.
+	Row int
+	// Params are the request's settings.
+	Params SampleParams
+	// Mask, when not nil, allows only the tokens whose bit is set, as
+	// MaskLogitsRef reads a mask (guided decoding). It is only borrowed
+	// for the call.
+	Mask []uint64
+	// History is every token of the sequence before the one drawn,
+	// oldest first (prompt included): the penalties read its tail, and
+	// its length is the drawn token's position, which keys the seeded
+	// draw. It is only borrowed for the call.
+	History []int32
+}
+
+// Sampler is an optional Backend op set that turns rows of a logits tensor
+// into tokens where the logits live, so that only token ids cross to the
+// host: the engine's per-step sampling, guided masks included, and the
+// draws of speculative verification. A backend without it has its rows
+// downloaded and sampled by the host reference, engine/sample, which is
+// also what every implementation must equal: the same token for the same
+// row, settings, mask and history, bit for bit, so a request's text never
+// depends on the backend's choice of path. Neither op writes the logits.
+type Sampler interface {
+	// ArgmaxRows writes to out[i] the index of the largest value of row
+	// rows[i] of logits: the lowest index on a tie; NaN never wins; 0 for
+	// a row with nothing above -Inf. When masks is not nil and masks[i]
+	// is not nil, only the tokens masks[i] allows compete (engine/sample's
+	// ArgmaxMasked).
+	ArgmaxRows(out []int32, logits Tensor, rows []int, masks [][]uint64)
+	// SampleRows writes to out[i] the token rows[i] draws: exactly what
+	// engine/sample's Sampler for rows[i].Params returns from
+	// Sample(row, History), or from SampleMasked(row, Mask, History) when
+	// Mask is not nil.
+	SampleRows(out []int32, logits Tensor, rows []SampleRow)
+}
