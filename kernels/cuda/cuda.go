@@ -67,6 +67,7 @@ const (
 	kMaskLogits
 	kArgmaxRows
 	kSampleRows
+	kPenalizeRows
 	numKernels
 )
 
@@ -81,6 +82,7 @@ var kernelNames = [numKernels]string{
 	kStoreKV: "store_kv", kCopyUnits: "copy_units",
 	kAttnE1: "attn_e1", kAttnE2: "attn_e2", kAttnE4: "attn_e4", kAttnE8: "attn_e8", kAttnMerge: "attn_merge",
 	kMaskLogits: "mask_logits", kArgmaxRows: "argmax_rows", kSampleRows: "sample_rows",
+	kPenalizeRows: "penalize_rows",
 }
 
 // arenaBytes is the size of the pinned staging area through which each op's
@@ -117,6 +119,10 @@ type Backend struct {
 	xh, xl, xq, xd, po, pm, pl buffer
 
 	pool *memPool
+
+	// samp is SampleRows' scratch: rows copied there are masked and
+	// penalised without touching the logits.
+	samp *Tensor
 
 	// Graph capture (see graph.go).
 	mode  mode

@@ -600,6 +600,30 @@ extern "C" __global__ void mask_logits(float *logits, int cols, const int *rows,
     }
 }
 
+// penalize_rows applies engine/sample's penalties to rows of logits: for
+// each pair j in [off[i], off[i+1]) of row i, the logit v of token ids[j]
+// (seen counts[j] times in the penalty window) stays -Inf if it is, else
+// is divided (v > 0) or multiplied (v <= 0) by rep[i] when that is on, then
+// loses counts[j]*freq[i] + pres[i]; each step is rounded to float with no
+// fused multiply-add, as the host computes it; NaN becomes -Inf. One block
+// per row; a row's ids are distinct, so no two threads write one logit.
+extern "C" __global__ void penalize_rows(float *logits, int cols, const int *rows, const int *off,
+                                         const int *ids, const int *counts, const float *rep,
+                                         const float *pres, const float *freq) {
+    int i = blockIdx.x;
+    float *row = logits + (long long)rows[i] * cols;
+    float r = rep[i], p = pres[i], f = freq[i];
+    bool rep_on = r > 0.0f && r != 1.0f;
+    for (int j = off[i] + threadIdx.x; j < off[i + 1]; j += blockDim.x) {
+        float v = row[ids[j]];
+        if (v == NEG_INF) continue;
+        if (rep_on) v = v <= 0.0f ? __fmul_rn(v, r) : __fdiv_rn(v, r);
+        v = __fsub_rn(v, __fadd_rn(__fmul_rn((float)counts[j], f), p));
+        if (v != v) v = NEG_INF;
+        row[ids[j]] = v;
+    }
+}
+
 // Block-wide helpers for 1024-thread sampling blocks.
 #define SBLOCK 1024
 

@@ -8,6 +8,7 @@ import (
 
 	"gorgonia.org/cu"
 
+	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
 )
 
@@ -133,4 +134,221 @@ func (b *Backend) fetchInt32(out []int32, src cu.DevicePtr) {
 	}
 	must(cu.MemcpyDtoHAsync(unsafe.Pointer(&out[0]), src, int64(4*len(out)), b.stream))
 	b.sync()
+}
+
+var _ kernels.Sampler = (*Backend)(nil)
+
+// ArgmaxRows is kernels.Sampler's argmax. Rows without a mask are read
+// where they are; masked ones are copied to scratch and masked there, so
+// the logits stay as they are.
+func (b *Backend) ArgmaxRows(out []int32, logits kernels.Tensor, rows []int, masks [][]uint64) {
+	lt := f32Tensor(logits, "ArgmaxRows")
+	if len(out) != len(rows) || masks != nil && len(masks) != len(rows) {
+		panic(fmt.Sprintf("cuda: ArgmaxRows: %d outputs and %d masks for %d rows", len(out), len(masks), len(rows)))
+	}
+	rowIndex(lt, rows, "ArgmaxRows")
+	var plain, work []int // indices into rows
+	for i := range rows {
+		if masks != nil && masks[i] != nil {
+			work = append(work, i)
+		} else {
+			plain = append(plain, i)
+		}
+	}
+	b.argmaxAt(out, lt, rows, plain)
+	if len(work) == 0 {
+		return
+	}
+	sc, srcs := b.sampleScratch(lt, len(work)), make([]int, len(work))
+	ms := make([][]uint64, len(work))
+	for j, i := range work {
+		srcs[j], ms[j] = rows[i], masks[i]
+	}
+	b.copyRows(sc, lt, srcs)
+	b.MaskLogits(sc, seq(len(work)), ms)
+	res := make([]int32, len(work))
+	b.Argmax(res, sc, seq(len(work)))
+	for j, i := range work {
+		out[i] = res[j]
+	}
+}
+
+// SampleRows is kernels.Sampler's draw, all on the device but the
+// uniforms and the penalty windows' counts: a row that is a plain argmax
+// (greedy, no mask, no penalty) is read where it is; every other row is
+// copied to scratch, masked (mask_logits) and penalised (penalize_rows)
+// there, so the logits stay as they are, and then reduced by argmax_rows or
+// sample_rows. Only token ids come back.
+func (b *Backend) SampleRows(out []int32, logits kernels.Tensor, rows []kernels.SampleRow) {
+	lt := f32Tensor(logits, "SampleRows")
+	if len(out) != len(rows) {
+		panic(fmt.Sprintf("cuda: SampleRows: %d outputs for %d rows", len(out), len(rows)))
+	}
+	idx := make([]int, len(rows))
+	var plain, work []int // indices into rows
+	for i, r := range rows {
+		idx[i] = r.Row
+		if r.Mask == nil && r.Params.Greedy() && !penalised(r) {
+			plain = append(plain, i)
+		} else {
+			work = append(work, i)
+		}
+	}
+	rowIndex(lt, idx, "SampleRows")
+	b.argmaxAt(out, lt, idx, plain)
+	if len(work) == 0 {
+		return
+	}
+	sc, srcs := b.sampleScratch(lt, len(work)), make([]int, len(work))
+	var mrows []int
+	var masks [][]uint64
+	pen := penalties{off: []int32{0}}
+	var greedy, sampled []int // rows of sc
+	var ps []SampleParams
+	for j, i := range work {
+		r := &rows[i]
+		srcs[j] = r.Row
+		if r.Mask != nil {
+			mrows, masks = append(mrows, j), append(masks, r.Mask)
+		}
+		if penalised(*r) {
+			pen.add(j, r, lt.cols)
+		}
+		if r.Params.Greedy() {
+			greedy = append(greedy, j)
+		} else {
+			sampled = append(sampled, j)
+			p := r.Params
+			ps = append(ps, SampleParams{Temperature: p.Temperature, TopK: p.TopK, TopP: p.TopP, MinP: p.MinP,
+				U: sample.Uniform(p.Seed, len(r.History))})
+		}
+	}
+	b.copyRows(sc, lt, srcs)
+	if len(mrows) > 0 {
+		b.MaskLogits(sc, mrows, masks)
+	}
+	b.penalize(sc, &pen)
+	if len(greedy) > 0 {
+		res := make([]int32, len(greedy))
+		b.Argmax(res, sc, greedy)
+		for k, j := range greedy {
+			out[work[j]] = res[k]
+		}
+	}
+	if len(sampled) > 0 {
+		res := make([]int32, len(sampled))
+		b.Sample(res, sc, sampled, ps)
+		for k, j := range sampled {
+			out[work[j]] = res[k]
+		}
+	}
+}
+
+// penalised reports whether r's penalties can change a logit, as
+// engine/sample decides it.
+func penalised(r kernels.SampleRow) bool {
+	p := r.Params
+	return len(r.History) > 0 && (p.RepeatPenalty > 0 && p.RepeatPenalty != 1 || p.PresencePenalty != 0 || p.FrequencyPenalty != 0)
+}
+
+// penalties are penalize_rows' arguments: per row, the distinct ids of its
+// penalty window with their counts, and its settings.
+type penalties struct {
+	rows, off, ids, counts []int32
+	rep, pres, freq        []float32
+	seen                   map[int32]int32
+}
+
+// add appends row j of the scratch with r's window: the last RepeatLastN
+// tokens of the history (64 for 0, all for -1), ids outside the
+// vocabulary left out, as engine/sample reads it.
+func (p *penalties) add(j int, r *kernels.SampleRow, cols int) {
+	window := r.History
+	switch last := r.Params.RepeatLastN; {
+	case last == 0:
+		window = window[max(0, len(window)-sample.DefaultRepeatLastN):]
+	case last > 0:
+		window = window[max(0, len(window)-last):]
+	}
+	if p.seen == nil {
+		p.seen = map[int32]int32{}
+	}
+	clear(p.seen)
+	start := len(p.ids)
+	for _, id := range window {
+		if id < 0 || int(id) >= cols {
+			continue
+		}
+		k, ok := p.seen[id]
+		if !ok {
+			k = int32(len(p.ids) - start)
+			p.seen[id] = k
+			p.ids, p.counts = append(p.ids, id), append(p.counts, 0)
+		}
+		p.counts[start+int(k)]++
+	}
+	p.rows = append(p.rows, int32(j))
+	p.off = append(p.off, int32(len(p.ids)))
+	rep := r.Params.RepeatPenalty
+	p.rep, p.pres, p.freq = append(p.rep, rep), append(p.pres, r.Params.PresencePenalty), append(p.freq, r.Params.FrequencyPenalty)
+}
+
+// penalize runs penalize_rows over p's rows of t.
+func (b *Backend) penalize(t *Tensor, p *penalties) {
+	if len(p.rows) == 0 || len(p.ids) == 0 {
+		return
+	}
+	defer b.enter()()
+	b.launch(kPenalizeRows, len(p.rows), 1, 1, 128, 0,
+		ptr(t.data), i32(t.cols), ptr(b.stageInt32(p.rows)), ptr(b.stageInt32(p.off)),
+		ptr(b.stageInt32(p.ids)), ptr(b.stageInt32(p.counts)), ptr(b.stageFloat32(p.rep)),
+		ptr(b.stageFloat32(p.pres)), ptr(b.stageFloat32(p.freq)))
+}
+
+// argmaxAt sets out[i] for each i in which to the argmax of row rows[i].
+func (b *Backend) argmaxAt(out []int32, lt *Tensor, rows []int, which []int) {
+	if len(which) == 0 {
+		return
+	}
+	rs := make([]int, len(which))
+	for k, i := range which {
+		rs[k] = rows[i]
+	}
+	res := make([]int32, len(which))
+	b.Argmax(res, lt, rs)
+	for k, i := range which {
+		out[i] = res[k]
+	}
+}
+
+// sampleScratch returns n rows of scratch as wide as lt, grown on demand
+// and kept: masks and penalties are written there, never over the logits.
+func (b *Backend) sampleScratch(lt *Tensor, n int) *Tensor {
+	if b.samp == nil || b.samp.cols != lt.cols || b.samp.rows < n {
+		rows := n
+		if b.samp != nil && b.samp.cols == lt.cols {
+			rows = max(n, 2*b.samp.rows)
+		}
+		b.samp = tensor(b.Alloc(rows, lt.cols), "sampleScratch")
+	}
+	return tensor(b.Slice(b.samp, 0, n), "sampleScratch")
+}
+
+// copyRows sets row j of dst to row srcs[j] of src, on the device.
+func (b *Backend) copyRows(dst, src *Tensor, srcs []int) {
+	idx := make([]int32, len(srcs))
+	for j, r := range srcs {
+		idx[j] = int32(r)
+	}
+	defer b.enter()()
+	b.gather(dst, src, idx)
+}
+
+// seq returns 0, 1, ..., n-1.
+func seq(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
 }
