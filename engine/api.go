@@ -76,6 +76,34 @@ type TenantLimits struct {
 	// of the engine's dispatcher and its class's policy (the zero value
 	// leaves it to them).
 	Speculation spec.Policy
+	// Speculate is which drafter the tenant allows (SpecAuto, SpecOff,
+	// SpecNGram, SpecDraft; "" reads as SpecAuto).
+	Speculate string
+}
+
+// Speculation modes: a tenant's or a request's say over which drafter may
+// speculate for it. A mode naming a drafter the engine does not run means
+// plain decoding, as SpecOff does; the engine's own choices (dispatcher,
+// class policy) still apply on top.
+const (
+	SpecAuto  = "auto"  // whatever drafter the engine runs
+	SpecOff   = "off"   // plain decoding
+	SpecNGram = "ngram" // only n-gram drafts
+	SpecDraft = "draft" // only the draft model's drafts
+)
+
+// CheckSpeculate checks a speculation mode ("" is SpecAuto).
+func CheckSpeculate(mode string) error {
+	switch mode {
+	case "", SpecAuto, SpecOff, SpecNGram, SpecDraft:
+		return nil
+	}
+	return fmt.Errorf("engine: unknown speculation mode %q (want auto, off, ngram or draft)", mode)
+}
+
+// specAllows says whether mode lets a drafter named drafter speculate.
+func specAllows(mode, drafter string) bool {
+	return mode == "" || mode == SpecAuto || mode == drafter
 }
 
 // Message is one chat turn, for requests that give messages instead of
@@ -156,6 +184,10 @@ type Request struct {
 	// decodes without speculation.
 	Logprobs    bool
 	TopLogprobs int
+	// Speculate narrows the tenant's speculation mode for this request
+	// (Limits.Speculate): the request speculates only with a drafter both
+	// allow. "" is SpecAuto, which leaves it to the tenant.
+	Speculate string
 	// Generated are tokens already streamed to the client by an earlier
 	// attempt (failover): the engine re-prefills prompt+generated and
 	// continues, numbering deltas after them.
@@ -188,6 +220,11 @@ type Stats struct {
 	TokensPerSecond float64         // completion tokens / decode time
 	AcceptedPerStep float64         // mean tokens committed per decode step
 	Preemptions     int
+	// Drafted is how many draft tokens the model verified for the
+	// request (every node of every tree, siblings included), Accepted
+	// how many of them it took; Drafted-Accepted were wasted. Both are
+	// 0 when the request never speculated.
+	Drafted, Accepted int
 	// Seed is the seed the request sampled with (Request.Sample.Seed), so
 	// that a client can reproduce the reply. Callers that take requests
 	// without a seed draw a fresh one rather than leave it zero, so that

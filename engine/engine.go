@@ -398,6 +398,11 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 	default:
 		return nil, bad("unknown priority %d", int(r.Priority))
 	}
+	for _, m := range []string{r.Speculate, r.Limits.Speculate} {
+		if CheckSpeculate(m) != nil {
+			return nil, bad("unknown speculation mode %q (want auto, off, ngram or draft)", m)
+		}
+	}
 	if r.MaxTokens < 0 {
 		return nil, bad("max tokens %d is negative", r.MaxTokens)
 	}

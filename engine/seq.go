@@ -55,6 +55,9 @@ type sequence struct {
 	// steps counts the steps that committed tokens to the sequence and
 	// committed those tokens: Stats.AcceptedPerStep.
 	steps, committed int
+	// drafted and acceptedDrafts count draft tokens verified and taken:
+	// Stats.Drafted and Stats.Accepted.
+	drafted, acceptedDrafts int
 
 	submitted, scheduled, first, last time.Time
 	inter                             []time.Duration

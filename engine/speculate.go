@@ -163,6 +163,9 @@ func (st *specState) policy(s *sequence) spec.Policy {
 	if st.noSampled && !s.sampler.Greedy() {
 		p.Off = true
 	}
+	if d := st.drafter.Name(); !specAllows(s.req.Limits.Speculate, d) || !specAllows(s.req.Speculate, d) {
+		p.Off = true
+	}
 	if s.req.Priority == Batch {
 		c := st.batchPolicy
 		p.Off = p.Off || c.Off
@@ -412,6 +415,7 @@ func (e *Engine) verify(s *sequence, row int) {
 		}
 	}
 	sp.accepted = len(path)
+	s.drafted += t.Len()
 	sp.noMore = false
 	if s.matcher != nil {
 		after := s.matcher.State()
@@ -453,6 +457,7 @@ func (e *Engine) commitDrafts(p *stepPlan, now time.Time, res *stepResult) {
 		res.Tokens += took
 		res.Drafted += sp.tree.Len()
 		res.Accepted += min(sp.accepted, took)
+		s.acceptedDrafts += min(sp.accepted, took)
 		e.met.SpecAccepted(st.drafter.Name(), min(sp.accepted, took))
 		if e.seqs[s.req.ID] != s {
 			continue

@@ -537,7 +537,8 @@ func (e *Engine) end(s *sequence, now time.Time, reason string, err error) {
 	if reason != FinishStop && reason != FinishLength {
 		s.held, s.heldToks = "", nil // a cancelled stream ends where it was
 	}
-	st := Stats{Total: now.Sub(s.submitted), InterToken: s.inter, Preemptions: s.preemptions, Seed: s.req.Sample.Seed}
+	st := Stats{Total: now.Sub(s.submitted), InterToken: s.inter, Preemptions: s.preemptions, Seed: s.req.Sample.Seed,
+		Drafted: s.drafted, Accepted: s.acceptedDrafts}
 	if !s.scheduled.IsZero() {
 		st.Queue = s.scheduled.Sub(s.submitted)
 	}
