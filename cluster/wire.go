@@ -140,6 +140,8 @@ type wireFinal struct {
 	TokensPerSecond float64      `json:"tps,omitempty"`
 	AcceptedPerStep float64      `json:"aps,omitempty"`
 	Preemptions     int          `json:"preemptions,omitempty"`
+	Drafted         int          `json:"drafted,omitempty"`
+	Accepted        int          `json:"accepted,omitempty"`
 	Seed            uint64       `json:"seed,omitempty"`
 	Dropped         int          `json:"dropped,omitempty"`
 	Err             *wireError   `json:"err,omitempty"`
@@ -150,7 +152,7 @@ func toWireFinal(f *engine.Final) wireFinal {
 		Reason: f.FinishReason, Usage: f.Usage,
 		Queue: int64(f.Stats.Queue), TTFT: int64(f.Stats.TTFT), Total: int64(f.Stats.Total),
 		TokensPerSecond: f.Stats.TokensPerSecond, AcceptedPerStep: f.Stats.AcceptedPerStep,
-		Preemptions: f.Stats.Preemptions, Seed: f.Stats.Seed, Dropped: f.DroppedMessages, Err: toWireError(f.Err),
+		Preemptions: f.Stats.Preemptions, Drafted: f.Stats.Drafted, Accepted: f.Stats.Accepted, Seed: f.Stats.Seed, Dropped: f.DroppedMessages, Err: toWireError(f.Err),
 	}
 }
 
@@ -160,7 +162,7 @@ func (w wireFinal) final() *engine.Final {
 		Stats: engine.Stats{
 			Queue: time.Duration(w.Queue), TTFT: time.Duration(w.TTFT), Total: time.Duration(w.Total),
 			TokensPerSecond: w.TokensPerSecond, AcceptedPerStep: w.AcceptedPerStep, Preemptions: w.Preemptions,
-			Seed: w.Seed,
+			Drafted: w.Drafted, Accepted: w.Accepted, Seed: w.Seed,
 		},
 		DroppedMessages: w.Dropped,
 		Err:             w.Err.err(),

@@ -67,7 +67,7 @@ func jsonString(v any) (string, error) {
 
 func TestDecodeOut(t *testing.T) {
 	f := &engine.Final{FinishReason: engine.FinishLength, Usage: engine.Usage{PromptTokens: 3, CompletionTokens: 5},
-		Stats: engine.Stats{TTFT: 7 * time.Millisecond, TokensPerSecond: 12.5, Seed: 99}, DroppedMessages: 4}
+		Stats: engine.Stats{TTFT: 7 * time.Millisecond, TokensPerSecond: 12.5, Drafted: 11, Accepted: 6, Seed: 99}, DroppedMessages: 4}
 	fj, _ := jsonString(toWireFinal(f))
 	for _, tc := range []struct {
 		name   string
@@ -78,7 +78,7 @@ func TestDecodeOut(t *testing.T) {
 		{"accepted", map[string]any{"k": "a", "e": "e1", "f": "1"}, outEntry{Kind: kindAccepted, Engine: "e1"}, false},
 		{"delta", map[string]any{"k": "d", "s": "4", "x": "hi", "t": "1,2"}, outEntry{Kind: kindDelta, Event: engine.Event{Seq: 4, Text: "hi", Tokens: []int32{1, 2}}}, false},
 		{"final", map[string]any{"k": "f", "j": fj}, outEntry{Kind: kindFinal, Event: engine.Event{Final: &engine.Final{
-			FinishReason: engine.FinishLength, Usage: f.Usage, Stats: engine.Stats{TTFT: 7 * time.Millisecond, TokensPerSecond: 12.5, Seed: 99},
+			FinishReason: engine.FinishLength, Usage: f.Usage, Stats: engine.Stats{TTFT: 7 * time.Millisecond, TokensPerSecond: 12.5, Drafted: 11, Accepted: 6, Seed: 99},
 			DroppedMessages: 4}}}, false},
 		{"bad seq", map[string]any{"k": "d", "s": "x"}, outEntry{}, true},
 		{"bad final", map[string]any{"k": "f", "j": "{"}, outEntry{}, true},
