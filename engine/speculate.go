@@ -415,7 +415,6 @@ func (e *Engine) verify(s *sequence, row int) {
 		}
 	}
 	sp.accepted = len(path)
-	s.drafted += t.Len()
 	sp.noMore = false
 	if s.matcher != nil {
 		after := s.matcher.State()
@@ -457,6 +456,7 @@ func (e *Engine) commitDrafts(p *stepPlan, now time.Time, res *stepResult) {
 		res.Tokens += took
 		res.Drafted += sp.tree.Len()
 		res.Accepted += min(sp.accepted, took)
+		s.drafted += sp.tree.Len()
 		s.acceptedDrafts += min(sp.accepted, took)
 		e.met.SpecAccepted(st.drafter.Name(), min(sp.accepted, took))
 		if e.seqs[s.req.ID] != s {
