@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"slices"
 	"time"
 )
 
@@ -34,16 +35,20 @@ type Tier struct {
 	Shapes   []Shape
 }
 
-// DefaultTiers: bushy trees when one sequence leaves the hardware idle,
-// shorter chains as the batch fills it, and plain decoding for large
-// batches, where a forward pass is already compute-bound and extra draft
-// tokens cost as much as they could win. Each tier also offers Off, so the
-// dispatcher can always fall back to plain speed.
+// DefaultTiers: when one sequence leaves the hardware idle, dynamic trees
+// of 8 to 32 nodes beside the static bushy tree and a chain; as the batch
+// fills the hardware, smaller budgets and shorter chains; and plain
+// decoding for large batches, where a forward pass is already
+// compute-bound and extra draft tokens cost as much as they could win.
+// Each tier also offers Off, so the dispatcher can always fall back to
+// plain speed. Within a tier the dispatcher's measurements (committed
+// tokens per second: the acceptance a budget buys over what its step
+// costs) choose the budget.
 func DefaultTiers() []Tier {
 	return []Tier{
-		{MaxBatch: 1, Shapes: []Shape{Bushy, Wide, Chain(4), Chain(2)}},
-		{MaxBatch: 4, Shapes: []Shape{Wide, Chain(4), Chain(2)}},
-		{MaxBatch: 8, Shapes: []Shape{Chain(4), Chain(2)}},
+		{MaxBatch: 1, Shapes: []Shape{Dynamic(32), Dynamic(16), Dynamic(8), Bushy, Chain(4)}},
+		{MaxBatch: 4, Shapes: []Shape{Dynamic(16), Dynamic(8), Wide, Chain(4), Chain(2)}},
+		{MaxBatch: 8, Shapes: []Shape{Dynamic(8), Dynamic(4), Chain(4), Chain(2)}},
 		{MaxBatch: 16, Shapes: []Shape{Chain(2)}},
 		{MaxBatch: 0, Shapes: nil},
 	}
@@ -82,6 +87,7 @@ type tierState struct {
 	steps   int
 	best    int // the option played last; -1 before warm-up ends
 	retry   int // the option re-tried last (round robin)
+	last    int // the option Pick returned last
 }
 
 type option struct {
@@ -135,13 +141,20 @@ func (d *Dispatcher) Pick(batch int) Shape {
 	if t == nil || len(t.options) == 0 {
 		return Off
 	}
+	i := d.pick(t)
+	t.last = i
+	return t.options[i].shape
+}
+
+// pick is Pick's choice of option in t.
+func (d *Dispatcher) pick(t *tierState) int {
 	warm := d.Warmup
 	if warm <= 0 {
 		warm = 2
 	}
-	for _, o := range t.options {
+	for i, o := range t.options {
 		if o.n < warm {
-			return o.shape
+			return i
 		}
 	}
 	// A challenger must beat the leader by a margin to take over: close
@@ -162,7 +175,7 @@ func (d *Dispatcher) Pick(batch int) Shape {
 	}
 	t.steps++
 	if explore < 0 || len(t.options) == 1 {
-		return t.options[best].shape
+		return best
 	}
 	if best != t.best {
 		// New leader. At the end of warm-up every option starts at the
@@ -186,15 +199,18 @@ func (d *Dispatcher) Pick(batch int) Shape {
 			t.retry = i
 			o.next = t.steps + o.wait
 			o.wait = min(2*o.wait, 64*explore)
-			return o.shape
+			return i
 		}
 	}
-	return t.options[best].shape
+	return best
 }
 
 // Observe records a step run with shape s over batch sequences that
 // committed tokens tokens (accepted drafts plus one per sequence) in
-// elapsed time.
+// elapsed time. The pick Pick returned last gets the credit when s is it
+// or its main chain (a caller that verifies only chains cut it so), so a
+// budget is measured by what it yields on the caller's backend; another s
+// counts for the option of its name.
 func (d *Dispatcher) Observe(batch int, s Shape, tokens int, elapsed time.Duration) {
 	t := d.tier(batch)
 	if t == nil || elapsed <= 0 || batch <= 0 {
@@ -204,22 +220,23 @@ func (d *Dispatcher) Observe(batch int, s Shape, tokens int, elapsed time.Durati
 	if a <= 0 {
 		a = 0.2
 	}
-	for i := range t.options {
-		o := &t.options[i]
-		if o.shape.Name != s.Name {
-			continue
-		}
-		rate := float64(tokens) / elapsed.Seconds()
-		acc := float64(tokens-batch) / float64(batch)
-		if o.n == 0 {
-			o.rate, o.acc = rate, acc
-		} else {
-			o.rate += a * (rate - o.rate)
-			o.acc += a * (acc - o.acc)
-		}
-		o.n++
+	at := t.last
+	if at < 0 || at >= len(t.options) || s.Name != t.options[at].shape.Name && s.Name != mainChain(t.options[at].shape).Name {
+		at = slices.IndexFunc(t.options, func(o option) bool { return o.shape.Name == s.Name })
+	}
+	if at < 0 || at >= len(t.options) {
 		return
 	}
+	o := &t.options[at]
+	rate := float64(tokens) / elapsed.Seconds()
+	acc := float64(tokens-batch) / float64(batch)
+	if o.n == 0 {
+		o.rate, o.acc = rate, acc
+	} else {
+		o.rate += a * (rate - o.rate)
+		o.acc += a * (acc - o.acc)
+	}
+	o.n++
 }
 
 // ShapeStats is one option's measurements.

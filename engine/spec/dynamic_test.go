@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/specgate/specgate/internal/testmodels"
 	"github.com/specgate/specgate/kernels"
@@ -255,5 +256,60 @@ func TestDraftModelDynamic(t *testing.T) {
 				t.Logf("%s: %s", sh.Name, fmt.Sprint(a.Tokens, a.Parent))
 			}
 		})
+	}
+}
+
+// TestDispatcherBudgets: the default dispatcher keeps speculation off for
+// large batches, whatever it measured elsewhere; for small ones it picks
+// the dynamic budget that measures fastest, and a pick the caller cut to
+// its main chain still counts for the budget it came from.
+func TestDispatcherBudgets(t *testing.T) {
+	d := NewDispatcher(nil)
+	// Step cost grows with the tree's nodes, acceptance with the budget
+	// but with diminishing returns, and a static shape accepts less than
+	// a dynamic one of its size: the best is 16 nodes at batch 1, 4 at
+	// batch 8 (where each node costs 8 times as much) and none at 16
+	// (each by ≥ 8%).
+	acc := func(s Shape) float64 {
+		if s.Off() {
+			return 0
+		}
+		a := 3 * (1 - math.Exp(-float64(s.Len())/10))
+		if !s.Dynamic {
+			a *= 0.75
+		}
+		return a
+	}
+	cost := func(batch int, s Shape) time.Duration {
+		return time.Duration(float64(time.Millisecond) * (1 + 0.025*float64(batch*s.Len())))
+	}
+	for _, tc := range []struct {
+		batch int
+		want  string
+	}{{1, "dyn16"}, {8, "dyn4"}, {16, "off"}, {17, "off"}, {32, "off"}, {200, "off"}} {
+		picks := map[string]int{}
+		for range 400 {
+			s := d.Pick(tc.batch)
+			picks[s.Name]++
+			tok := float64(tc.batch) * (1 + acc(s))
+			played := s
+			if tc.batch == 8 && s.Dynamic {
+				// A caller that cut the pick (say to its main chain)
+				// reports what it ran; the budget gets the credit.
+				played = mainChain(s)
+			}
+			// Whole tokens over 100 steps' time: the rate without
+			// rounding noise.
+			d.Observe(tc.batch, played, int(math.Round(100*tok)), 100*cost(tc.batch, s))
+		}
+		best, n := "", 0
+		for k, v := range picks {
+			if v > n {
+				best, n = k, v
+			}
+		}
+		if best != tc.want || n < 300 {
+			t.Errorf("batch %d: have picks %v; want mostly %s (stats %+v)", tc.batch, picks, tc.want, d.Stats(tc.batch))
+		}
 	}
 }
