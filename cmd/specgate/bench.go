@@ -171,3 +171,16 @@ func decodeRate(m model.Model, b, ctx, steps int) (tokensPerSec float64, perStep
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// storyPrompts open stories in the manner of the TinyStories data: what the
+// stories260K family continues well, for drafts that follow a small model.
+var storyPrompts = []string{
+	"Once upon a time, there was a little girl named Lily.",
+	"One day, a boy named Tom went to the park with his mom.",
+	"There was a big red ball in the garden.",
+	"Once upon a time, in a small house, there lived a cat.",
+	"Sue had a new toy. It was a little blue car.",
+	"Ben and Mia were friends. They liked to play in the sand.",
+	"The sun was shining and the birds were singing.",
+	"One day, a little bird could not fly.",
+}

@@ -5,7 +5,7 @@
 //	specgate migrate    apply pending Redis data migrations
 //	specgate generate   print a model's continuation of a prompt
 //	specgate bench      measure prefill and decode speed against the memory floor
-//	specgate mkmodel    write a random-weight llama GGUF of any shape
+//	specgate mkmodel    write a random-weight llama GGUF, or inflate a small one (not trained)
 //	specgate loadgen    drive a running gateway with many tenants' chats
 //	specgate status     list the live gateways and engines with their load
 //	specgate version    print the build's version
@@ -43,7 +43,7 @@ var commands = map[string]command{
 	"migrate":  {"apply pending Redis data migrations", runMigrate},
 	"generate": {"print a model's continuation of a prompt", runGenerate},
 	"bench":    {"measure prefill and decode tokens/s against the memory-bandwidth floor", runBench},
-	"mkmodel":  {"write a random-weight llama GGUF of any shape", runMkmodel},
+	"mkmodel":  {"write a random-weight llama GGUF, or inflate a small one (not trained)", runMkmodel},
 	"status":   {"list the live gateways and engines with their load", runStatus},
 	"version":  {"print the build's version, commit and Go version", runVersion},
 	"tokenize": {"print a text's token ids as a model's tokenizer makes them", runTokenize},

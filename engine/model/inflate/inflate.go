@@ -1,0 +1,536 @@
+// Package inflate writes a larger LLaMA model that computes a smaller
+// one's function: a stand-in for a big model whose small sibling is a
+// well-aligned draft, for measuring speculative decoding where a step is
+// bound by reading weights. The result is not a trained model; its text is
+// the source model's.
+//
+// The source's residual width is padded with zero channels, and heads, KV
+// heads, feed-forward units and whole layers are added whose output
+// projections (attn_output and ffn_down columns, whole matrices for new
+// layers) are zero, so nothing they compute reaches the residual stream.
+// The RMSNorm weights are scaled by sqrt(d/D) and the norm epsilon by d/D
+// (d the source width, D the new one), so a norm over the padded stream
+// gives the source's values. The head width, RoPE and vocabulary stay the
+// source's, so the source (or a quantization of it) drafts for the result
+// with the same tokenizer. Every added weight is read by every forward
+// pass, as a real model's would be.
+//
+// Options.Noise puts seeded random values into the otherwise-zero output
+// projections, so the output moves away from the source's by a controlled
+// amount; at zero it is the source's function up to rounding (greedy
+// tokens equal the source's at F32).
+package inflate
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+
+	"github.com/specgate/specgate/engine/model/gguf"
+	"github.com/specgate/specgate/kernels"
+)
+
+// ErrOptions is wrapped by every error about invalid Options or an
+// unsuitable source.
+var ErrOptions = errors.New("inflate: invalid options")
+
+// Options shape the inflated model. The zero value makes about 95M
+// parameters (for a source as small as stories260K) of F32 weights, noise
+// off.
+type Options struct {
+	// Layers is the number of transformer blocks; zero means 8. The
+	// source's blocks come first, the added ones after them.
+	Layers int
+	// Dim is the residual width; zero means 1024. It must be a multiple
+	// of the source's head width times its query heads per KV head.
+	Dim int
+	// FFN is the SwiGLU hidden width; zero means 2816.
+	FFN int
+	// Type is the type of the weight matrices (token embedding and output
+	// head included): F32 (the zero value), F16, BF16 or a block type the
+	// kernels quantize (Q8_0, Q4_0, K-quants). Norms stay F32.
+	Type kernels.DType
+	// Noise is the size of the perturbation: the added heads' and units'
+	// output weights into the source's residual channels (zero without
+	// noise) are drawn uniformly with standard deviation Noise/sqrt(row
+	// length), so each sublayer adds about Noise·sqrt(added/all inputs)
+	// per channel for unit activations. The padding channels stay zero
+	// whatever the noise. Zero keeps the source's function.
+	Noise float64
+	// Seed seeds the added weights; the same source and Options give the
+	// same bytes.
+	Seed int64
+}
+
+// Defaults for the zero Options.
+const (
+	DefaultLayers = 8
+	DefaultDim    = 1024
+	DefaultFFN    = 2816
+)
+
+// shape is the source's and the target's dimensions.
+type shape struct {
+	layers, dim, ffn, heads, kvHeads, headDim, vocab int // the target's
+	sLayers, sDim, sFFN, sHeads, sKVHeads            int // the source's
+	tied                                             bool
+	eps                                              float64 // the source's
+}
+
+func (s shape) qw() int   { return s.heads * s.headDim }
+func (s shape) kvw() int  { return s.kvHeads * s.headDim }
+func (s shape) sqw() int  { return s.sHeads * s.headDim }
+func (s shape) skvw() int { return s.sKVHeads * s.headDim }
+
+// normScale is sqrt(d/D): a norm over the padded stream divides by an RMS
+// that is sqrt(d/D) times the source's.
+func (s shape) normScale() float32 { return float32(math.Sqrt(float64(s.sDim) / float64(s.dim))) }
+
+func newShape(src *gguf.File, o *Options) (shape, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrOptions, fmt.Sprintf(format, args...))
+	}
+	if arch, _ := src.String("general.architecture"); arch != "llama" {
+		return shape{}, bad("source architecture %q is not llama", arch)
+	}
+	get := func(k string) (int, error) {
+		v, ok := src.Uint("llama." + k)
+		if !ok || v == 0 || v > 1<<24 {
+			return 0, bad("source metadata llama.%s missing or out of range", k)
+		}
+		return int(v), nil
+	}
+	var s shape
+	var err error
+	for _, f := range []struct {
+		key string
+		v   *int
+	}{{"block_count", &s.sLayers}, {"embedding_length", &s.sDim}, {"feed_forward_length", &s.sFFN}, {"attention.head_count", &s.sHeads}} {
+		if *f.v, err = get(f.key); err != nil {
+			return shape{}, err
+		}
+	}
+	s.sKVHeads = s.sHeads
+	if v, ok := src.Uint("llama.attention.head_count_kv"); ok {
+		s.sKVHeads = int(v)
+	}
+	if s.sKVHeads <= 0 || s.sHeads%s.sKVHeads != 0 {
+		return shape{}, bad("source has %d heads and %d KV heads", s.sHeads, s.sKVHeads)
+	}
+	if s.sDim%s.sHeads != 0 {
+		return shape{}, bad("source width %d is not a whole number of %d heads", s.sDim, s.sHeads)
+	}
+	s.headDim = s.sDim / s.sHeads
+	if v, ok := src.Uint("llama.attention.key_length"); ok && int(v) != s.headDim {
+		return shape{}, bad("source head width %d differs from its width per head", v)
+	}
+	s.eps = 1e-5
+	if v, ok := src.Float("llama.attention.layer_norm_rms_epsilon"); ok {
+		s.eps = v
+	}
+	emb, ok := src.Tensor("token_embd.weight")
+	if !ok {
+		return shape{}, bad("source has no token_embd.weight")
+	}
+	s.vocab = emb.Rows()
+	_, hasOut := src.Tensor("output.weight")
+	s.tied = !hasOut
+
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.Layers, DefaultLayers)
+	def(&o.Dim, DefaultDim)
+	def(&o.FFN, DefaultFFN)
+	s.layers, s.dim, s.ffn = o.Layers, o.Dim, o.FFN
+	group := s.sHeads / s.sKVHeads
+	switch {
+	case s.layers < s.sLayers || s.dim < s.sDim || s.ffn < s.sFFN:
+		return shape{}, bad("target %d layers, width %d, FFN %d is smaller than the source's %d, %d, %d", s.layers, s.dim, s.ffn, s.sLayers, s.sDim, s.sFFN)
+	case s.layers > 1<<10 || s.dim > 1<<16 || s.ffn > 1<<18:
+		return shape{}, bad("target %d layers, width %d, FFN %d is implausibly large", s.layers, s.dim, s.ffn)
+	case s.dim%(s.headDim*group) != 0:
+		return shape{}, bad("width %d is not a multiple of the head width %d times %d query heads per KV head", s.dim, s.headDim, group)
+	case math.IsNaN(o.Noise) || o.Noise < 0 || o.Noise > 100:
+		return shape{}, bad("noise %v is not in [0, 100]", o.Noise)
+	}
+	s.heads = s.dim / s.headDim
+	s.kvHeads = s.heads / group
+	switch o.Type {
+	case kernels.F32, kernels.F16, kernels.BF16:
+	default:
+		be := o.Type.BlockElems()
+		if be <= 1 {
+			return shape{}, bad("weight type %v cannot be written", o.Type)
+		}
+		for _, w := range []int{s.dim, s.ffn} {
+			if w%be != 0 {
+				return shape{}, bad("%v needs the width (%d) and FFN (%d) to be multiples of %d", o.Type, s.dim, s.ffn, be)
+			}
+		}
+		if _, err := kernels.Quantize(o.Type, make([]float32, be)); err != nil {
+			return shape{}, bad("weight type %v: %v", o.Type, err)
+		}
+	}
+	return s, nil
+}
+
+// Params returns the parameter count of the inflated model: what NewWriter
+// would write for src and o.
+func Params(src *gguf.File, o Options) (int64, error) {
+	s, err := newShape(src, &o)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, t := range s.tensors() {
+		n += int64(t.rows) * int64(t.cols)
+	}
+	return n, nil
+}
+
+// tensor is one weight of the target.
+type tensor struct {
+	name       string
+	rows, cols int // rows: output width (1 for a vector); cols: input width
+	norm       bool
+}
+
+func (s shape) tensors() []tensor {
+	ts := []tensor{{name: "token_embd.weight", rows: s.vocab, cols: s.dim}}
+	for l := range s.layers {
+		b := fmt.Sprintf("blk.%d.", l)
+		ts = append(ts,
+			tensor{name: b + "attn_norm.weight", rows: 1, cols: s.dim, norm: true},
+			tensor{name: b + "attn_q.weight", rows: s.qw(), cols: s.dim},
+			tensor{name: b + "attn_k.weight", rows: s.kvw(), cols: s.dim},
+			tensor{name: b + "attn_v.weight", rows: s.kvw(), cols: s.dim},
+			tensor{name: b + "attn_output.weight", rows: s.dim, cols: s.qw()},
+			tensor{name: b + "ffn_norm.weight", rows: 1, cols: s.dim, norm: true},
+			tensor{name: b + "ffn_gate.weight", rows: s.ffn, cols: s.dim},
+			tensor{name: b + "ffn_up.weight", rows: s.ffn, cols: s.dim},
+			tensor{name: b + "ffn_down.weight", rows: s.dim, cols: s.ffn},
+		)
+	}
+	ts = append(ts, tensor{name: "output_norm.weight", rows: 1, cols: s.dim, norm: true})
+	if !s.tied {
+		ts = append(ts, tensor{name: "output.weight", rows: s.vocab, cols: s.dim})
+	}
+	return ts
+}
+
+// Keys the target sets itself rather than copying from the source.
+var ownKeys = map[string]bool{
+	"general.alignment":                      true,
+	"general.file_type":                      true,
+	"general.quantization_version":           true,
+	"general.name":                           true,
+	"general.description":                    true,
+	"llama.block_count":                      true,
+	"llama.embedding_length":                 true,
+	"llama.feed_forward_length":              true,
+	"llama.attention.head_count":             true,
+	"llama.attention.head_count_kv":          true,
+	"llama.attention.key_length":             true,
+	"llama.attention.value_length":           true,
+	"llama.attention.layer_norm_rms_epsilon": true,
+}
+
+// NewWriter returns a gguf.Writer holding the inflated model; its tensors
+// are made while it writes, so src must stay open until then.
+func NewWriter(src *gguf.File, o Options) (*gguf.Writer, error) {
+	s, err := newShape(src, &o)
+	if err != nil {
+		return nil, err
+	}
+	w := &gguf.Writer{}
+	for _, k := range src.Keys() {
+		if ownKeys[k] {
+			continue
+		}
+		v, _ := src.Value(k)
+		if err := w.Set(k, v); err != nil {
+			return nil, fmt.Errorf("inflate: copying %s: %w", k, err)
+		}
+	}
+	name, _ := src.String("general.name")
+	w.SetString("general.name", name+"-inflated")
+	w.SetString("general.description", fmt.Sprintf(
+		"NOT A TRAINED MODEL: %s (%d layers, width %d) padded with zero-output heads, units and layers to %d layers, width %d, FFN %d, noise %g; it computes the source's function up to that noise",
+		name, s.sLayers, s.sDim, s.layers, s.dim, s.ffn, o.Noise))
+	w.SetUint32("general.file_type", fileType(o.Type))
+	if o.Type.BlockElems() > 1 {
+		w.SetUint32("general.quantization_version", 2)
+	}
+	w.SetUint32("llama.block_count", uint32(s.layers))
+	w.SetUint32("llama.embedding_length", uint32(s.dim))
+	w.SetUint32("llama.feed_forward_length", uint32(s.ffn))
+	w.SetUint32("llama.attention.head_count", uint32(s.heads))
+	w.SetUint32("llama.attention.head_count_kv", uint32(s.kvHeads))
+	w.SetFloat32("llama.attention.layer_norm_rms_epsilon", float32(s.eps*float64(s.sDim)/float64(s.dim)))
+
+	for i, t := range s.tensors() {
+		dt := o.Type
+		dims := []uint64{uint64(t.cols), uint64(t.rows)}
+		if t.norm {
+			dt, dims = kernels.F32, dims[:1]
+		}
+		b := &builder{s: s, src: src, t: t, noise: o.Noise, seed: tensorSeed(o.Seed, i, t.name)}
+		if err := w.AddTensorFunc(t.name, dt, dims, func(dst []byte) error { return b.fill(dst, dt) }); err != nil {
+			return nil, fmt.Errorf("inflate: %w", err)
+		}
+	}
+	return w, nil
+}
+
+// Write writes the inflated model to w.
+func Write(w io.Writer, src *gguf.File, o Options) error {
+	gw, err := NewWriter(src, o)
+	if err != nil {
+		return err
+	}
+	if _, err := gw.WriteTo(w); err != nil {
+		return fmt.Errorf("inflate: %w", err)
+	}
+	return nil
+}
+
+// WriteFile writes the inflated model to path.
+func WriteFile(path string, src *gguf.File, o Options) error {
+	gw, err := NewWriter(src, o)
+	if err != nil {
+		return err
+	}
+	if err := gw.WriteFile(path); err != nil {
+		return fmt.Errorf("inflate: %w", err)
+	}
+	return nil
+}
+
+// fileType returns general.file_type (llama.cpp's LLAMA_FTYPE_*) for the
+// weight type: the common ones; others say "mostly F32", which readers use
+// only as a label.
+func fileType(dt kernels.DType) uint32 {
+	switch dt {
+	case kernels.F16:
+		return 1
+	case kernels.Q4_0:
+		return 2
+	case kernels.Q8_0:
+		return 7
+	case kernels.Q4_K:
+		return 15 // Q4_K_M
+	case kernels.Q5_K:
+		return 17 // Q5_K_M
+	case kernels.Q6_K:
+		return 18
+	case kernels.BF16:
+		return 32
+	}
+	return 0
+}
+
+func tensorSeed(seed int64, i int, name string) [2]uint64 {
+	h := fnv.New64a()
+	io.WriteString(h, name)
+	return [2]uint64{uint64(seed), h.Sum64() ^ uint64(i)<<48}
+}
+
+// builder makes one target tensor's values.
+type builder struct {
+	s     shape
+	src   *gguf.File
+	t     tensor
+	noise float64
+	seed  [2]uint64
+}
+
+// source returns the source tensor name's values (rows × cols, row-major)
+// and its shape, or nil when this target tensor has no source (an added
+// layer).
+func (b *builder) source(name string) ([]float32, int, int, error) {
+	ti, ok := b.src.Tensor(name)
+	if !ok {
+		return nil, 0, 0, nil
+	}
+	data := b.src.Data(ti)
+	if data == nil {
+		return nil, 0, 0, fmt.Errorf("source tensor %s lies outside the file", name)
+	}
+	vals := make([]float32, ti.Elems())
+	if err := kernels.Dequantize(ti.Type, data, vals); err != nil {
+		return nil, 0, 0, fmt.Errorf("source tensor %s: %w", name, err)
+	}
+	return vals, ti.Rows(), ti.Cols(), nil
+}
+
+// region says how to make one target tensor from its source: the source
+// block sits at rows [0, sRows), cols [0, sCols); rows at or past readRow
+// are added units, drawn at random with readStd; columns at or past
+// noiseCol are output paths of added units, drawn with the noise's spread
+// in the rows of the source's channels. Everything else is zero: the
+// padding channels stay zero, so the norms' RMS sees only the source's
+// channels and the noise moves them alone.
+type region struct {
+	sRows, sCols int
+	readRow      int
+	readStd      float64
+	noiseCol     int
+}
+
+func (b *builder) region() (region, error) {
+	s, t := b.s, b.t
+	layer, kind := -1, t.name
+	if n, _ := fmt.Sscanf(t.name, "blk.%d.", &layer); n == 1 {
+		kind = t.name[len(fmt.Sprintf("blk.%d.", layer)):]
+	}
+	added := layer >= s.sLayers
+	// Added heads and units read the normalised stream, whose source
+	// channels are about 1 each: a spread of 1/sqrt(d) keeps their
+	// activations about 1 too.
+	read := 1 / math.Sqrt(float64(s.sDim))
+	none := region{readRow: t.rows, noiseCol: t.cols}
+	switch kind {
+	case "attn_q.weight":
+		none.sRows, none.sCols, none.readRow, none.readStd = s.sqw(), s.sDim, s.sqw(), read
+	case "attn_k.weight", "attn_v.weight":
+		none.sRows, none.sCols, none.readRow, none.readStd = s.skvw(), s.sDim, s.skvw(), read
+	case "ffn_gate.weight", "ffn_up.weight":
+		none.sRows, none.sCols, none.readRow, none.readStd = s.sFFN, s.sDim, s.sFFN, read
+	case "attn_output.weight":
+		none.sRows, none.sCols, none.noiseCol = s.sDim, s.sqw(), s.sqw()
+	case "ffn_down.weight":
+		none.sRows, none.sCols, none.noiseCol = s.sDim, s.sFFN, s.sFFN
+	case "token_embd.weight", "output.weight":
+		none.sRows, none.sCols = s.vocab, s.sDim
+	default:
+		return region{}, fmt.Errorf("no rule for tensor %s", t.name)
+	}
+	if added {
+		// A whole added layer: everything it reads is drawn, everything
+		// it writes is noise.
+		none.sRows, none.sCols = 0, 0
+		if none.readStd != 0 {
+			none.readRow = 0
+		} else {
+			none.noiseCol = 0
+		}
+	}
+	return none, nil
+}
+
+// rowChunk is how many rows one draw task covers.
+const rowChunk = 64
+
+// fill writes the tensor's values into dst, encoded as dt.
+func (b *builder) fill(dst []byte, dt kernels.DType) error {
+	t, s := b.t, b.s
+	if t.norm {
+		vals := make([]float32, t.cols)
+		src, _, n, err := b.source(t.name)
+		if err != nil {
+			return err
+		}
+		scale := s.normScale()
+		for i := range vals {
+			vals[i] = scale
+			if i < n {
+				vals[i] = src[i] * scale
+			}
+		}
+		return encode(dst, dt, vals)
+	}
+	r, err := b.region()
+	if err != nil {
+		return err
+	}
+	var src []float32
+	if r.sRows > 0 {
+		var sr, sc int
+		if src, sr, sc, err = b.source(t.name); err != nil {
+			return err
+		}
+		if src == nil || sr != r.sRows || sc != r.sCols {
+			return fmt.Errorf("source tensor %s is %d×%d, want %d×%d", t.name, sr, sc, r.sRows, r.sCols)
+		}
+	}
+	noiseStd := b.noise / math.Sqrt(float64(t.cols))
+	rowBytes, err := dt.RowBytes(t.cols)
+	if err != nil {
+		return err
+	}
+	chunks := (t.rows + rowChunk - 1) / rowChunk
+	workers := min(runtime.GOMAXPROCS(0), chunks)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	next := 0
+	for wi := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			vals := make([]float32, rowChunk*t.cols)
+			for {
+				mu.Lock()
+				c := next
+				next++
+				mu.Unlock()
+				if c >= chunks {
+					return
+				}
+				// One generator per chunk: the bytes do not depend on
+				// how many goroutines drew them.
+				rng := rand.New(rand.NewPCG(b.seed[0], b.seed[1]+uint64(c)*0x9e3779b97f4a7c15))
+				r0 := c * rowChunk
+				n := min(rowChunk, t.rows-r0)
+				v := vals[:n*t.cols]
+				for i := range n {
+					row := r0 + i
+					out := v[i*t.cols : (i+1)*t.cols]
+					for j := range out {
+						switch {
+						case row < r.sRows && j < r.sCols:
+							out[j] = src[row*r.sCols+j]
+						case row >= r.readRow:
+							out[j] = uniform(rng, r.readStd)
+						case j >= r.noiseCol && row < s.sDim && noiseStd > 0:
+							out[j] = uniform(rng, noiseStd)
+						default:
+							out[j] = 0
+						}
+					}
+				}
+				if err := encode(dst[r0*rowBytes:(r0+n)*rowBytes], dt, v); err != nil {
+					errs[wi] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// uniform draws from a uniform distribution with standard deviation std.
+func uniform(rng *rand.Rand, std float64) float32 {
+	return float32((2*rng.Float64() - 1) * std * math.Sqrt(3))
+}
+
+func encode(dst []byte, dt kernels.DType, vals []float32) error {
+	q, err := kernels.Quantize(dt, vals)
+	if err != nil {
+		return err
+	}
+	if len(q) != len(dst) {
+		return fmt.Errorf("%d bytes encoded for %d", len(q), len(dst))
+	}
+	copy(dst, q)
+	return nil
+}
