@@ -12,11 +12,13 @@
 //   - Dispatcher: picks a Shape per step by batch size, measured throughput
 //     and per-tenant Policy (bushy at batch 1, short chains or off when the
 //     batch is large).
-//   - VerifyGreedy and VerifySampled: walk the tree against the target's
-//     distributions; sampled requests use multi-round speculative sampling,
-//     so the output has exactly the target's distribution.
-//   - Runner: the whole loop over a model.Model and a paged KV cache, the
-//     reference for the engine's integration.
+//   - VerifyWalk: walks the tree along the tokens plain decoding picks
+//     (sampled requests draw keyed by seed and position), so the output is
+//     the plain output token for token.
+//   - Step: one speculative step (tree batch, verification, K/V
+//     compaction, drafter rewind, dispatcher observation), driven by the
+//     engine and by Runner, a harness over a model.Model and a paged KV
+//     cache for benchmarks and tests.
 package spec
 
 import (
