@@ -178,7 +178,7 @@ func newEngine(m model.Model, o Options) (*Engine, error) {
 		seqs: map[string]*sequence{}, shared: map[int32]int{},
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 	}
-	if e.spec, err = newSpecState(m, o); err != nil {
+	if e.spec, err = newSpecState(m, o, e); err != nil {
 		return nil, err
 	}
 	var hpool *prefixcache.Pool

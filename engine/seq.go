@@ -6,6 +6,7 @@ import (
 
 	"github.com/specgate/specgate/engine/guided"
 	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/engine/spec"
 	"github.com/specgate/specgate/engine/tokenizer"
 )
 
@@ -50,8 +51,10 @@ type sequence struct {
 	heldLPs []TokenLogprob
 	nextLP  TokenLogprob
 
-	// sp is the sequence's speculative decoding state.
-	sp specSeq
+	// sp is the sequence as speculative steps see it; states are the
+	// grammar's states after each node of its tree (guided requests).
+	sp     spec.Seq
+	states []guided.State
 	// steps counts the steps that committed tokens to the sequence and
 	// committed those tokens: Stats.AcceptedPerStep.
 	steps, committed int

@@ -44,7 +44,6 @@ func (e *Engine) enqueue(now time.Time, sub *submission) error {
 		detok:    e.tok.NewContinuationDetokenizer(),
 	}
 	s.submitted = sub.at
-	s.sp.slot = -1
 	for _, t := range r.Generated {
 		s.detok.Add(t) // already streamed: only the decoder state matters
 	}
@@ -217,6 +216,7 @@ func (e *Engine) plan(now time.Time) *stepPlan {
 		if c.Logits {
 			p.rows = append(p.rows, s)
 			if c.N == 1 && c.Start == len(s.tokens)-1 {
+				s.sp.Row = len(p.rows) - 1
 				p.decodes = append(p.decodes, s)
 			}
 		}
@@ -229,7 +229,7 @@ func (e *Engine) plan(now time.Time) *stepPlan {
 		}
 	}
 	if e.spec != nil && p.batch.Len() > 0 {
-		e.draft(now, p)
+		e.draft(p)
 	}
 	return p
 }
@@ -258,9 +258,8 @@ func (e *Engine) commit(p *stepPlan, now time.Time) stepResult {
 		if e.seqs[s.req.ID] != s {
 			continue
 		}
-		if s.sp.drafting {
-			e.verify(s, i) // committed below, once the K/V is compacted
-			continue
+		if s.sp.Drafting() {
+			continue // verified and committed below
 		}
 		row := e.logits[i*vocab : (i+1)*vocab]
 		tok, ok := e.sampleNext(s, row)
@@ -274,7 +273,7 @@ func (e *Engine) commit(p *stepPlan, now time.Time) stepResult {
 		res.Tokens += e.accept(s, []int32{tok}, now)
 	}
 	if e.spec != nil && len(p.decodes) > 0 {
-		e.commitDrafts(p, now, &res)
+		e.commitDrafts(now, &res)
 	}
 	return res
 }

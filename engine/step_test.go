@@ -155,13 +155,13 @@ func TestCommitAlone(t *testing.T) {
 	// agree with the first two nodes and then pick another token.
 	s := e.seqs["a"]
 	p = e.plan(clk.Now())
-	if !s.sp.drafting || s.sp.tree.Len() != 4 {
-		t.Fatalf("have drafting %v, tree %v; want a chain of 4", s.sp.drafting, s.sp.tree.Tokens)
+	if !s.sp.Drafting() || s.sp.Tree().Len() != 4 {
+		t.Fatalf("have drafting %v, tree %v; want a chain of 4", s.sp.Drafting(), s.sp.Tree().Tokens)
 	}
 	if p.batch.Len() != 5 || len(p.batch.Logits) != 5 {
 		t.Fatalf("have %d rows, %d logits rows; want the root and 4 nodes", p.batch.Len(), len(p.batch.Logits))
 	}
-	draft := slices.Clone(s.sp.tree.Tokens)
+	draft := slices.Clone(s.sp.Tree().Tokens)
 	other := int32(3)
 	for other == draft[2] {
 		other++
