@@ -313,3 +313,109 @@ func TestDispatcherBudgets(t *testing.T) {
 		}
 	}
 }
+
+// TestNGramConversation: lookup drafts from earlier turns (History) as well
+// as the sequence's own tokens, follows the conversation as it grows, and
+// forgets a slot's conversation when the slot is freed.
+func TestNGramConversation(t *testing.T) {
+	// An earlier turn held the paragraph 50..59; the current prompt asks
+	// to repeat it and has begun quoting it.
+	para := []int32{50, 51, 52, 53, 54, 55, 56, 57, 58, 59}
+	history := slices.Concat([]int32{1, 7, 8, 9}, para, []int32{2, 10, 11})
+	prompt := []int32{1, 20, 21, 22, 50, 51, 52}
+	for _, sh := range []Shape{Chain(4), Bushy, Dynamic(8), Dynamic(16)} {
+		t.Run(sh.Name, func(t *testing.T) {
+			g := &NGram{}
+			var tr Tree
+			if err := g.Propose([]Context{{Slot: 3, Tokens: prompt, History: history, Shape: sh}}, []*Tree{&tr}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Validate(); err != nil || tr.Len() > sh.Len() {
+				t.Fatalf("have %d nodes (%v); want at most %d", tr.Len(), err, sh.Len())
+			}
+			// The leading chain is the rest of the paragraph.
+			want := para[3 : 3+min(4, sh.MaxDepth)]
+			if tr.Len() < len(want) || !slices.Equal(tr.Tokens[:len(want)], want) {
+				t.Errorf("have %v; want it to start with %v", tr.Tokens, want)
+			}
+			// Without the history there is nothing to copy.
+			if err := g.Propose([]Context{{Slot: 4, Tokens: prompt, Shape: sh}}, []*Tree{&tr}); err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(tr.Tokens, 53) {
+				t.Errorf("without history: have %v; want no 53", tr.Tokens)
+			}
+			// The conversation grows (generated tokens): the index follows.
+			grown := slices.Concat(prompt, para[3:6])
+			if err := g.Propose([]Context{{Slot: 3, Tokens: grown, History: history, Shape: sh}}, []*Tree{&tr}); err != nil {
+				t.Fatal(err)
+			}
+			if tr.Len() == 0 || tr.Tokens[0] != 56 {
+				t.Errorf("after growing: have %v; want 56 first", tr.Tokens)
+			}
+			// A new request in the freed slot does not see the old one.
+			g.Rewind(3, 0)
+			if err := g.Propose([]Context{{Slot: 3, Tokens: []int32{1, 50, 51}, Shape: sh}}, []*Tree{&tr}); err != nil {
+				t.Fatal(err)
+			}
+			if tr.Len() != 0 {
+				t.Errorf("new request in freed slot: have %v; want nothing", tr.Tokens)
+			}
+		})
+	}
+}
+
+// TestNGramIndexMatchesScan: the indexed lookup returns what a plain scan
+// of the conversation does, on random conversations with shared n-grams,
+// rewound and regrown.
+func TestNGramIndexMatchesScan(t *testing.T) {
+	scan := func(hay []int32, k int) []int32 {
+		var out []int32
+		end := len(hay)
+		for n := min(4, end-1); n >= 1 && len(out) < k; n-- {
+			suf := hay[end-n:]
+			for s := end - n - 1; s >= 0 && len(out) < k; s-- {
+				if slices.Equal(hay[s:s+n], suf) && !slices.Contains(out, hay[s+n]) {
+					out = append(out, hay[s+n])
+				}
+			}
+		}
+		return out
+	}
+	r := uint64(1)
+	next := func(n int) int32 {
+		r = r*6364136223846793005 + 1442695040888963407
+		return int32(r>>33) % int32(n)
+	}
+	ix := &ngramIndex{at: map[int32][]int32{}}
+	var hay []int32
+	for i := range 400 {
+		if i%50 == 49 && len(hay) > 10 {
+			hay = hay[:len(hay)-int(next(10))] // a rewind
+		} else {
+			hay = append(hay, next(6))
+		}
+		split := int(next(len(hay) + 1))
+		ix.sync(hay[:split], hay[split:])
+		for tok, at := range ix.at {
+			var want []int32
+			for p, x := range hay {
+				if x == tok {
+					want = append(want, int32(p))
+				}
+			}
+			if !slices.Equal(at, want) {
+				t.Fatalf("step %d: token %d indexed at %v; occurs at %v", i, tok, at, want)
+			}
+		}
+		have, ps := ngramQuery{ix: ix, minN: 1, maxN: 4, scan: 1 << 20}.lookup(nil, 4, nil)
+		if want := scan(hay, 4); !slices.Equal(have, want) {
+			t.Fatalf("step %d, hay %v: have %v; want %v", i, hay, have, want)
+		}
+		for _, p := range ps {
+			if !(p > 0 && p < 1) {
+				t.Fatalf("confidence %v outside (0, 1)", p)
+			}
+		}
+	}
+}
