@@ -104,8 +104,10 @@ type submission struct {
 	tokens []int32 // prompt, then req.Generated
 	prompt int
 	max    int // completion cap, Generated included
-	// dropped is how many messages were left out to fit the context.
+	// dropped is how many messages were left out to fit the context;
+	// history is then the whole conversation, for drafters.
 	dropped int
+	history []int32
 	stream  *Stream
 	reply   chan error
 	at      time.Time // when Submit was called: queue time starts here
@@ -431,6 +433,9 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 	}
 	prompt := r.Prompt
 	dropped := 0
+	// history is the whole conversation when turns were left out of the
+	// prompt: n-gram drafting still copies from them.
+	var history []int32
 	if len(prompt) == 0 {
 		if len(r.Messages) == 0 {
 			return nil, bad("request has neither prompt tokens nor messages")
@@ -440,7 +445,7 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 			fit = math.MaxInt // rendered whole; the length checks below refuse it
 		}
 		var err error
-		if prompt, dropped, err = e.renderFitting(r.Messages, r.Tools, fit); err != nil {
+		if prompt, dropped, history, err = e.renderFitting(r.Messages, r.Tools, fit); err != nil {
 			return nil, err
 		}
 	}
@@ -483,7 +488,7 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 	// Only prompt tokens may be shared: the reply stays the tenant's.
 	r.SharedPrefix = min(r.SharedPrefix, len(prompt))
 	return &submission{
-		req: r, tokens: tokens, prompt: len(prompt), max: maxTok, dropped: dropped,
+		req: r, tokens: tokens, prompt: len(prompt), max: maxTok, dropped: dropped, history: history,
 		stream: newStream(r.ID, e.Cancel), reply: make(chan error, 1), at: e.clock.Now(),
 		matcher: matcher,
 	}, nil
@@ -509,14 +514,14 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 // prefill it again at every cut and cut twice as often.
 // When even the last message alone is too long, that prompt is returned as
 // it is (the caller refuses it).
-func (e *Engine) renderFitting(msgs []Message, tools []json.RawMessage, fit int) ([]int32, int, error) {
+func (e *Engine) renderFitting(msgs []Message, tools []json.RawMessage, fit int) (kept []int32, dropped int, full []int32, err error) {
 	cm := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
 		cm[i] = chat.Message{Role: m.Role, Content: m.Content, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID}
 	}
 	prompt, err := e.render(cm, tools)
 	if err != nil || len(prompt) <= fit {
-		return prompt, 0, err
+		return prompt, 0, nil, err
 	}
 	// at[i] is the history before message i in tokens, as its messages'
 	// texts tokenize alone plus the template's markup for one message: an
@@ -594,10 +599,10 @@ func (e *Engine) renderFitting(msgs []Message, tools []json.RawMessage, fit int)
 		from = c
 		p, dropped, err := keep(from)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, nil, err
 		}
 		if len(p) <= fit {
-			return p, dropped, nil
+			return p, dropped, prompt, nil
 		}
 		if from == last && anchor >= 0 {
 			// Too long with the anchor: give it up too.
@@ -605,10 +610,10 @@ func (e *Engine) renderFitting(msgs []Message, tools []json.RawMessage, fit int)
 			continue
 		}
 		if from == last {
-			return p, dropped, nil
+			return p, dropped, prompt, nil
 		}
 	}
-	return prompt, 0, nil
+	return prompt, 0, nil, nil
 }
 
 // NativeTools reports whether the chat template renders Request.Tools and

@@ -20,6 +20,7 @@ type sequence struct {
 	replayed int     // Request.Generated tokens after the prompt
 	max      int     // completion cap, replayed tokens included
 	dropped  int     // messages left out of the prompt (Final.DroppedMessages)
+	history  []int32 // the whole conversation when messages were left out; drafters copy from it
 	stopToks []int32
 
 	table []int32 // device blocks in position order

@@ -165,6 +165,7 @@ func (e *Engine) draft(p *stepPlan) {
 				return gr.Mask(g)
 			}
 		}
+		q.History = s.history
 		st.decs = append(st.decs, q)
 		st.seqs = append(st.seqs, s)
 	}

@@ -38,6 +38,7 @@ func (e *Engine) enqueue(now time.Time, sub *submission) error {
 		replayed: len(r.Generated),
 		max:      sub.max,
 		dropped:  sub.dropped,
+		history:  sub.history,
 		stopToks: r.StopTokens,
 		sampler:  sample.New(r.Sample),
 		matcher:  sub.matcher,
