@@ -16,7 +16,7 @@ import (
 )
 
 func runBench(ctx context.Context, args []string) error {
-	fs := newFlags("bench", "--model FILE [--batches 1,8] [--prompt N] [--steps N] [--kv-type f16|f32]")
+	fs := newFlags("bench", "--model FILE [--batches 1,8] [--prompt N] [--steps N] [--kv-type f16|f32] [--spec draft|ngram [--draft-model FILE]]")
 	path := fs.String("model", "", "GGUF model `file`")
 	batches := fs.String("batches", "1,8", "comma-separated decode batch sizes")
 	promptLen := fs.Int("prompt", 128, "prompt tokens for the prefill measurement")
@@ -27,11 +27,21 @@ func runBench(ctx context.Context, args []string) error {
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the decode runs to `file`")
 	bandwidth := fs.Float64("bandwidth", 0, "memory bandwidth of the backend's device in GB/s for the floor (0: measure host memory)")
 	kvType := kvTypeFlag(fs)
+	var sb specBench
+	fs.StringVar(&sb.kind, "spec", "", "measure speculative decoding against plain decoding, interleaved, through the engine: draft (a draft model, --draft-model) or ngram (lookup in the conversation); prints one line per batch size")
+	draftPath := fs.String("draft-model", "", "with --spec draft: the draft model `file` (same vocabulary as --model)")
+	fs.IntVar(&sb.tokens, "tokens", 128, "with --spec: tokens each stream generates")
+	fs.IntVar(&sb.rounds, "rounds", 2, "with --spec: timed plain/speculative pairs per batch size")
+	fs.StringVar(&sb.shape, "shape", "auto", "with --spec: the tree shape of every step: auto (the engine's dispatcher chooses per batch size, off included), chain:N, dynamic:N (a budget of N nodes grown by draft confidence), bushy or wide")
+	fs.IntVar(&sb.warmup, "warmup", 2, "with --spec: untimed speculative runs per batch size first, so the dispatcher has measured its options")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *path == "" {
 		return fmt.Errorf("--model is required")
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var sizes []int
 	for _, f := range strings.Split(*batches, ",") {
@@ -41,11 +51,26 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		sizes = append(sizes, n)
 	}
+	if err := sb.check(*draftPath); err != nil {
+		return err
+	}
 	m, closeModel, err := loadModel(*backend, *threads, *path, *kvType)
 	if err != nil {
 		return err
 	}
 	defer closeModel()
+	if sb.kind != "" {
+		sb.target, sb.kvType = m, *kvType
+		if *draftPath != "" {
+			d, closeDraft, err := loadModel(*backend, *threads, *draftPath, *kvType)
+			if err != nil {
+				return fmt.Errorf("--draft-model: %w", err)
+			}
+			defer closeDraft()
+			sb.draft = d
+		}
+		return sb.run(ctx, os.Stdout, sizes)
+	}
 	c := m.Config()
 	switch {
 	case *promptLen < 1 || *ctxLen < 0 || *steps < 1:

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/specgate/specgate/internal/testmodels"
 )
 
 func TestBenchEdges(t *testing.T) {
@@ -35,5 +39,75 @@ func TestBenchEdges(t *testing.T) {
 				t.Fatalf("have %v; want an error containing %q", err, tt.err)
 			}
 		})
+	}
+}
+
+// The speculative bench's output is read by scripts: one line per batch
+// size, exactly in this form.
+var specLine = regexp.MustCompile(`^spec b=(\d+) plain=\d+\.\d spec=\d+\.\d speedup=\d+\.\d\d accepted_per_step=\d+\.\d\d$`)
+
+func TestBenchSpecLines(t *testing.T) {
+	target := testmodels.Path(t, testmodels.Stories260K)
+	draft := testmodels.Path(t, testmodels.Stories260KQ8_0)
+	for _, tc := range []struct{ kind, shape string }{{"draft", "auto"}, {"ngram", "auto"}, {"draft", "chain:3"}} {
+		kind := tc.kind
+		t.Run(kind+"-"+tc.shape, func(t *testing.T) {
+			m, closeM, err := loadModel("cpu", 1, target, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeM()
+			sb := specBench{kind: kind, shape: tc.shape, tokens: 12, rounds: 1}
+			if err := sb.check(map[bool]string{true: draft}[kind == "draft"]); err != nil {
+				t.Fatal(err)
+			}
+			sb.target = m
+			if kind == "draft" {
+				d, closeD, err := loadModel("cpu", 1, draft, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer closeD()
+				sb.draft = d
+			}
+			var out bytes.Buffer
+			if err := sb.run(context.Background(), &out, []int{1, 3}); err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+			if len(lines) != 2 {
+				t.Fatalf("have %d lines %q; want one per batch size", len(lines), lines)
+			}
+			for i, want := range []string{"1", "3"} {
+				m := specLine.FindStringSubmatch(lines[i])
+				if m == nil || m[1] != want {
+					t.Errorf("line %q; want the spec line of b=%s", lines[i], want)
+				}
+			}
+		})
+	}
+}
+
+func TestBenchSpecFlagErrors(t *testing.T) {
+	model := testmodels.Path(t, testmodels.Stories260K)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--spec", "draft"}, "--spec draft needs --draft-model"},
+		{[]string{"--spec", "ngram", "--draft-model", model}, "not ngram"},
+		{[]string{"--spec", "eagle"}, "want draft or ngram"},
+		{[]string{"--draft-model", model}, "needs --spec draft"},
+		{[]string{"--spec", "ngram", "--tokens", "0"}, "must be positive"},
+		{[]string{"--spec", "ngram", "--shape", "chain"}, "--shape"},
+		{[]string{"--spec", "ngram", "--shape", "dynamic:0"}, "--shape"},
+		{[]string{"--spec", "ngram", "--shape", "bushy:3"}, "--shape"},
+		{[]string{"--spec", "draft", "--draft-model", filepath.Join(t.TempDir(), "none.gguf")}, "--draft-model"},
+	}
+	for _, tt := range tests {
+		err := runBench(context.Background(), append([]string{"--model", model}, tt.args...))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: have %v; want an error containing %q", tt.args, err, tt.want)
+		}
 	}
 }

@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/model"
+	"github.com/specgate/specgate/engine/spec"
+)
+
+// specBench measures speculative decoding through the engine: the same
+// greedy streams decoded plainly and speculatively, interleaved (plain,
+// speculative, plain, …) so that a load that comes and goes on the machine
+// touches both alike.
+type specBench struct {
+	kind                   string // engine.DraftModel or engine.DraftNGram
+	shape                  string // --shape
+	fixed                  *spec.Shape
+	tokens, rounds, warmup int
+	target, draft          model.Model
+	kvType                 engine.KVType
+}
+
+// check validates the flags before any model is loaded.
+func (b *specBench) check(draftPath string) error {
+	switch b.kind {
+	case "":
+		if draftPath != "" {
+			return errors.New("--draft-model needs --spec draft")
+		}
+		return nil
+	case engine.DraftModel:
+		if draftPath == "" {
+			return errors.New("--spec draft needs --draft-model")
+		}
+	case engine.DraftNGram:
+		if draftPath != "" {
+			return errors.New("--draft-model is for --spec draft, not ngram")
+		}
+	default:
+		return fmt.Errorf("--spec %q: want draft or ngram", b.kind)
+	}
+	if b.tokens < 1 || b.rounds < 1 || b.warmup < 0 {
+		return errors.New("--tokens and --rounds must be positive and --warmup not negative")
+	}
+	s, err := parseShape(b.shape)
+	if err != nil {
+		return fmt.Errorf("--shape: %w", err)
+	}
+	b.fixed = s
+	return nil
+}
+
+// parseShape reads --shape; nil for auto.
+func parseShape(s string) (*spec.Shape, error) {
+	name, arg, hasArg := strings.Cut(s, ":")
+	n := 0
+	if hasArg {
+		var err error
+		if n, err = strconv.Atoi(arg); err != nil || n < 1 || n > spec.MaxTreeNodes {
+			return nil, fmt.Errorf("%q: want a node count from 1 to %d after the colon", s, spec.MaxTreeNodes)
+		}
+	}
+	var sh spec.Shape
+	switch {
+	case (s == "auto" || s == "") && !hasArg:
+		return nil, nil
+	case name == "chain" && hasArg:
+		sh = spec.Chain(n)
+	case name == "dynamic" && hasArg:
+		sh = spec.Dynamic(n)
+	case name == "bushy" && !hasArg:
+		sh = spec.Bushy
+	case name == "wide" && !hasArg:
+		sh = spec.Wide
+	default:
+		return nil, fmt.Errorf("%q: want auto, chain:N, dynamic:N, bushy or wide", s)
+	}
+	return &sh, nil
+}
+
+// specRun is one batch of streams' outcome.
+type specRun struct {
+	tokens            int
+	steps             float64 // decode steps, from each stream's accepted per step
+	elapsed           time.Duration
+	outs              [][]int32
+	drafted, accepted int
+}
+
+// run prints, for each batch size, one line
+//
+//	spec b=<B> plain=<tok/s> spec=<tok/s> speedup=<x> accepted_per_step=<a>
+//
+// to w: completion tokens per second of B concurrent greedy streams over
+// the timed rounds, their ratio, and the speculative streams' tokens per
+// decode step. Notes (prompts, draft acceptance, a mismatch between plain
+// and speculative output) go to stderr.
+func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
+	if b.draft != nil && b.draft.Config().Vocab != b.target.Config().Vocab {
+		return fmt.Errorf("--draft-model has %d tokens, --model %d: they must share a vocabulary", b.draft.Config().Vocab, b.target.Config().Vocab)
+	}
+	maxB := slices.Max(sizes)
+	// No prefix cache: every run prefills its prompts alike, and a
+	// repeated prompt's KV is not served from an earlier run.
+	o := engine.Options{NoPrefixCache: true, MaxRunning: maxB, KVType: b.kvType, DefaultMaxTokens: b.tokens}
+	plainOpts, specOpts := o, o
+	plainOpts.Speculation = engine.Speculation{Drafter: engine.DraftOff}
+	specOpts.Speculation = engine.Speculation{Drafter: b.kind, Model: b.draft}
+	if b.fixed != nil {
+		specOpts.Speculation.Dispatcher = spec.Fixed(*b.fixed)
+	}
+	// Both engines drive the one target model; they never run at once.
+	plain, err := engine.New(b.target, plainOpts)
+	if err != nil {
+		return err
+	}
+	defer plain.Close()
+	specE, err := engine.New(b.target, specOpts)
+	if err != nil {
+		return err
+	}
+	defer specE.Close()
+
+	prompts, err := b.prompts(ctx, plain)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "speculation %s, shape %s, on %s: %d prompts, %d tokens per stream, %d timed rounds after %d warm-up\n",
+		b.kind, b.shape, b.target.Config().Name, len(prompts), b.tokens, b.rounds, b.warmup)
+	for _, n := range sizes {
+		// Every prompt runs at every batch size: below the number of
+		// prompts, as several batches one after another.
+		var batches [][][]int32
+		for g := range max(1, len(prompts)/n) {
+			batch := make([][]int32, n)
+			for i := range batch {
+				batch[i] = prompts[(g*n+i)%len(prompts)]
+			}
+			batches = append(batches, batch)
+		}
+		for range b.warmup {
+			for _, batch := range batches {
+				if _, err := b.once(ctx, specE, batch); err != nil {
+					return err
+				}
+			}
+		}
+		if _, err := b.once(ctx, plain, batches[0]); err != nil {
+			return err
+		}
+		var p, s specRun
+		for range b.rounds {
+			for _, batch := range batches {
+				pr, err := b.once(ctx, plain, batch)
+				if err != nil {
+					return err
+				}
+				sr, err := b.once(ctx, specE, batch)
+				if err != nil {
+					return err
+				}
+				for i := range pr.outs {
+					if !slices.Equal(pr.outs[i], sr.outs[i]) {
+						fmt.Fprintf(os.Stderr, "WARNING: b=%d stream %d: speculative output differs from plain (lossless greedy decoding must not)\n", n, i)
+						break
+					}
+				}
+				p.add(pr)
+				s.add(sr)
+			}
+		}
+		pt, st := p.rate(), s.rate()
+		aps := 0.0
+		if s.steps > 0 {
+			aps = float64(s.tokens) / s.steps
+		}
+		fmt.Fprintf(w, "spec b=%d plain=%.1f spec=%.1f speedup=%.2f accepted_per_step=%.2f\n", n, pt, st, st/pt, aps)
+		if s.drafted > 0 {
+			fmt.Fprintf(os.Stderr, "  b=%d: %d draft tokens verified, %d accepted (%.0f%%)\n", n, s.drafted, s.accepted, 100*float64(s.accepted)/float64(s.drafted))
+		}
+	}
+	return nil
+}
+
+func (r *specRun) add(o specRun) {
+	r.tokens += o.tokens
+	r.steps += o.steps
+	r.elapsed += o.elapsed
+	r.drafted += o.drafted
+	r.accepted += o.accepted
+}
+
+func (r specRun) rate() float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(r.tokens) / r.elapsed.Seconds()
+}
+
+// once runs one greedy stream per prompt, all submitted at once, and waits
+// for them all.
+func (b *specBench) once(ctx context.Context, e *engine.Engine, prompts [][]int32) (specRun, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r := specRun{outs: make([][]int32, len(prompts))}
+	finals := make([]*engine.Final, len(prompts))
+	errs := make([]error, len(prompts))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, p := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.outs[i], finals[i], errs[i] = generateAll(ctx, e, engine.Request{
+				ID: fmt.Sprint("bench-", i), Tenant: "bench", Prompt: p, MaxTokens: b.tokens,
+			})
+			if errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	r.elapsed = time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return r, err
+	}
+	for _, f := range finals {
+		n := f.Usage.CompletionTokens
+		r.tokens += n
+		if f.Stats.AcceptedPerStep > 0 {
+			r.steps += float64(n) / f.Stats.AcceptedPerStep
+		} else {
+			r.steps += float64(n)
+		}
+		r.drafted += f.Stats.Drafted
+		r.accepted += f.Stats.Accepted
+	}
+	return r, nil
+}
+
+// generateAll runs r to its end and returns its tokens and final event.
+func generateAll(ctx context.Context, e *engine.Engine, r engine.Request) ([]int32, *engine.Final, error) {
+	s, err := e.Submit(ctx, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	var toks []int32
+	for {
+		ev, err := s.Recv(ctx)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("stream ended without a final event")
+			}
+			return nil, nil, err
+		}
+		toks = append(toks, ev.Tokens...)
+		if f := ev.Final; f != nil {
+			if f.FinishReason == engine.FinishError {
+				return nil, nil, fmt.Errorf("request %s: %v", r.ID, f.Err)
+			}
+			return toks, f, nil
+		}
+	}
+}
+
+// prompts returns the tokenized prompts for the drafter: story openings
+// for a draft model; for n-gram lookup, chats that quote an earlier turn:
+// the target's own story, then a request to tell it again word for word,
+// so that the reply repeats text the conversation already holds.
+func (b *specBench) prompts(ctx context.Context, plain *engine.Engine) ([][]int32, error) {
+	tok := b.target.Tokenizer()
+	var out [][]int32
+	for _, p := range storyPrompts {
+		ids := tok.Encode(p)
+		if b.kind != engine.DraftNGram {
+			out = append(out, ids)
+			continue
+		}
+		story, _, err := generateAll(ctx, plain, engine.Request{Tenant: "bench", Prompt: ids, MaxTokens: b.tokens})
+		if err != nil {
+			return nil, err
+		}
+		chat := "User: Tell me a story that begins: " + p + "\nAssistant: " + p + tok.Decode(story) +
+			"\nUser: Please tell the same story again, word for word.\nAssistant: " + p
+		out = append(out, tok.Encode(chat))
+	}
+	return out, nil
+}
