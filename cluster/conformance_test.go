@@ -28,9 +28,9 @@ type slowModel struct {
 	delay time.Duration
 }
 
-func (m slowModel) Forward(kv kernels.KVCache, b *model.Batch, out []float32) error {
+func (m slowModel) Forward(kv kernels.KVCache, b *model.Batch) (kernels.Tensor, error) {
 	time.Sleep(m.delay)
-	return m.Model.Forward(kv, b, out)
+	return m.Model.Forward(kv, b)
 }
 
 // newEngine starts an engine on stories260K, slowed by delay per step.

@@ -26,10 +26,34 @@ type fakeKV struct {
 
 func (k *fakeKV) Spec() kernels.KVSpec { return k.spec }
 
-// fakeBackend implements only CopyBlocks, the one op the engine calls.
+// fakeBackend implements only the ops the engine calls: CopyBlocks, and
+// Slice and Download of the fake model's logits. It has no
+// kernels.Sampler, so the engine samples on the host, by the reference.
 type fakeBackend struct{ kernels.Backend }
 
 func (fakeBackend) Name() string { return "fake" }
+
+// fakeTensor is logits on the host.
+type fakeTensor struct {
+	rows, cols int
+	f32        []float32
+}
+
+func (t *fakeTensor) DType() kernels.DType   { return kernels.F32 }
+func (t *fakeTensor) Dims() (rows, cols int) { return t.rows, t.cols }
+
+func (fakeBackend) Slice(t kernels.Tensor, r0, r1 int) kernels.Tensor {
+	f := t.(*fakeTensor)
+	return &fakeTensor{rows: r1 - r0, cols: f.cols, f32: f.f32[r0*f.cols : r1*f.cols]}
+}
+
+func (fakeBackend) Download(dst []float32, src kernels.Tensor) {
+	f := src.(*fakeTensor)
+	if len(dst) != len(f.f32) {
+		panic(fmt.Sprintf("fake: Download of %d×%d into %d values", f.rows, f.cols, len(dst)))
+	}
+	copy(dst, f.f32)
+}
 
 func (fakeBackend) CopyBlocks(dst, src kernels.KVCache, moves []kernels.BlockCopy) {
 	d, s := dst.(*fakeKV), src.(*fakeKV)
@@ -138,9 +162,9 @@ func (m *fakeModel) NewKV(blocks, blockSize int) (kernels.KVCache, error) {
 	return kv, nil
 }
 
-func (m *fakeModel) Forward(c kernels.KVCache, b *model.Batch, out []float32) error {
+func (m *fakeModel) Forward(c kernels.KVCache, b *model.Batch) (kernels.Tensor, error) {
 	if m.fail != nil {
-		return m.fail
+		return nil, m.fail
 	}
 	kv := c.(*fakeKV)
 	bs := int32(kv.spec.BlockSize)
@@ -152,23 +176,26 @@ func (m *fakeModel) Forward(c kernels.KVCache, b *model.Batch, out []float32) er
 		kv.tok[b.Slots[i]] = b.Tokens[i]
 		kv.pos[b.Slots[i]] = b.Pos[i]
 	}
-	clear(out)
+	if len(b.Logits) == 0 {
+		return nil, nil
+	}
+	out := make([]float32, len(b.Logits)*m.vocab)
 	for j, idx := range b.Logits {
 		row := b.Attn[idx]
 		if row.Len != b.Pos[idx]+1 {
-			return fmt.Errorf("fake: row %d attends to %d at position %d", idx, row.Len, b.Pos[idx])
+			return nil, fmt.Errorf("fake: row %d attends to %d at position %d", idx, row.Len, b.Pos[idx])
 		}
 		h := make([]int32, row.Len)
 		for p := int32(0); p < row.Len; p++ {
 			slot := row.Table[p/bs]*bs + p%bs
 			if kv.pos[slot] != p {
-				return fmt.Errorf("fake: position %d reads slot %d holding position %d: KV corrupted", p, slot, kv.pos[slot])
+				return nil, fmt.Errorf("fake: position %d reads slot %d holding position %d: KV corrupted", p, slot, kv.pos[slot])
 			}
 			h[p] = kv.tok[slot]
 		}
 		out[j*m.vocab+int(m.next(h))] = 1
 	}
-	return nil
+	return &fakeTensor{rows: len(b.Logits), cols: m.vocab, f32: out}, nil
 }
 
 // testEngine builds an engine on a fake model without its goroutine.

@@ -243,7 +243,7 @@ func (e *Engine) run(p *stepPlan) error {
 		e.logits = make([]float32, need)
 	}
 	e.logits = e.logits[:len(p.batch.Logits)*vocab]
-	return e.m.Forward(e.devKV, &p.batch, e.logits)
+	return model.ForwardHost(e.m, e.devKV, &p.batch, e.logits)
 }
 
 // commit takes the forward pass's logits for p at time now: the K/V the

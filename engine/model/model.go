@@ -55,11 +55,33 @@ type Model interface {
 	// on (caches made before keep theirs). It fails for a type the
 	// backend does not store (kernels.SupportsKV).
 	SetKVType(dt kernels.DType) error
-	// Forward runs b through the model, writing its K/V to kv at b.Slots
-	// and len(b.Logits) rows of Vocab logits to out.
-	Forward(kv kernels.KVCache, b *Batch, out []float32) error
+	// Forward runs b through the model, writing its K/V to kv at b.Slots,
+	// and returns the next-token logits of the rows b.Logits names, where
+	// the backend computed them: an F32 tensor of len(b.Logits) rows of
+	// Vocab values on Backend(), row i for b.Logits[i] (nil when
+	// b.Logits is empty). It is the model's scratch, valid until the next
+	// Forward: the caller reduces it to tokens with the backend's
+	// kernels.Sampler where there is one, and copies rows to the host only
+	// where it needs them there (ForwardHost).
+	Forward(kv kernels.KVCache, b *Batch) (kernels.Tensor, error)
 	// Close releases the model file (not the backend).
 	Close() error
+}
+
+// ForwardHost runs m.Forward and copies the logits to out
+// (len(b.Logits)·Vocab floats, row after row): for callers that work on
+// host rows, such as the reference sequence runner and a draft model.
+func ForwardHost(m Model, kv kernels.KVCache, b *Batch, out []float32) error {
+	lt, err := m.Forward(kv, b)
+	if err != nil || lt == nil {
+		return err
+	}
+	rows, cols := lt.Dims()
+	if len(out) < rows*cols {
+		return fmt.Errorf("model: output of %d floats for %d logit rows of %d", len(out), rows, cols)
+	}
+	m.Backend().Download(out[:rows*cols], lt)
+	return nil
 }
 
 // DefaultKVType is the KV cache element type a model starts with on b: F16

@@ -72,7 +72,7 @@ func (s *Sequences) Step(tokens [][]int32) ([]float32, error) {
 		s.logits = make([]float32, need)
 	}
 	s.logits = s.logits[:len(b.Logits)*v]
-	if err := s.m.Forward(s.kv, b, s.logits); err != nil {
+	if err := ForwardHost(s.m, s.kv, b, s.logits); err != nil {
 		return nil, err
 	}
 	for i, toks := range tokens {

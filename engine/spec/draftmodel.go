@@ -194,7 +194,7 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 		if need := len(b.Logits) * d.vocab; cap(d.logits) < need {
 			d.logits = make([]float32, need)
 		}
-		if err := d.m.Forward(d.kv, b, d.logits[:len(b.Logits)*d.vocab]); err != nil {
+		if err := model.ForwardHost(d.m, d.kv, b, d.logits[:len(b.Logits)*d.vocab]); err != nil {
 			for _, s := range seqs {
 				d.Rewind(ctxs[s.ci].Slot, 0) // KV state unknown: start over
 				trees[s.ci].Reset()

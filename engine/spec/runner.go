@@ -236,7 +236,7 @@ func (r *Runner) forward() error {
 		r.logits = make([]float32, need)
 	}
 	r.logits = r.logits[:len(b.Logits)*r.vocab]
-	if err := r.m.Forward(r.kv, b, r.logits); err != nil {
+	if err := model.ForwardHost(r.m, r.kv, b, r.logits); err != nil {
 		return fmt.Errorf("spec: forward: %w", err)
 	}
 	return nil

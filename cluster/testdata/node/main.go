@@ -45,9 +45,9 @@ type slowModel struct {
 	delay time.Duration
 }
 
-func (m slowModel) Forward(kv kernels.KVCache, b *model.Batch, out []float32) error {
+func (m slowModel) Forward(kv kernels.KVCache, b *model.Batch) (kernels.Tensor, error) {
 	time.Sleep(m.delay)
-	return m.Model.Forward(kv, b, out)
+	return m.Model.Forward(kv, b)
 }
 
 // quietRedis drops go-redis's own log lines (a failed dial per retry while

@@ -415,7 +415,7 @@ func (m *Model) SetKVType(dt kernels.DType) error {
 // ErrBatch reports a malformed batch.
 var ErrBatch = errors.New("llama: bad batch")
 
-func (m *Model) check(kv kernels.KVCache, b *model.Batch, out []float32) error {
+func (m *Model) check(kv kernels.KVCache, b *model.Batch) error {
 	n := b.Len()
 	if n == 0 {
 		return fmt.Errorf("%w: empty", ErrBatch)
@@ -480,9 +480,6 @@ func (m *Model) check(kv kernels.KVCache, b *model.Batch, out []float32) error {
 			return fmt.Errorf("%w: logits row %d outside batch of %d", ErrBatch, r, n)
 		}
 	}
-	if len(out) < len(b.Logits)*m.cfg.Vocab {
-		return fmt.Errorf("%w: output of %d floats for %d logit rows", ErrBatch, len(out), len(b.Logits))
-	}
 	return nil
 }
 
@@ -508,9 +505,9 @@ func (m *Model) grow(n, nl int) {
 }
 
 // Forward runs one batch. See model.Model.
-func (m *Model) Forward(kv kernels.KVCache, b *model.Batch, out []float32) error {
-	if err := m.check(kv, b, out); err != nil {
-		return err
+func (m *Model) Forward(kv kernels.KVCache, b *model.Batch) (kernels.Tensor, error) {
+	if err := m.check(kv, b); err != nil {
+		return nil, err
 	}
 	n, nl := b.Len(), len(b.Logits)
 	m.grow(n, max(nl, 1))
@@ -531,7 +528,7 @@ func (m *Model) Forward(kv kernels.KVCache, b *model.Batch, out []float32) error
 		l.FeedForward.Forward(&st)
 	}
 	if nl == 0 {
-		return nil
+		return nil, nil
 	}
 	xl, hl, logits := rows(s.xl, nl), rows(s.hl, nl), rows(s.logits, nl)
 	be.Gather(xl, x, b.Logits)
@@ -540,8 +537,7 @@ func (m *Model) Forward(kv kernels.KVCache, b *model.Batch, out []float32) error
 	if m.finalCap != 0 {
 		kernels.SoftCap(be, logits, m.finalCap)
 	}
-	be.Download(out[:nl*m.cfg.Vocab], logits)
-	return nil
+	return logits, nil
 }
 
 // state is what a block's Forward works on: the residual stream x and the

@@ -232,7 +232,6 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := []int32{0, 1}
-	out := make([]float32, m.Config().Vocab)
 	cases := map[string]model.Batch{
 		"empty":          {},
 		"token range":    {Tokens: []int32{9999}, Pos: []int32{0}, Slots: []int32{0}, Attn: []kernels.AttnRow{{Table: table, Len: 1}}},
@@ -247,7 +246,7 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 	}
 	for name, b := range cases {
 		t.Run(name, func(t *testing.T) {
-			if err := m.Forward(kv, &b, out); err == nil {
+			if _, err := m.Forward(kv, &b); err == nil {
 				t.Errorf("have nil error; want one")
 			}
 		})
