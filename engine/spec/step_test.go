@@ -1,0 +1,141 @@
+package spec
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/specgate/specgate/engine/model"
+	"github.com/specgate/specgate/kernels"
+)
+
+// treeBackend has the tree ops and records the slot copies it is asked
+// for.
+type treeBackend struct {
+	kernels.Backend
+	moves []kernels.SlotCopy
+}
+
+func (*treeBackend) TreeAttention(dst, q kernels.Tensor, c kernels.KVCache, layer int, a kernels.Attn, tree kernels.TreeMask) {
+}
+
+func (b *treeBackend) CopySlots(c kernels.KVCache, moves []kernels.SlotCopy) {
+	b.moves = append(b.moves, moves...)
+}
+
+// fixedDrafter proposes one given tree and records its rewinds.
+type fixedDrafter struct {
+	tree    Tree
+	rewinds [][2]int
+}
+
+func (*fixedDrafter) Name() string { return "fixed" }
+
+func (d *fixedDrafter) Propose(ctxs []Context, trees []*Tree) error {
+	for _, t := range trees {
+		t.Reset()
+		for i, tok := range d.tree.Tokens {
+			t.Add(tok, d.tree.Parent[i], nil)
+		}
+	}
+	return nil
+}
+
+func (d *fixedDrafter) Rewind(slot, n int) { d.rewinds = append(d.rewinds, [2]int{slot, n}) }
+
+// scriptHost answers Target from a script of the target's token after
+// each node and records what it is asked and given.
+type scriptHost struct {
+	after  map[int32]int32
+	asked  []int32
+	rows   []int
+	ctxs   [][]int32
+	path   []int32
+	toks   []int32
+	tables [][]int32
+}
+
+func (h *scriptHost) Grow(i, end int) []int32 { return h.tables[i] }
+
+func (h *scriptHost) Target(i, row int, node int32, ctx []int32) int32 {
+	h.asked, h.rows, h.ctxs = append(h.asked, node), append(h.rows, row), append(h.ctxs, slices.Clone(ctx))
+	return h.after[node]
+}
+
+func (h *scriptHost) Commit(i int, path, toks []int32) (int, int) {
+	h.path, h.toks = slices.Clone(path), slices.Clone(toks)
+	return len(toks), 3 + len(toks)
+}
+
+// TestStepBranchingTree: a step over one branching tree whose accepted
+// path leaves the main chain. Plan lays the nodes out after the root's row
+// at their depths with a tree mask; Commit asks the target only along
+// the walk, with the history through each node, moves the path's K/V from
+// its nodes' slots to its positions' slots, commits the path and the
+// target's token, and rewinds the drafter to what the sequence holds.
+func TestStepBranchingTree(t *testing.T) {
+	be := &treeBackend{}
+	d := &fixedDrafter{}
+	// Root children 10 and 11; 12 under 11, 13 under 10.
+	d.tree.Add(10, -1, nil)
+	d.tree.Add(11, -1, nil)
+	d.tree.Add(12, 1, nil)
+	d.tree.Add(13, 0, nil)
+	st, err := NewStep(StepConfig{Drafter: d, Dispatcher: Fixed(Wide), Backend: be, BlockSize: 4, Slots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Trees() {
+		t.Fatal("step on a backend with the tree ops verifies chains only")
+	}
+	// The root, token 3, sits at position 2; blocks 5 and 7.
+	q := &Seq{Tokens: []int32{1, 2, 3}, Table: []int32{5, 7}, Left: 10}
+	var b model.Batch
+	b.Add(3, 2, 5*4+2, q.Table, true)
+	q.Row = 0
+	h := &scriptHost{after: map[int32]int32{Root: 11, 1: 12, 2: 40}, tables: [][]int32{q.Table}}
+	st.Plan([]*Seq{q}, &b, h)
+	if !q.Drafting() || b.Len() != 5 || len(b.Logits) != 5 {
+		t.Fatalf("have drafting %v, %d rows, %d logits rows; want the root and 4 nodes", q.Drafting(), b.Len(), len(b.Logits))
+	}
+	if want := []int32{2, 3, 3, 4, 4}; !slices.Equal(b.Pos, want) {
+		t.Errorf("have positions %v; want %v (nodes at their depths)", b.Pos, want)
+	}
+	// Node i is written to the slot of position 3+i.
+	if want := []int32{22, 23, 28, 29, 30}; !slices.Equal(b.Slots, want) {
+		t.Errorf("have slots %v; want %v", b.Slots, want)
+	}
+	if b.Tree == nil || len(b.Tree.Rows) != 5 {
+		t.Fatalf("have tree mask %v; want one row per batch row", b.Tree)
+	}
+	// Node 2 (12, under 11) sees its parent's slot and its own.
+	if r := b.Tree.Rows[3]; r.Prefix != 3 || !slices.Equal(r.Slots, []int32{28, 29}) {
+		t.Errorf("node 2's tree row: have %+v; want prefix 3, slots [28 29]", r)
+	}
+	rep := st.Commit(h, 0)
+	if want := []int32{Root, 1, 2}; !slices.Equal(h.asked, want) {
+		t.Errorf("target asked after nodes %v; want %v (the walk only)", h.asked, want)
+	}
+	if want := []int{0, 2, 3}; !slices.Equal(h.rows, want) {
+		t.Errorf("target read logits rows %v; want %v", h.rows, want)
+	}
+	if want := []int32{1, 2, 3, 11, 12}; !slices.Equal(h.ctxs[2], want) {
+		t.Errorf("history through node 2: have %v; want %v", h.ctxs[2], want)
+	}
+	if !slices.Equal(h.path, []int32{1, 2}) || !slices.Equal(h.toks, []int32{11, 12, 40}) {
+		t.Errorf("committed path %v tokens %v; want [1 2] and [11 12 40]", h.path, h.toks)
+	}
+	// Node 1's K/V (position 4's slot) goes to position 3's; node 2's
+	// (position 5's) to position 4's.
+	if want := []kernels.SlotCopy{{Src: 28, Dst: 23}, {Src: 29, Dst: 28}}; !slices.Equal(be.moves, want) {
+		t.Errorf("have K/V moves %v; want %v", be.moves, want)
+	}
+	if rep.Drafted != 4 || rep.Accepted != 2 || rep.Tokens != 3 || rep.Trees != 1 || rep.Drafter != "fixed" {
+		t.Errorf("have report %+v; want 4 drafted, 2 accepted, 3 tokens, 1 tree, by fixed", rep)
+	}
+	if want := [][2]int{{0, 6}}; !slices.Equal(d.rewinds, want) {
+		t.Errorf("have rewinds %v; want %v", d.rewinds, want)
+	}
+	if q.Drafting() || q.Tree().Len() != 0 {
+		t.Errorf("after Commit: drafting %v, tree %v; want both cleared", q.Drafting(), q.Tree().Tokens)
+	}
+}
