@@ -46,7 +46,9 @@ type DraftModel struct {
 	tables [][]int32
 	fed    [][]int32 // tokens whose KV the slot holds, in order
 	samp   []*sample.Sampler
-	grow   []grower // per slot, for dynamic shapes
+	grow   []grower   // per slot, for dynamic shapes
+	fb     []feedback // per slot, the last dynamic tree
+	cal    calibration
 
 	// Temperature, when above zero, replaces the request's temperature
 	// for sampled drafting (a hotter draft explores more; the verifier
@@ -79,7 +81,7 @@ func NewDraftModel(m model.Model, slots, ctx int) (*DraftModel, error) {
 	_, tree := m.Backend().(kernels.TreeAttention)
 	d := &DraftModel{m: m, kv: kv, bs: bs, vocab: m.Config().Vocab, tree: tree,
 		tables: make([][]int32, slots), fed: make([][]int32, slots),
-		samp: make([]*sample.Sampler, slots), grow: make([]grower, slots)}
+		samp: make([]*sample.Sampler, slots), grow: make([]grower, slots), fb: make([]feedback, slots)}
 	for i := range d.tables {
 		d.tables[i] = make([]int32, per)
 		for j := range d.tables[i] {
@@ -105,6 +107,7 @@ func (d *DraftModel) Rewind(slot, n int) {
 	}
 	if n <= 0 {
 		d.samp[slot] = nil
+		d.fb[slot].base = 0
 	}
 }
 
@@ -135,6 +138,7 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 		if c.Slot < 0 || c.Slot >= len(d.tables) || len(c.Tokens) == 0 || c.Shape.Off() {
 			continue
 		}
+		d.cal.learn(&d.fb[c.Slot], c.Tokens)
 		s := &draftSeq{ci: i, row: -1}
 		room := len(d.tables[c.Slot]) * d.bs
 		if c.Shape.Dynamic {
@@ -144,6 +148,7 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 			}
 			g := &d.grow[c.Slot]
 			g.reset(c.Shape)
+			g.cal = &d.cal
 			g.expand = c.Shape.Width
 			if !d.tree {
 				g.expand = 1 // a chain runs with causal attention
@@ -229,7 +234,8 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 	for _, s := range seqs {
 		c := ctxs[s.ci]
 		if s.dyn != nil {
-			s.dyn.emit(trees[s.ci])
+			s.dyn.emit(trees[s.ci], &d.fb[c.Slot])
+			d.fb[c.Slot].record(trees[s.ci], c.Tokens)
 			// The tree's KV sits in scratch slots: only the committed
 			// tokens stay.
 			d.fed[c.Slot] = d.fed[c.Slot][:len(c.Tokens)]

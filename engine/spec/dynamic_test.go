@@ -100,7 +100,7 @@ func TestGrowerBudgetOrder(t *testing.T) {
 			var g grower
 			g.reset(sh)
 			var tr Tree
-			g.grow(&tr, fakeCands)
+			g.grow(&tr, nil, fakeCands)
 			if err := tr.Validate(); err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +145,7 @@ func TestGrowerBudgetOrder(t *testing.T) {
 			}
 			var again Tree
 			g.reset(sh)
-			g.grow(&again, fakeCands)
+			g.grow(&again, nil, fakeCands)
 			if !slices.Equal(tr.Tokens, again.Tokens) || !slices.Equal(tr.Parent, again.Parent) {
 				t.Errorf("not deterministic: %v/%v then %v/%v", tr.Tokens, tr.Parent, again.Tokens, again.Parent)
 			}
@@ -170,12 +170,12 @@ func TestGrowerFollowsConfidence(t *testing.T) {
 	var g grower
 	var tr Tree
 	g.reset(sh)
-	g.grow(&tr, sure)
+	g.grow(&tr, nil, sure)
 	if d := tr.Depths(nil); tr.Len() != 8 || d[7] != 8 {
 		t.Errorf("sure drafter: have %v / %v; want a chain of 8", tr.Tokens, tr.Parent)
 	}
 	g.reset(sh)
-	g.grow(&tr, torn)
+	g.grow(&tr, nil, torn)
 	roots := 0
 	for _, p := range tr.Parent {
 		if p == -1 {
@@ -417,5 +417,78 @@ func TestNGramIndexMatchesScan(t *testing.T) {
 				t.Fatalf("confidence %v outside (0, 1)", p)
 			}
 		}
+	}
+}
+
+// TestCalibration: after a tree is verified, each child of an accepted
+// node counts as accepted or not at the drafter's probability for it, and
+// the calibrated rate moves from that probability to what was observed; a
+// tree never verified (nothing committed since) or drafted for another
+// sequence teaches nothing.
+func TestCalibration(t *testing.T) {
+	// Root children 10 (p .45) and 11 (p .30); under 10, 12 (p .45) and
+	// 13 (p .05); under 11, 14 (p .45).
+	var tr Tree
+	tr.Add(10, -1, nil)
+	tr.Add(12, 0, nil)
+	tr.Add(13, 0, nil)
+	tr.Add(11, -1, nil)
+	tr.Add(14, 3, nil)
+	ps := []float32{0.45, 0.45, 0.05, 0.30, 0.45}
+	tokens := []int32{1, 2, 3}
+	record := func() *feedback {
+		fb := &feedback{p: slices.Clone(ps)}
+		fb.record(&tr, tokens)
+		return fb
+	}
+	tests := []struct {
+		name      string
+		committed []int32
+		// want: observations (tries, hits) in the buckets of .45, .30, .05
+		want [3][2]int
+	}{
+		// 10 accepted, then 12, then the target's own 99: children of
+		// root (10 ✓, 11 ✗), of 10 (12 ✓, 13 ✗), of 12 (none).
+		{"path", []int32{10, 12, 99}, [3][2]int{{2, 2}, {1, 0}, {1, 0}}},
+		// The target picked 11: 10 ✗, 11 ✓, then 14 ✗.
+		{"branch", []int32{11, 7}, [3][2]int{{2, 0}, {1, 1}, {0, 0}}},
+		{"nothing_committed", nil, [3][2]int{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c calibration
+			fb := record()
+			c.learn(fb, slices.Concat(tokens, tt.committed))
+			for i, p := range []float32{0.45, 0.30, 0.05} {
+				b := calBucket(p)
+				if have := [2]int{int(math.Round(c.try[b])), int(math.Round(c.hit[b]))}; have != tt.want[i] {
+					t.Errorf("p=%.2f: have %d tries, %d hits; want %v", p, have[0], have[1], tt.want[i])
+				}
+			}
+			if fb.base != 0 || fb.tree.Len() != 0 {
+				t.Errorf("feedback kept after learning")
+			}
+		})
+	}
+	// Another sequence (its root differs): nothing learnt.
+	var c calibration
+	c.learn(record(), []int32{1, 2, 4, 10})
+	if c.try != ([calBuckets]float64{}) {
+		t.Errorf("learnt from another sequence: %v", c.try)
+	}
+	// A draft whose .30 candidates are always accepted: the rate climbs
+	// from .30 towards 1; one whose .45 candidates never are: towards 0.
+	for range 200 {
+		c.observe(0.30, true)
+		c.observe(0.45, false)
+	}
+	if r := c.rate(0.30); r < 0.9 {
+		t.Errorf("rate(.30) after 200 acceptances: have %.3f; want ≥ 0.9", r)
+	}
+	if r := c.rate(0.45); r > 0.1 {
+		t.Errorf("rate(.45) after 200 rejections: have %.3f; want ≤ 0.1", r)
+	}
+	if r := c.rate(0.75); r != 0.75 {
+		t.Errorf("rate(.75) unobserved: have %.3f; want .75", r)
 	}
 }

@@ -31,7 +31,7 @@ type NGram struct {
 
 	slots map[int]*ngramIndex
 	g     grower
-	path  []int32
+	cal   calibration
 }
 
 var _ Drafter = (*NGram)(nil)
@@ -74,6 +74,7 @@ func (g *NGram) Propose(ctxs []Context, trees []*Tree) error {
 			g.slots[c.Slot] = ix
 		}
 		ix.sync(c.History, c.Tokens)
+		g.cal.learn(&ix.fb, c.Tokens)
 		q := ngramQuery{ix: ix, minN: minN, maxN: maxN, scan: scan, window: g.Window}
 		cands := func(path []int32, k int) ([]int32, []float32) {
 			var mask []uint64
@@ -84,10 +85,12 @@ func (g *NGram) Propose(ctxs []Context, trees []*Tree) error {
 		}
 		if c.Shape.Dynamic {
 			g.g.reset(c.Shape)
-			g.g.grow(trees[i], func(path []int32, k int) ([]int32, []float32, [][]float32) {
+			g.g.cal = &g.cal
+			g.g.grow(trees[i], &ix.fb, func(path []int32, k int) ([]int32, []float32, [][]float32) {
 				toks, ps := cands(path, k)
 				return toks, ps, nil
 			})
+			ix.fb.record(trees[i], c.Tokens)
 			continue
 		}
 		fill(trees[i], c.Shape, func(path []int32, k int) ([]int32, [][]float32) {
@@ -103,6 +106,7 @@ func (g *NGram) Propose(ctxs []Context, trees []*Tree) error {
 type ngramIndex struct {
 	hay []int32
 	at  map[int32][]int32 // ascending positions of each token in hay
+	fb  feedback          // the last dynamic tree, for calibration
 }
 
 // sync makes the index hold history followed by tokens, keeping what it

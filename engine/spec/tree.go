@@ -313,23 +313,27 @@ func dynDefaults(budget int) (depth, width int) {
 type grower struct {
 	sh     Shape
 	expand int // nodes expanded per layer: sh.Width, or 1 for a chain
-	nodes  []gnode
-	layer  int // first node of the newest layer
-	depth  int // layers added so far
-	pick   []int32
-	kids   [][]int32
+	// cal, when set, turns the drafter's probabilities into acceptance
+	// rates before they multiply along a path.
+	cal   *calibration
+	nodes []gnode
+	layer int // first node of the newest layer
+	depth int // layers added so far
+	pick  []int32
+	kids  [][]int32
 }
 
 type gnode struct {
 	tok    int32
 	parent int32
 	depth  int32
+	p      float32 // the drafter's probability given the parent
 	score  float64
 	q      []float32
 }
 
 func (g *grower) reset(sh Shape) {
-	g.sh, g.expand, g.nodes, g.layer, g.depth = sh, sh.Width, g.nodes[:0], 0, 0
+	g.sh, g.expand, g.nodes, g.layer, g.depth, g.cal = sh, sh.Width, g.nodes[:0], 0, 0, nil
 }
 
 // better orders nodes a and b: higher score first, then lower index.
@@ -394,7 +398,11 @@ func (g *grower) add(parent int32, toks []int32, p []float32, qs [][]float32) {
 		if qs != nil {
 			q = qs[i]
 		}
-		g.nodes = append(g.nodes, gnode{tok: t, parent: parent, depth: depth, score: base * pr, q: q})
+		acc := pr
+		if g.cal != nil {
+			acc = g.cal.rate(float32(pr))
+		}
+		g.nodes = append(g.nodes, gnode{tok: t, parent: parent, depth: depth, p: float32(pr), score: base * acc, q: q})
 	}
 }
 
@@ -413,7 +421,8 @@ func (g *grower) next() {
 // grow builds the whole tree into t with cands, which returns up to k
 // children of a path (the tokens below the root) with their probabilities
 // and draft distributions: for drafters that compute one node at a time.
-func (g *grower) grow(t *Tree, cands func(path []int32, k int) ([]int32, []float32, [][]float32)) {
+// fb, when not nil, gets the nodes' probabilities (see emit).
+func (g *grower) grow(t *Tree, fb *feedback, cands func(path []int32, k int) ([]int32, []float32, [][]float32)) {
 	var front, path []int32
 	for {
 		front = g.frontier(front)
@@ -427,7 +436,7 @@ func (g *grower) grow(t *Tree, cands func(path []int32, k int) ([]int32, []float
 		}
 		g.next()
 	}
-	g.emit(t)
+	g.emit(t, fb)
 }
 
 // path writes node's tokens from the first below the root to node itself.
@@ -442,8 +451,9 @@ func (g *grower) path(node int32, dst []int32) []int32 {
 
 // emit writes the Len() likeliest nodes to t (reset first), depth first
 // with the likeliest child first, so the likeliest path leads and needs no
-// KV compaction when it is accepted whole.
-func (g *grower) emit(t *Tree) {
+// KV compaction when it is accepted whole. When fb is not nil it records
+// the tree for calibration (see feedback).
+func (g *grower) emit(t *Tree, fb *feedback) {
 	t.Reset()
 	n := int32(len(g.nodes))
 	g.pick = g.pick[:0]
@@ -467,12 +477,112 @@ func (g *grower) emit(t *Tree) {
 		p := g.nodes[i].parent
 		g.kids[p+1] = append(g.kids[p+1], i)
 	}
+	if fb != nil {
+		fb.p = fb.p[:0]
+	}
 	var walk func(node, parent int32)
 	walk = func(node, parent int32) {
 		for _, c := range g.kids[node+1] {
 			idx := t.Add(g.nodes[c].tok, parent, g.nodes[c].q)
+			if fb != nil {
+				fb.p = append(fb.p, g.nodes[c].p)
+			}
 			walk(c, idx)
 		}
 	}
 	walk(-1, -1)
+}
+
+// calBuckets is how finely a calibration splits the probability range.
+const calBuckets = 16
+
+// calibration learns how often a drafter's candidate is accepted (given
+// that its parent was) as a function of the probability the drafter gave
+// it. A draft's probability is its confidence, not the chance that the
+// target agrees: a draft model close to its target has its top token
+// accepted far more often than its flat distribution says, a loose one
+// less, and n-gram counts are no probability at all. Growing trees by the
+// calibrated rate puts the budget where drafts are accepted. Counts decay,
+// so the rates follow the traffic; with no observations a bucket's rate is
+// the probability itself. Speculation stays lossless whatever the rates
+// are: they only shape the tree.
+type calibration struct {
+	hit, try [calBuckets]float64
+}
+
+// calPrior is the weight, in observations, of the uncalibrated rate.
+const calPrior = 4
+
+// calDecay is how much an observation's weight shrinks per later
+// observation in its bucket.
+const calDecay = 0.995
+
+func calBucket(p float32) int {
+	return min(max(int(p*calBuckets), 0), calBuckets-1)
+}
+
+// rate is the calibrated acceptance rate of a candidate of probability p.
+func (c *calibration) rate(p float32) float64 {
+	b := calBucket(p)
+	return (c.hit[b] + calPrior*float64(p)) / (c.try[b] + calPrior)
+}
+
+func (c *calibration) observe(p float32, accepted bool) {
+	b := calBucket(p)
+	c.hit[b] *= calDecay
+	c.try[b] = c.try[b]*calDecay + 1
+	if accepted {
+		c.hit[b]++
+	}
+}
+
+// feedback is one slot's last dynamic tree, kept until the slot's next
+// Propose shows which of its nodes were accepted.
+type feedback struct {
+	tree Tree
+	p    []float32 // node i's probability under the drafter
+	base int       // the committed tokens when the tree was drafted
+	root int32     // the last of them
+}
+
+// learn compares the slot's last tree with the tokens committed since
+// (tokens extends what the tree was drafted after): along the accepted
+// path, every child of an accepted node (the root first) was verified, and
+// the one equal to the next committed token accepted. It then forgets the
+// tree. Nothing is learnt when no token was committed since (the tree was
+// not verified) or tokens is another sequence.
+func (c *calibration) learn(fb *feedback, tokens []int32) {
+	t := &fb.tree
+	defer func() { t.Reset(); fb.p = fb.p[:0]; fb.base = 0 }()
+	if fb.base == 0 || len(tokens) <= fb.base || tokens[fb.base-1] != fb.root || len(fb.p) != t.Len() {
+		return
+	}
+	committed := tokens[fb.base:]
+	parent := int32(-1)
+	for depth := 0; ; depth++ {
+		next := int32(-1)
+		for i, p := range t.Parent {
+			if p != parent {
+				continue
+			}
+			ok := depth < len(committed) && t.Tokens[i] == committed[depth]
+			if ok && next < 0 {
+				next = int32(i)
+			}
+			c.observe(fb.p[i], ok)
+		}
+		if next < 0 {
+			return
+		}
+		parent = next
+	}
+}
+
+// record keeps t, drafted after tokens, for learn.
+func (fb *feedback) record(t *Tree, tokens []int32) {
+	fb.tree.Reset()
+	for i := range t.Tokens {
+		fb.tree.Add(t.Tokens[i], t.Parent[i], nil)
+	}
+	fb.base, fb.root = len(tokens), tokens[len(tokens)-1]
 }
