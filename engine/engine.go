@@ -71,8 +71,8 @@ type Engine struct {
 	// cached device block can be evicted: see allocatable.
 	shared    map[int32]int
 	seqs      map[string]*sequence
-	cur       stepPlan // the step's plan, its buffers reused
-	logits    []float32
+	cur       stepPlan   // the step's plan, its buffers reused
+	logits    passLogits // the step's forward pass's
 	rate      throughput
 	urgent    bool     // the last step planned interactive work first
 	count     Counters // Cache is filled in by counters()

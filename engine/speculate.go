@@ -226,10 +226,8 @@ func (h specHost) Grow(i, end int) []int32 {
 func (h specHost) Target(i, row int, node int32, ctx []int32) int32 {
 	e := h.e
 	s := e.spec.seqs[i]
-	vocab := e.m.Config().Vocab
-	logits := e.logits[row*vocab : (row+1)*vocab]
 	if s.matcher == nil {
-		return s.sampler.Sample(logits, ctx)
+		return e.logits.sampleOne(row, s.req.Sample, nil, ctx)
 	}
 	gr, g := s.matcher.Grammar(), s.matcher.State()
 	if node == spec.Root {
@@ -241,7 +239,7 @@ func (h specHost) Target(i, row int, node int32, ctx []int32) int32 {
 	if g <= 0 {
 		return -1
 	}
-	tok := s.sampler.SampleMasked(logits, gr.Mask(g), ctx)
+	tok := e.logits.sampleOne(row, s.req.Sample, gr.Mask(g), ctx)
 	if !gr.Allowed(g, tok) {
 		return -1
 	}

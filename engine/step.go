@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/specgate/specgate/engine/guided"
 	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/engine/sched"
@@ -235,15 +236,15 @@ func (e *Engine) plan(now time.Time) *stepPlan {
 	return p
 }
 
-// run is the step's forward pass: p's batch through the model into
-// e.logits, one row of the vocabulary per logits row.
+// run is the step's forward pass: p's batch through the model. Its
+// logits stay on the backend (see passLogits).
 func (e *Engine) run(p *stepPlan) error {
-	vocab := e.m.Config().Vocab
-	if need := len(p.batch.Logits) * vocab; cap(e.logits) < need {
-		e.logits = make([]float32, need)
+	lt, err := e.m.Forward(e.devKV, &p.batch)
+	if err != nil {
+		return err
 	}
-	e.logits = e.logits[:len(p.batch.Logits)*vocab]
-	return model.ForwardHost(e.m, e.devKV, &p.batch, e.logits)
+	e.logits.take(e.m.Backend(), lt, e.m.Config().Vocab)
+	return nil
 }
 
 // commit takes the forward pass's logits for p at time now: the K/V the
@@ -254,25 +255,32 @@ func (e *Engine) commit(p *stepPlan, now time.Time) stepResult {
 	for _, pc := range p.placed {
 		pc.s.kv = pc.c.Start + pc.c.N
 	}
-	vocab := e.m.Config().Vocab
+	// Every plain row is drawn in one call of the backend's ops.
+	reqs := e.logits.reqs[:0]
 	for i, s := range p.rows {
-		if e.seqs[s.req.ID] != s {
-			continue
+		if e.seqs[s.req.ID] != s || s.sp.Drafting() {
+			continue // drafted rows are verified and committed below
 		}
-		if s.sp.Drafting() {
-			continue // verified and committed below
-		}
-		row := e.logits[i*vocab : (i+1)*vocab]
-		tok, ok := e.sampleNext(s, row)
-		if !ok {
+		reqs = append(reqs, kernels.SampleRow{Row: i, Params: s.req.Sample, Mask: e.mask(s), History: s.tokens})
+	}
+	toks := e.logits.sample(reqs)
+	for k := range reqs {
+		r := &reqs[k]
+		s, tok := p.rows[r.Row], toks[k]
+		if r.Mask != nil && !guided.Bitset(r.Mask).Has(tok) {
 			// The grammar allows no token the vocabulary has: the
 			// output is as complete as it can get.
 			e.release(s, true)
 			e.end(s, now, FinishStop, nil)
 			continue
 		}
+		if s.req.Logprobs {
+			s.nextLP = e.logprobs(e.logits.hostRow(r.Row), tok, s.req.TopLogprobs)
+		}
 		res.Tokens += e.accept(s, []int32{tok}, now)
 	}
+	clear(reqs) // drop the borrowed masks and histories
+	e.logits.reqs = reqs[:0]
 	if e.spec != nil && len(p.decodes) > 0 {
 		e.commitDrafts(now, &res)
 	}
@@ -387,28 +395,18 @@ func (e *Engine) unref(p blockAllocator, blocks []int32) {
 	}
 }
 
-// sampleNext samples s's next token from its logits row, under the
-// guided mask when s is constrained. It reports false when the mask allows
-// nothing (the vocabulary cannot continue the grammar).
-func (e *Engine) sampleNext(s *sequence, row []float32) (int32, bool) {
-	tok, ok := e.sampleRow(s, row)
-	if ok && s.req.Logprobs {
-		s.nextLP = e.logprobs(row, tok, s.req.TopLogprobs)
-	}
-	return tok, ok
-}
-
-func (e *Engine) sampleRow(s *sequence, row []float32) (int32, bool) {
+// mask is s's guided mask for its next token, nil when s is not
+// constrained.
+func (e *Engine) mask(s *sequence) []uint64 {
 	if s.matcher == nil {
-		return s.sampler.Sample(row, s.tokens), true
+		return nil
 	}
 	// Wall time, not the engine's clock: this measures CPU cost, and a
 	// fake clock would report none.
 	t0 := time.Now()
 	mask := s.matcher.Mask()
 	e.met.GuidedMask(time.Since(t0))
-	tok := s.sampler.SampleMasked(row, mask, s.tokens)
-	return tok, mask.Has(tok)
+	return mask
 }
 
 // accept takes the tokens one step produced for s, in order: stop checks,

@@ -124,10 +124,11 @@ func TestCommitAlone(t *testing.T) {
 	}
 	vocab := m.vocab
 	oneHot := func(p *stepPlan, toks []int32) {
-		e.logits = make([]float32, len(p.batch.Logits)*vocab)
+		l := make([]float32, len(p.batch.Logits)*vocab)
 		for i, tok := range toks {
-			e.logits[i*vocab+int(tok)] = 1
+			l[i*vocab+int(tok)] = 1
 		}
+		e.logits.take(fakeBackend{}, &fakeTensor{rows: len(p.batch.Logits), cols: vocab, f32: l}, vocab)
 	}
 	// The prefill: by hand, "a" gets the token its prompt continues
 	// with, "b" gets the end of generation.
