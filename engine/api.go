@@ -144,6 +144,10 @@ type Request struct {
 	// chat template and tokenized.
 	Prompt   []int32
 	Messages []Message
+	// Text is a raw prompt (OpenAI's /v1/completions) for requests with
+	// neither Prompt nor Messages: the engine that runs the request
+	// tokenizes it as the model wants (BOS included).
+	Text string `json:",omitempty"`
 	// Tools are function definitions in OpenAI's shape, given to a chat
 	// template that renders tools natively (Engine.NativeTools) along with
 	// Messages; without such a template they are ignored.

@@ -436,9 +436,15 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 	// history is the whole conversation when turns were left out of the
 	// prompt: n-gram drafting still copies from them.
 	var history []int32
+	if len(prompt) == 0 && len(r.Messages) == 0 && r.Text != "" {
+		var err error
+		if prompt, err = e.textPrompt(r); err != nil {
+			return nil, err
+		}
+	}
 	if len(prompt) == 0 {
 		if len(r.Messages) == 0 {
-			return nil, bad("request has neither prompt tokens nor messages")
+			return nil, bad("request has neither prompt tokens, messages nor text")
 		}
 		fit := limit - room
 		if r.KeepTurns {
