@@ -12,7 +12,6 @@ import (
 
 	"github.com/specgate/specgate/cluster"
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/gateway"
 	"github.com/specgate/specgate/internal/testredis"
 )
 
@@ -27,7 +26,7 @@ type clockEvents struct {
 	done bool
 }
 
-func (e clockEngine) Submit(ctx context.Context, r engine.Request) (*clockEvents, error) {
+func (e clockEngine) Generate(ctx context.Context, r engine.Request) (engine.Events, error) {
 	return &clockEvents{tick: e.tick, n: r.MaxTokens, ctx: ctx}, nil
 }
 
@@ -52,7 +51,7 @@ func (s *clockEvents) Recv(ctx context.Context) (engine.Event, error) {
 
 // runLatency runs streams concurrent requests of deltas deltas each and
 // returns every delta's emit-to-receive latency, sorted.
-func runLatency(b *testing.B, g gateway.Generator, streams, deltas int) []time.Duration {
+func runLatency(b *testing.B, g engine.Generator, streams, deltas int) []time.Duration {
 	var mu sync.Mutex
 	var lat []time.Duration
 	var wg sync.WaitGroup
@@ -62,7 +61,7 @@ func runLatency(b *testing.B, g gateway.Generator, streams, deltas int) []time.D
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := g.Submit(ctx, engine.Request{ID: "b" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36), Tenant: "b", Session: strconv.Itoa(i), MaxTokens: deltas})
+			s, err := g.Generate(ctx, engine.Request{ID: "b" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36), Tenant: "b", Session: strconv.Itoa(i), MaxTokens: deltas})
 			if err != nil {
 				b.Error(err)
 				return
@@ -106,7 +105,7 @@ func BenchmarkDeltaLatency(b *testing.B) {
 	const streams, deltas = 100, 50
 	fe := clockEngine{tick: 20 * time.Millisecond}
 	b.Run("inprocess", func(b *testing.B) {
-		g := gateway.Adapt(fe.Submit, fe.Cancel)
+		g := fe
 		for b.Loop() {
 			lat := runLatency(b, g, streams, deltas)
 			b.ReportMetric(pct(lat, .5), "p50-ms")
@@ -120,7 +119,7 @@ func BenchmarkDeltaLatency(b *testing.B) {
 		done := make(chan error, 1)
 		go func() {
 			done <- cluster.RunEngine(ctx, cluster.EngineOptions{Redis: rdb, Prefix: prefix, ID: "e1", Capacity: 256,
-				Engine: cluster.Local(fe.Submit, fe.Cancel), Logger: quiet})
+				Engine: fe, Logger: quiet})
 		}()
 		defer func() { cancel(); <-done }()
 		c, err := cluster.NewClient(cluster.ClientOptions{Redis: rdb, Prefix: prefix, Logger: quiet})
@@ -131,7 +130,7 @@ func BenchmarkDeltaLatency(b *testing.B) {
 		for c.Ready() != nil {
 			time.Sleep(20 * time.Millisecond)
 		}
-		g := gateway.Adapt(c.Submit, c.Cancel)
+		g := c
 		for b.Loop() {
 			lat := runLatency(b, g, streams, deltas)
 			b.ReportMetric(pct(lat, .5), "p50-ms")
@@ -157,7 +156,7 @@ func BenchmarkEngines(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					_ = cluster.RunEngine(ctx, cluster.EngineOptions{Redis: rdb, Prefix: prefix, ID: "e" + strconv.Itoa(i),
-						Engine: cluster.Local(eng.Submit, eng.Cancel), Logger: quiet})
+						Engine: eng, Logger: quiet})
 				}()
 			}
 			c, err := cluster.NewClient(cluster.ClientOptions{Redis: rdb, Prefix: prefix, Logger: quiet})
@@ -218,7 +217,7 @@ func BenchmarkRedisStreams(b *testing.B) {
 			done := make(chan error, 1)
 			go func() {
 				done <- cluster.RunEngine(ctx, cluster.EngineOptions{Redis: rdb, Prefix: prefix, ID: "e1", Capacity: 2 * streams,
-					Engine: cluster.Local(fe.Submit, fe.Cancel), Logger: quiet})
+					Engine: fe, Logger: quiet})
 			}()
 			defer func() { cancel(); <-done }()
 			c, err := cluster.NewClient(cluster.ClientOptions{Redis: rdb, Prefix: prefix, Logger: quiet})
@@ -229,7 +228,7 @@ func BenchmarkRedisStreams(b *testing.B) {
 			for c.Ready() != nil {
 				time.Sleep(20 * time.Millisecond)
 			}
-			g := gateway.Adapt(c.Submit, c.Cancel)
+			g := c
 			for b.Loop() {
 				start := time.Now()
 				lat := runLatency(b, g, streams, 50)

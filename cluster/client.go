@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -80,12 +79,10 @@ func def(d *time.Duration, v time.Duration) {
 	}
 }
 
-// Client is the gateway side of the Redis request path. Submit and Cancel
-// have the in-process engine's contract, so it is wired as
-//
-//	gen := gateway.Adapt(c.Submit, c.Cancel)
-//
-// Its methods are safe for concurrent use. NewClient starts a heartbeat, a
+// Client is the gateway side of the Redis request path: an
+// engine.Generator (with engine.Readier and engine.SessionWarmer), like the
+// in-process engine, so a gateway takes either. Its methods are safe for
+// concurrent use. NewClient starts a heartbeat, a warmth announcer, a
 // refresher of the live engine list and a notification subscriber; Close
 // stops them.
 type Client struct {
@@ -100,6 +97,9 @@ type Client struct {
 	byID    map[string]*Stream // engine request id → its latest stream
 	engines []NodeInfo
 	listErr error
+	warm    map[string]int // live sessions: how many live calls are not yet undone
+
+	warmCh chan warmthMsg // warmth changes for the announcer
 }
 
 // NewClient checks o and starts the client's background goroutines. It
@@ -110,9 +110,13 @@ func NewClient(o ClientOptions) (*Client, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{o: o, k: newKeys(o.Prefix), cancel: cancel, live: map[string]*Stream{}, byID: map[string]*Stream{},
-		listErr: errors.New("cluster: engine list not read yet")}
+		listErr: errors.New("cluster: engine list not read yet"), warm: map[string]int{}, warmCh: make(chan warmthMsg, 256)}
 	c.refresh(ctx)
-	c.wg.Add(3)
+	c.wg.Add(4)
+	go func() {
+		defer c.wg.Done()
+		c.announce(ctx)
+	}()
 	go func() {
 		defer c.wg.Done()
 		heartbeat(ctx, o.Redis, c.k, o.HeartbeatInterval, o.HeartbeatTTL, c.info, o.Logger)
@@ -245,7 +249,7 @@ func (c *Client) Submit(ctx context.Context, r engine.Request) (*Stream, error) 
 	if r.ID == "" {
 		r.ID = "req-" + randHex(8)
 	}
-	body, err := json.Marshal(r)
+	version, body, err := encodeRequest(r)
 	if err != nil {
 		return nil, &engine.Error{Code: engine.CodeBadRequest, Message: "request does not encode: " + err.Error()}
 	}
@@ -274,7 +278,7 @@ func (c *Client) Submit(ctx context.Context, r engine.Request) (*Stream, error) 
 	_, err = c.o.Redis.Pipelined(pctx, func(p redis.Pipeliner) error {
 		p.HSet(pctx, c.k.req(rk), "gw", c.o.ID)
 		p.PExpire(pctx, c.k.req(rk), c.o.OutTTL)
-		p.XAdd(pctx, &redis.XAddArgs{Stream: queue, Values: []any{fieldKey, rk, fieldGateway, c.o.ID, fieldRequest, string(body)}})
+		p.XAdd(pctx, &redis.XAddArgs{Stream: queue, Values: []any{fieldKey, rk, fieldGateway, c.o.ID, fieldVersion, version, fieldRequest, string(body)}})
 		return nil
 	})
 	if err == nil {
@@ -302,6 +306,21 @@ func (c *Client) Submit(ctx context.Context, r engine.Request) (*Stream, error) 
 	s.stop = context.AfterFunc(ctx, func() { s.Cancel() })
 	return s, nil
 }
+
+// Generate is Submit behind the engine.Generator contract.
+func (c *Client) Generate(ctx context.Context, r engine.Request) (engine.Events, error) {
+	s, err := c.Submit(ctx, r)
+	if err != nil {
+		return nil, err // never a typed nil inside the interface
+	}
+	return s, nil
+}
+
+var (
+	_ engine.Generator     = (*Client)(nil)
+	_ engine.Readier       = (*Client)(nil)
+	_ engine.SessionWarmer = (*Client)(nil)
+)
 
 // Cancel asks the engine running request id to stop; the stream then ends
 // with finish reason "cancelled" (unless it already ended). Unknown ids

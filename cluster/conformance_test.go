@@ -11,7 +11,6 @@ import (
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model"
 	_ "github.com/specgate/specgate/engine/model/llama"
-	"github.com/specgate/specgate/gateway"
 	"github.com/specgate/specgate/gateway/generatortest"
 	"github.com/specgate/specgate/internal/testmodels"
 	"github.com/specgate/specgate/internal/testredis"
@@ -57,20 +56,39 @@ func newEngine(t testing.TB, delay time.Duration) *engine.Engine {
 
 var story = []engine.Message{{Role: "user", Content: "Once upon a time, there was a little girl"}}
 
+// storyText is a raw prompt; storyTokens returns what stories260K's
+// tokenizer makes of it.
+const storyText = "Once upon a time, there was a little boy"
+
+func storyTokens(t testing.TB) []int32 {
+	t.Helper()
+	be, err := kernels.Open("cpu", kernels.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	m, err := model.Load(testmodels.Path(t, testmodels.Stories260K), be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	return m.Tokenizer().Encode(storyText)
+}
+
 func TestConformanceInProcess(t *testing.T) {
 	generatortest.Run(t, generatortest.Config{
-		Messages: story,
-		New: func(t *testing.T) gateway.Generator {
+		Messages: story, Text: storyText, TextTokens: storyTokens(t),
+		New: func(t *testing.T) engine.Generator {
 			eng := newEngine(t, time.Millisecond)
-			return gateway.Adapt(eng.Submit, eng.Cancel)
+			return eng
 		},
 	})
 }
 
 func TestConformanceRedis(t *testing.T) {
 	generatortest.Run(t, generatortest.Config{
-		Messages: story,
-		New: func(t *testing.T) gateway.Generator {
+		Messages: story, Text: storyText, TextTokens: storyTokens(t),
+		New: func(t *testing.T) engine.Generator {
 			rdb := testredis.Client(t)
 			prefix := testredis.Prefix(t)
 			eng := newEngine(t, time.Millisecond)
@@ -78,7 +96,7 @@ func TestConformanceRedis(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				done <- cluster.RunEngine(ctx, cluster.EngineOptions{Redis: rdb, Prefix: prefix, ID: "e1",
-					Engine: cluster.Local(eng.Submit, eng.Cancel), Logger: quiet})
+					Engine: eng, Logger: quiet})
 			}()
 			t.Cleanup(func() {
 				cancel()
@@ -98,7 +116,7 @@ func TestConformanceRedis(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			return gateway.Adapt(c.Submit, c.Cancel)
+			return c
 		},
 	})
 }

@@ -1,11 +1,11 @@
 // Package cluster runs specgate's request path over Redis, so gateways and
 // engines can be separate processes on separate machines.
 //
-// The gateway side is Client: it implements the same Submit/Cancel contract
-// as the in-process engine (wire it with gateway.Adapt(c.Submit, c.Cancel)),
-// and the same conformance suite (gateway/generatortest) runs against both.
-// The engine side is RunEngine: it feeds requests from Redis to a local
-// engine and writes the results back. This package imports the engine API
+// The gateway side is Client: an engine.Generator, like the in-process
+// engine (with engine.Readier and engine.SessionWarmer), and the same
+// conformance suite (gateway/generatortest) runs against both. The engine
+// side is RunEngine: it feeds requests from Redis to a local engine and
+// writes the results back; the engine tokenizes text prompts there. This package imports the engine API
 // but never the gateway: dependencies point gateway → engine.
 //
 // # Keys
@@ -22,6 +22,7 @@
 //	P cl:req:{r:<key>}:out    STREAM the request's accepted/delta/final entries
 //	P cl:gw:<gateway>         pub/sub channel: "entry appended for <key>"
 //	P cl:ctl                  pub/sub channel: "cancel <key>"
+//	P cl:warm                 pub/sub channel: sessions with live clients (warmth.go)
 //
 // <key> is the engine request id plus a random suffix, unique per Submit, so
 // a request id reused after its request ended never meets old state.

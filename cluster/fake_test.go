@@ -34,7 +34,7 @@ func fakeText(from, to int) string {
 	return s
 }
 
-func (f *fakeEngine) Submit(ctx context.Context, r engine.Request) (Events, error) {
+func (f *fakeEngine) Generate(ctx context.Context, r engine.Request) (engine.Events, error) {
 	if r.MaxTokens <= 0 {
 		return nil, &engine.Error{Code: engine.CodeBadRequest, Message: "max tokens"}
 	}

@@ -358,6 +358,38 @@ func TestMultiProcess(t *testing.T) {
 		}
 	})
 
+	t.Run("text prompt on /v1/completions", func(t *testing.T) {
+		// The gateway process has no model: an engine tokenizes the text.
+		body := strings.NewReader(`{"prompt":"` + storyText + `","max_tokens":8,"temperature":0}`)
+		req, err := http.NewRequest(http.MethodPost, "http://"+g1.addr+"/v1/completions", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+			Usage struct {
+				PromptTokens     int `json:"prompt_tokens"`
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		if want := len(storyTokens(t)); resp.StatusCode != http.StatusOK || len(r.Choices) != 1 || r.Choices[0].Text == "" ||
+			r.Usage.PromptTokens != want || r.Usage.CompletionTokens == 0 {
+			t.Fatalf("have %d %+v; want 200, a completion of the %d-token prompt", resp.StatusCode, r, want)
+		}
+	})
+
 	var affSession string
 	t.Run("session affinity", func(t *testing.T) {
 		c1, c2 := dial(t, g1, token), dial(t, g2, token)

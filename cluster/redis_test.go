@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 }
 
 // fast are timings that keep takeovers within a test's patience.
-func fastEngine(rdb redis.UniversalClient, prefix, id string, run Runner) EngineOptions {
+func fastEngine(rdb redis.UniversalClient, prefix, id string, run engine.Generator) EngineOptions {
 	return EngineOptions{Redis: rdb, Prefix: prefix, ID: id, Engine: run, Capacity: 8,
 		HeartbeatInterval: 100 * time.Millisecond, HeartbeatTTL: 400 * time.Millisecond,
 		ClaimInterval: 100 * time.Millisecond, ClaimTimeout: 500 * time.Millisecond,

@@ -38,6 +38,7 @@ func (k keys) req(rk string) string         { return k.ks.ClusterRequest(rk) }
 func (k keys) out(rk string) string         { return k.ks.ClusterOutput(rk) }
 func (k keys) gatewayChan(id string) string { return k.ks.GatewayChannel(id) }
 func (k keys) control() string              { return k.ks.Control() }
+func (k keys) warmth() string               { return k.ks.Warmth() }
 
 // queueOwner is the engine whose stream queue is ("" for the shared one).
 func (k keys) queueOwner(queue string) string {
@@ -57,7 +58,8 @@ const (
 const (
 	fieldKey     = "k" // the request key (rk)
 	fieldGateway = "g" // the submitting gateway's id
-	fieldRequest = "r" // JSON engine.Request
+	fieldRequest = "r" // JSON wireRequest (wirereq.go)
+	fieldVersion = "v" // its wire version ("": 0, engine.Request's JSON)
 )
 
 // Results of the append script.

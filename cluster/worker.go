@@ -18,40 +18,6 @@ import (
 	"github.com/specgate/specgate/internal/durable"
 )
 
-// Events is one request's events from a local engine: deltas, then one
-// Final, then io.EOF (*engine.Stream).
-type Events interface {
-	Recv(ctx context.Context) (engine.Event, error)
-}
-
-// Runner is the local engine a worker feeds.
-type Runner interface {
-	Submit(ctx context.Context, r engine.Request) (Events, error)
-	Cancel(id string)
-}
-
-// Local makes a Runner from an engine's Submit and Cancel methods:
-//
-//	run := cluster.Local(eng.Submit, eng.Cancel)
-func Local[S Events](submit func(context.Context, engine.Request) (S, error), cancel func(string)) Runner {
-	return local[S]{submit: submit, cancel: cancel}
-}
-
-type local[S Events] struct {
-	submit func(context.Context, engine.Request) (S, error)
-	cancel func(string)
-}
-
-func (l local[S]) Submit(ctx context.Context, r engine.Request) (Events, error) {
-	s, err := l.submit(ctx, r)
-	if err != nil {
-		return nil, err // never a typed nil in an interface
-	}
-	return s, nil
-}
-
-func (l local[S]) Cancel(id string) { l.cancel(id) }
-
 // EngineOptions configure RunEngine. Redis and Engine are required; every
 // zero field takes the default noted on it.
 type EngineOptions struct {
@@ -63,8 +29,10 @@ type EngineOptions struct {
 	ID string
 	// Addr is the HTTP address advertised in the heartbeat ("").
 	Addr string
-	// Engine runs the requests.
-	Engine Runner
+	// Engine runs the requests: the local *engine.Engine. When it is an
+	// engine.SessionWarmer, the gateways' word on which sessions are live
+	// reaches it.
+	Engine engine.Generator
 	// Capacity is how many requests this engine holds at once, running or
 	// queued in the engine (64). It never reads more entries than it has
 	// free slots; gateways route elsewhere when it is full.
@@ -160,6 +128,7 @@ type worker struct {
 type job struct {
 	rk, queue, entry, gateway string
 	req                       engine.Request
+	bad                       error           // the request did not decode: refuse it
 	ctx                       context.Context // cancelled to cancel the request
 	cancel                    context.CancelFunc
 }
@@ -183,7 +152,11 @@ func RunEngine(ctx context.Context, o EngineOptions) error {
 	defer stopRun()
 	bgCtx, stopBG := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
-	bg.Add(3)
+	bg.Add(4)
+	go func() {
+		defer bg.Done()
+		w.warmth(bgCtx)
+	}()
 	go func() {
 		defer bg.Done()
 		heartbeat(ctx, o.Redis, w.k, o.HeartbeatInterval, o.HeartbeatTTL, w.info, w.log)
@@ -357,14 +330,22 @@ func countMessages(res []redis.XStream) int {
 // take starts a job for queue entry m unless this engine holds it already.
 func (w *worker) take(runCtx context.Context, queue string, m redis.XMessage) {
 	rk := str(m.Values, fieldKey)
-	var r engine.Request
-	err := json.Unmarshal([]byte(str(m.Values, fieldRequest)), &r)
-	if rk == "" || err != nil {
+	if rk == "" {
 		// Not a request any version wrote: drop it rather than have every
 		// engine trip on it forever.
-		w.log.Warn("cluster: dropping malformed request entry", "queue", queue, "entry", m.ID, "err", err)
+		w.log.Warn("cluster: dropping a request entry without a key", "queue", queue, "entry", m.ID)
 		w.ack(queue, m.ID)
 		return
+	}
+	// A request that does not decode (a newer wire version, a bad
+	// field) is refused like one the engine refuses, so its gateway
+	// hears why at once.
+	r, bad := decodeRequest(str(m.Values, fieldVersion), str(m.Values, fieldRequest))
+	if bad != nil {
+		w.log.Warn("cluster: refusing a request entry that does not decode", "queue", queue, "entry", m.ID, "err", bad)
+		if !errors.As(bad, new(*engine.Error)) {
+			bad = &engine.Error{Code: engine.CodeBadRequest, Message: bad.Error()}
+		}
 	}
 	w.mu.Lock()
 	if _, ok := w.inflight[rk]; ok {
@@ -372,7 +353,7 @@ func (w *worker) take(runCtx context.Context, queue string, m redis.XMessage) {
 		return // a takeover handed us back our own running request
 	}
 	jctx, cancel := context.WithCancel(runCtx)
-	j := &job{rk: rk, queue: queue, entry: m.ID, gateway: str(m.Values, fieldGateway), req: r, ctx: jctx, cancel: cancel}
+	j := &job{rk: rk, queue: queue, entry: m.ID, gateway: str(m.Values, fieldGateway), req: r, bad: bad, ctx: jctx, cancel: cancel}
 	w.inflight[rk] = j
 	w.mu.Unlock()
 	w.jobs.Add(1)
@@ -558,7 +539,11 @@ func (w *worker) run(runCtx context.Context, j *job) {
 
 	r := j.req
 	r.Generated = append(append([]int32(nil), r.Generated...), gen...)
-	st, err := w.o.Engine.Submit(j.ctx, r)
+	var st engine.Events
+	err = j.bad
+	if err == nil {
+		st, err = w.o.Engine.Generate(j.ctx, r)
+	}
 	if err != nil {
 		if runCtx.Err() != nil {
 			return
@@ -588,7 +573,7 @@ func (w *worker) run(runCtx context.Context, j *job) {
 // pump copies the engine's events to the output stream. Text that comes
 // without tokens (held back for a stop string) waits for them, so every
 // written delta carries the tokens behind its text.
-func (w *worker) pump(runCtx context.Context, j *job, fence int64, st Events, replayed int) {
+func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Events, replayed int) {
 	var pend engine.Event
 	flush := func() error {
 		if len(pend.Tokens) == 0 && pend.Text == "" {

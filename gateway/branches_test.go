@@ -243,7 +243,7 @@ func TestReadyDescribesModel(t *testing.T) {
 // gives the same answer as before.
 func TestRegenerateKeepsCachedPrefix(t *testing.T) {
 	_, eng := storiesEngine(t)
-	e := newEnv(t, nil, "", func(o *Options) { o.Generator = Adapt(eng.Submit, eng.Cancel) })
+	e := newEnv(t, nil, "", func(o *Options) { o.Generator = eng })
 	c := e.login("alice")
 	sid := c.createSession("real")
 	params := map[string]any{"max_tokens": 12, "temperature": 0}

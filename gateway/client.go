@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/tenants"
 )
 
@@ -29,7 +30,7 @@ type client struct {
 	ctx   context.Context
 	wg    sync.WaitGroup
 	// live lists the sessions this socket has opened or chatted in, which
-	// the engine keeps warm (Options.SessionLive) until the socket goes.
+	// the engine keeps warm (engine.SessionWarmer) until the socket goes.
 	// Only the connection's own goroutine (readLoop, then serveWS's
 	// deferred cleanup) touches it.
 	live map[string]bool
@@ -37,20 +38,24 @@ type client struct {
 
 // markLive tells the engine a session's prefix is in use by this socket.
 func (c *client) markLive(session string) {
-	if c.s.o.SessionLive == nil || session == "" || c.live[session] {
+	w, ok := c.s.o.Generator.(engine.SessionWarmer)
+	if !ok || session == "" || c.live[session] {
 		return
 	}
 	if c.live == nil {
 		c.live = map[string]bool{}
 	}
 	c.live[session] = true
-	c.s.o.SessionLive(session, true)
+	w.SetSessionLive(session, true)
 }
 
 // releaseLive lets the engine demote this socket's sessions first.
 func (c *client) releaseLive() {
+	w, ok := c.s.o.Generator.(engine.SessionWarmer)
 	for session := range c.live {
-		c.s.o.SessionLive(session, false)
+		if ok {
+			w.SetSessionLive(session, false)
+		}
 	}
 	c.live = nil
 }

@@ -44,7 +44,7 @@ func storiesEngineWith(t *testing.T, o engine.Options) (model.Model, *engine.Eng
 // against the real engine and the tiny TinyStories model.
 func TestRealModelEndToEnd(t *testing.T) {
 	_, eng := storiesEngine(t)
-	e := newEnv(t, nil, "", func(o *Options) { o.Generator = Adapt(eng.Submit, eng.Cancel) })
+	e := newEnv(t, nil, "", func(o *Options) { o.Generator = eng })
 	c := e.login("alice")
 	sid := c.createSession("real")
 	c.send(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "Once upon a time",
@@ -78,7 +78,7 @@ func TestRealModelEndToEnd(t *testing.T) {
 // done reports the seed each drew, and sending it back gives the same reply.
 func TestRealModelSeedIsDrawnAndReported(t *testing.T) {
 	_, eng := storiesEngine(t)
-	e := newEnv(t, nil, "", func(o *Options) { o.Generator = Adapt(eng.Submit, eng.Cancel) })
+	e := newEnv(t, nil, "", func(o *Options) { o.Generator = eng })
 	c := e.login("alice")
 	chat := func(id string, params map[string]any) (string, ServerFrame) {
 		sid := c.createSession(id)

@@ -514,16 +514,28 @@ func TestConcurrencyCap(t *testing.T) {
 	c.collect("r1")
 }
 
-// TestSessionLiveness checks the engine is told which sessions a socket
-// uses, once each, and that they go idle when the socket does.
+// warmGen is the fake generator with session warmth: it records what the
+// gateway tells it.
+type warmGen struct {
+	*fakeGenerator
+	calls chan warmCall
+}
+
+type warmCall struct {
+	session string
+	live    bool
+}
+
+func (g warmGen) SetSessionLive(s string, live bool) { g.calls <- warmCall{s, live} }
+
+// TestSessionLiveness checks a generator that keeps sessions warm (an
+// engine.SessionWarmer) is told which sessions a socket uses, once each,
+// and that they go idle when the socket does.
 func TestSessionLiveness(t *testing.T) {
-	type call struct {
-		session string
-		live    bool
-	}
+	type call = warmCall
 	calls := make(chan call, 16)
 	e := newEnv(t, nil, "", func(o *Options) {
-		o.SessionLive = func(s string, live bool) { calls <- call{s, live} }
+		o.Generator = warmGen{o.Generator.(*fakeGenerator), calls}
 	})
 	c := e.login("alice")
 	sid := c.createSession("first")

@@ -1,64 +1,24 @@
 package gateway
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/binary"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/engine/sample"
 )
 
-// EventStream is one request's events: deltas, then one Final, then io.EOF.
-type EventStream interface {
-	Recv(ctx context.Context) (engine.Event, error)
-}
-
-// Generator is what the gateway needs of the engine. Submit's ctx lives as
-// long as the generation: cancelling it cancels the request. Cancel stops a
-// request by id; unknown ids are ignored.
-type Generator interface {
-	Submit(ctx context.Context, r engine.Request) (EventStream, error)
-	Cancel(id string)
-}
-
-// Readier is optionally implemented by a Generator: /readyz calls Ready,
-// and a non-nil error (model not loaded yet) makes the gateway not ready.
-type Readier interface {
-	Ready() error
-}
-
-// Adapt makes a Generator from an engine's Submit and Cancel methods, so
-// the gateway never names the engine's concrete types:
-//
-//	gen := gateway.Adapt(eng.Submit, eng.Cancel)
-func Adapt[S EventStream](submit func(context.Context, engine.Request) (S, error), cancel func(string)) Generator {
-	return adapted[S]{submit: submit, cancel: cancel}
-}
-
-type adapted[S EventStream] struct {
-	submit func(context.Context, engine.Request) (S, error)
-	cancel func(string)
-}
-
-func (a adapted[S]) Submit(ctx context.Context, r engine.Request) (EventStream, error) {
-	s, err := a.submit(ctx, r)
-	if err != nil {
-		// Never hand out a typed nil inside a non-nil interface.
-		return nil, err
-	}
-	return s, nil
-}
-
-func (a adapted[S]) Cancel(id string) { a.cancel(id) }
+// The gateway consumes engine.Generator (the in-process engine, or the
+// cluster client in --role=gateway) and discovers what else it can do by
+// type assertion: engine.Readier for /readyz, engine.SessionWarmer for
+// keeping live conversations' prefixes warm.
 
 // samplingParams maps a chat frame's parameters onto the engine's. A
 // request without a seed gets a fresh one (done reports it), so unseeded
 // chats, and regenerations, differ, and any reply can be reproduced.
-func samplingParams(p *ChatParams) sample.Params {
-	var sp sample.Params
+func samplingParams(p *ChatParams) engine.Sampling {
+	var sp engine.Sampling
 	if p != nil {
-		sp = sample.Params{
+		sp = engine.Sampling{
 			Temperature: p.Temperature,
 			TopK:        p.TopK,
 			TopP:        p.TopP,

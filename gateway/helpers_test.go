@@ -39,7 +39,7 @@ func newFake() *fakeGenerator { return &fakeGenerator{streams: map[string]*fakeS
 
 func fakeReply(content string) string { return "echo: " + content + " ." }
 
-func (g *fakeGenerator) Submit(ctx context.Context, r engine.Request) (EventStream, error) {
+func (g *fakeGenerator) Generate(ctx context.Context, r engine.Request) (engine.Events, error) {
 	if g.refuse != nil {
 		return nil, g.refuse
 	}

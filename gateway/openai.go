@@ -77,7 +77,6 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/tenants"
 )
 
@@ -412,7 +411,7 @@ func (c *oaiCommon) engineParams(req *engine.Request, tenantClass string) *oaiEr
 		}
 		req.MaxTokens = *c.MaxTokens
 	}
-	p := sample.Params{Temperature: 1}
+	p := engine.Sampling{Temperature: 1}
 	inRange := func(name string, v *float64, lo, hi float64, dst *float32) *oaiError {
 		if v == nil {
 			return nil
@@ -756,15 +755,7 @@ func (s *Server) serveCompletions(w http.ResponseWriter, r *http.Request, id Ide
 	case len(p.tokens) > 0:
 		c.req.Prompt = p.tokens // the engine checks them against the vocabulary
 	case p.text != "":
-		if s.o.Tokenize == nil {
-			writeOAIError(w, oaiInvalid("prompt", "this server takes prompts as token ids only"))
-			return
-		}
-		c.req.Prompt = s.o.Tokenize(p.text)
-		if len(c.req.Prompt) == 0 {
-			writeOAIError(w, oaiInvalid("prompt", "the prompt encodes to no tokens"))
-			return
-		}
+		c.req.Text = p.text // the engine that runs it tokenizes it
 	default:
 		writeOAIError(w, oaiInvalid("prompt", "prompt is required"))
 		return

@@ -34,9 +34,8 @@ func TestOpenAIOneAnswerPerPrompt(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = eng.Close() })
 	e := newEnv(t, nil, "", func(o *Options) {
-		o.Generator = Adapt(eng.Submit, eng.Cancel)
+		o.Generator = eng
 		o.ModelName = "stories260K"
-		o.Tokenize = m.Tokenizer().Encode
 	})
 	bodies := []map[string]any{
 		{"model": "stories260K", "prompt": "Grandma baked cookies for everyone in the house.", "max_tokens": 60, "temperature": 0},

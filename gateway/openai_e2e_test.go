@@ -11,11 +11,10 @@ import (
 // tiny TinyStories model: greedy streaming concatenates to the
 // non-streaming text, and the engine's refusals come back in OpenAI's shape.
 func TestOpenAIRealModel(t *testing.T) {
-	m, eng := storiesEngine(t)
+	_, eng := storiesEngine(t)
 	e := newEnv(t, nil, "", func(o *Options) {
-		o.Generator = Adapt(eng.Submit, eng.Cancel)
+		o.Generator = eng
 		o.ModelName = "stories260K"
-		o.Tokenize = m.Tokenizer().Encode
 	})
 	tok := e.token("alice")
 

@@ -194,11 +194,10 @@ func runOAI(t *testing.T, e *env, tok, path string, body map[string]any) oaiResu
 // whole answers, and log probabilities cover the generated text token by
 // token with their alternatives.
 func TestOpenAIChoicesAndLogprobs(t *testing.T) {
-	m, eng := storiesEngine(t)
+	_, eng := storiesEngine(t)
 	e := newEnv(t, nil, "", func(o *Options) {
-		o.Generator = Adapt(eng.Submit, eng.Cancel)
+		o.Generator = eng
 		o.ModelName = "stories260K"
-		o.Tokenize = m.Tokenizer().Encode
 	})
 	tok := e.token("alice")
 	user := []map[string]any{{"role": "user", "content": "Once upon a time"}}
@@ -369,11 +368,10 @@ func checkCalls(t *testing.T, calls []wireToolCall, only string) {
 // calls whose arguments validate, streaming gives the same calls as
 // tool_calls deltas, auto gives text or calls, none gives text.
 func TestOpenAITools(t *testing.T) {
-	m, eng := storiesEngine(t)
+	_, eng := storiesEngine(t)
 	e := newEnv(t, nil, "", func(o *Options) {
-		o.Generator = Adapt(eng.Submit, eng.Cancel)
+		o.Generator = eng
 		o.ModelName = "stories260K"
-		o.Tokenize = m.Tokenizer().Encode
 	})
 	tok := e.token("alice")
 	user := []map[string]any{{"role": "user", "content": "What is the weather in Oslo?"}}
@@ -463,9 +461,8 @@ func TestOpenAIToolsNativeTemplates(t *testing.T) {
 				t.Fatalf("template %s: have no native tool format", tt.name)
 			}
 			e := newEnv(t, nil, "", func(o *Options) {
-				o.Generator = Adapt(eng.Submit, eng.Cancel)
+				o.Generator = eng
 				o.ModelName = "stories260K"
-				o.Tokenize = m.Tokenizer().Encode
 				o.ToolFormat = &format
 			})
 			tok := e.token("alice")

@@ -42,14 +42,14 @@ func (c *oaiCall) choiceIDs() []string {
 // with seed+i, so choice 0 is what n=1 gives with the same seed. When one
 // is refused the others are cancelled and drained, and the refusal
 // returned.
-func (s *Server) submitChoices(ctx context.Context, c *oaiCall) ([]EventStream, error) {
+func (s *Server) submitChoices(ctx context.Context, c *oaiCall) ([]engine.Events, error) {
 	ids := c.choiceIDs()
-	streams := make([]EventStream, 0, len(ids))
+	streams := make([]engine.Events, 0, len(ids))
 	for i, id := range ids {
 		r := c.req
 		r.ID = id
 		r.Sample.Seed += uint64(i)
-		st, err := s.o.Generator.Submit(ctx, r)
+		st, err := s.o.Generator.Generate(ctx, r)
 		if err != nil {
 			for j, prev := range streams {
 				s.o.Generator.Cancel(ids[j])
@@ -63,7 +63,7 @@ func (s *Server) submitChoices(ctx context.Context, c *oaiCall) ([]EventStream, 
 }
 
 // drain reads a cancelled stream to its end, as streams ask.
-func drain(ctx context.Context, st EventStream) {
+func drain(ctx context.Context, st engine.Events) {
 	for {
 		if _, err := st.Recv(ctx); err != nil {
 			return
@@ -74,7 +74,7 @@ func drain(ctx context.Context, st EventStream) {
 // mergeChoices reads every stream on a goroutine of its own and sends
 // their events on one channel. Each goroutine ends after its stream's
 // final; the caller must read until it has every choice's final.
-func (s *Server) mergeChoices(streams []EventStream) <-chan choiceEvent {
+func (s *Server) mergeChoices(streams []engine.Events) <-chan choiceEvent {
 	ch := make(chan choiceEvent, 4*len(streams))
 	for i, st := range streams {
 		go func() {
@@ -94,7 +94,7 @@ func (s *Server) mergeChoices(streams []EventStream) <-chan choiceEvent {
 // recvChoice returns the stream's next delta or, at the end, its final
 // (never nil). A Recv error means the server gave up (hard shutdown) and
 // reads as cancelled.
-func (s *Server) recvChoice(stream EventStream) choiceEvent {
+func (s *Server) recvChoice(stream engine.Events) choiceEvent {
 	for {
 		ev, err := stream.Recv(s.runCtx)
 		if errors.Is(err, io.EOF) {

@@ -24,30 +24,30 @@ import (
 
 const testModel = "stories-test"
 
-// promptFake lets the echoing fake answer raw prompts: it echoes the
+// promptFake lets the echoing fake answer raw prompts: it tokenizes a
+// text prompt as an engine does, one token per byte, and echoes the
 // prompt's token ids as if they were a user message.
 type promptFake struct{ *fakeGenerator }
 
-func (g promptFake) Submit(ctx context.Context, r engine.Request) (EventStream, error) {
+func (g promptFake) Generate(ctx context.Context, r engine.Request) (engine.Events, error) {
 	if len(r.Messages) == 0 {
-		r.Messages = []engine.Message{{Role: "user", Content: fmt.Sprint(r.Prompt)}}
+		ids := r.Prompt
+		if len(ids) == 0 {
+			for i := range len(r.Text) {
+				ids = append(ids, int32(r.Text[i]))
+			}
+		}
+		r.Messages = []engine.Message{{Role: "user", Content: fmt.Sprint(ids)}}
 	}
-	return g.fakeGenerator.Submit(ctx, r)
+	return g.fakeGenerator.Generate(ctx, r)
 }
 
-// newOAIEnv is a gateway whose model is testModel and whose tokenizer
-// makes one token per byte.
+// newOAIEnv is a gateway whose model is testModel and whose (fake)
+// engine's tokenizer makes one token per byte.
 func newOAIEnv(t *testing.T, mod func(*Options)) *env {
 	t.Helper()
 	return newEnv(t, nil, "", func(o *Options) {
 		o.ModelName = testModel
-		o.Tokenize = func(s string) []int32 {
-			out := make([]int32, len(s))
-			for i := range len(s) {
-				out[i] = int32(s[i])
-			}
-			return out
-		}
 		o.Generator = promptFake{o.Generator.(*fakeGenerator)}
 		if mod != nil {
 			mod(o)
@@ -470,13 +470,14 @@ func TestOpenAICompletions(t *testing.T) {
 		name       string
 		prompt     any
 		maxTokens  any
-		wantPrompt []int32
+		wantPrompt []int32 // as the gateway passes it on
+		wantText   string  // for the engine to tokenize
 		wantMax    int
 	}{
-		{"text is tokenized", "hi", nil, []int32{'h', 'i'}, completionsDefaultMaxTokens},
-		{"token ids", []int{5, 6, 7}, 3, []int32{5, 6, 7}, 3},
-		{"one text in an array", []string{"ab"}, 2, []int32{'a', 'b'}, 2},
-		{"one token list in an array", [][]int{{9}}, 1, []int32{9}, 1},
+		{"text goes to the engine", "hi", nil, nil, "hi", completionsDefaultMaxTokens},
+		{"token ids", []int{5, 6, 7}, 3, []int32{5, 6, 7}, "", 3},
+		{"one text in an array", []string{"ab"}, 2, nil, "ab", 2},
+		{"one token list in an array", [][]int{{9}}, 1, []int32{9}, "", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -488,8 +489,8 @@ func TestOpenAICompletions(t *testing.T) {
 			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("have %d %s; want 200", resp.StatusCode, raw)
 			}
-			if r := e.gen.lastRequest(); !slices.Equal(r.Prompt, tt.wantPrompt) || r.MaxTokens != tt.wantMax {
-				t.Errorf("have prompt %v max %d; want %v max %d", r.Prompt, r.MaxTokens, tt.wantPrompt, tt.wantMax)
+			if r := e.gen.lastRequest(); !slices.Equal(r.Prompt, tt.wantPrompt) || r.Text != tt.wantText || r.MaxTokens != tt.wantMax {
+				t.Errorf("have prompt %v text %q max %d; want %v %q max %d", r.Prompt, r.Text, r.MaxTokens, tt.wantPrompt, tt.wantText, tt.wantMax)
 			}
 			var r struct {
 				ID      string `json:"id"`
@@ -506,7 +507,11 @@ func TestOpenAICompletions(t *testing.T) {
 			if err := json.Unmarshal(raw, &r); err != nil {
 				t.Fatal(err)
 			}
-			want := fakeReply(fmt.Sprint(tt.wantPrompt))
+			ids := tt.wantPrompt // as the fake engine tokenizes text: a token per byte
+			for i := range len(tt.wantText) {
+				ids = append(ids, int32(tt.wantText[i]))
+			}
+			want := fakeReply(fmt.Sprint(ids))
 			if !strings.HasPrefix(r.ID, "cmpl-") || r.Object != "text_completion" || len(r.Choices) != 1 ||
 				r.Choices[0].Text != want || r.Choices[0].FinishReason != "stop" || r.Usage.TotalTokens == 0 {
 				t.Errorf("have %s; want a text_completion of %q", raw, want)
@@ -729,7 +734,7 @@ func TestOpenAIUnknownRoutes(t *testing.T) {
 // finalErrGen ends every stream with an error after optional deltas, as an
 // engine does when a request fails while it runs.
 type finalErrGen struct {
-	Generator
+	engine.Generator
 	deltas []string
 	err    error
 }
@@ -738,7 +743,7 @@ type finalErrStream struct {
 	events []engine.Event
 }
 
-func (g finalErrGen) Submit(ctx context.Context, r engine.Request) (EventStream, error) {
+func (g finalErrGen) Generate(ctx context.Context, r engine.Request) (engine.Events, error) {
 	st := &finalErrStream{}
 	for i, d := range g.deltas {
 		st.events = append(st.events, engine.Event{Seq: i + 1, Text: d})

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model/chat"
 	"github.com/specgate/specgate/internal/durable"
 	"github.com/specgate/specgate/internal/keyspace"
@@ -42,8 +43,10 @@ func (wallClock) Now() time.Time { return time.Now() }
 type Options struct {
 	// Redis holds sessions, tenants, rate limits and stream logs.
 	Redis redis.UniversalClient
-	// Generator runs generations (the engine, through Adapt).
-	Generator Generator
+	// Generator runs generations: the in-process *engine.Engine, or the
+	// cluster client. What it optionally implements (engine.Readier,
+	// engine.SessionWarmer) is used.
+	Generator engine.Generator
 	// Prefix is put before every Redis key ("": none). Tests use it to
 	// share one Redis.
 	Prefix string
@@ -111,9 +114,6 @@ type Options struct {
 	// tenant's Redis counters without a refresh (60s); refreshed every
 	// third of it.
 	LeaseTTL time.Duration
-	// Ready reports whether the model is loaded, for /readyz (nil: ask the
-	// Generator if it implements Readier, else ready).
-	Ready func() error
 	// Notice, when set, is sent in every ready frame for clients to show
 	// (e.g. "demo model: random weights").
 	Notice string
@@ -127,21 +127,12 @@ type Options struct {
 	// Model describes the served model in ready frames and /v1/models
 	// (nil: only ModelName is known).
 	Model *ModelInfo
-	// SessionLive, when set, is told when a socket starts using a session
-	// (get, resume, chat) and when that socket goes, so the engine keeps
-	// live conversations' prefixes warm and demotes idle ones first
-	// (engine.Engine.SetSessionLive). It must not block.
-	SessionLive func(session string, live bool)
 	// ToolFormat is the served chat template's own function-call format
 	// (engine.NativeTools): tools and tool turns then go through the
 	// template and calls are generated as the model family writes them.
 	// nil describes tools in a system message in the <tool_call>
 	// convention, which any model can read.
 	ToolFormat *chat.CallFormat
-	// Tokenize encodes a raw /v1/completions prompt the way the model
-	// wants it (BOS included); it must be safe for concurrent use. nil:
-	// such prompts must be token ids.
-	Tokenize func(text string) []int32
 }
 
 func (o *Options) validate() error {
@@ -337,14 +328,8 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 	if err := s.o.Redis.Ping(ctx).Err(); err != nil {
 		problems = append(problems, "redis: "+err.Error())
 	}
-	ready := s.o.Ready
-	if ready == nil {
-		if rd, ok := s.o.Generator.(Readier); ok {
-			ready = rd.Ready
-		}
-	}
-	if ready != nil {
-		if err := ready(); err != nil {
+	if rd, ok := s.o.Generator.(engine.Readier); ok {
+		if err := rd.Ready(); err != nil {
 			problems = append(problems, "model: "+err.Error())
 		}
 	}

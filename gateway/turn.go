@@ -29,7 +29,7 @@ type turn struct {
 	user     string
 	session  string
 	request  string
-	stream   EventStream
+	stream   engine.Events
 	leased   bool // holds a request slot in the tenant's counters
 	// registered: the turn is in the running-turn index (recovery.go)
 	// and this gateway renews it. Set under Server.mu.
@@ -203,7 +203,7 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 		req.MaxTokens = f.Params.MaxTokens
 		req.Stop = f.Params.Stop
 	}
-	stream, err := s.o.Generator.Submit(s.runCtx, req)
+	stream, err := s.o.Generator.Generate(s.runCtx, req)
 	if err != nil {
 		// A refusal is not a turn: the user message leaves the history
 		// (the client keeps it to retry) and the request id is free again.

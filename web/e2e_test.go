@@ -97,7 +97,7 @@ func findChromium(t *testing.T) string {
 // can reload mid-answer; messages naming xssMarker get xssReply; the rest
 // go to the engine as they are.
 type testGenerator struct {
-	gateway.Generator
+	engine.Generator
 	release chan struct{}
 	once    sync.Once
 
@@ -113,7 +113,7 @@ func (g *testGenerator) lastRequest() engine.Request {
 
 func (g *testGenerator) releaseHeld() { g.once.Do(func() { close(g.release) }) }
 
-func (g *testGenerator) Submit(ctx context.Context, r engine.Request) (gateway.EventStream, error) {
+func (g *testGenerator) Generate(ctx context.Context, r engine.Request) (engine.Events, error) {
 	last := ""
 	if n := len(r.Messages); n > 0 {
 		last = r.Messages[n-1].Content
@@ -135,20 +135,20 @@ func (g *testGenerator) Submit(ctx context.Context, r engine.Request) (gateway.E
 	case strings.Contains(last, refuseMarker):
 		return nil, &engine.Error{Code: engine.CodeQueueFull, Message: "the queue is full", Temporary: true}
 	case strings.Contains(last, slowMarker):
-		s, err := g.Generator.Submit(ctx, r)
+		s, err := g.Generator.Generate(ctx, r)
 		if err != nil {
 			return nil, err
 		}
-		return &heldStream{EventStream: s, release: g.release}, nil
+		return &heldStream{Events: s, release: g.release}, nil
 	}
-	return g.Generator.Submit(ctx, r)
+	return g.Generator.Generate(ctx, r)
 }
 
 // heldStream passes the first word of the answer, then waits for release
 // before the rest. The engine coalesces deltas that its reader has not
 // taken, so the first delta may hold the whole answer: it is split.
 type heldStream struct {
-	gateway.EventStream
+	engine.Events
 	release <-chan struct{}
 	started bool
 	rest    string // of the first delta, sent after release
@@ -166,9 +166,9 @@ func (s *heldStream) Recv(ctx context.Context) (engine.Event, error) {
 			s.rest = ""
 			return ev, nil
 		}
-		return s.EventStream.Recv(ctx)
+		return s.Events.Recv(ctx)
 	}
-	ev, err := s.EventStream.Recv(ctx)
+	ev, err := s.Events.Recv(ctx)
 	word := strings.IndexFunc(ev.Text, func(r rune) bool { return !unicode.IsSpace(r) })
 	if err != nil || word < 0 {
 		return ev, err // nothing visible yet
@@ -258,7 +258,7 @@ func startChatServer(t *testing.T, redisSrv ...*testredis.Server) *chatServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close() })
-	gen := &testGenerator{Generator: gateway.Adapt(eng.Submit, eng.Cancel), release: make(chan struct{})}
+	gen := &testGenerator{Generator: eng, release: make(chan struct{})}
 	c := m.Config()
 	info := gateway.ModelInfo{Name: "stories260K", Arch: c.Arch, Context: c.Context, Quantization: c.WeightType.String()}
 	gw, err := gateway.New(gateway.Options{

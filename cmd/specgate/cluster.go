@@ -56,9 +56,10 @@ func (r *roleFlags) check() error {
 	return nil
 }
 
-// newClusterClient is the gateway role's Generator: requests go to engines
-// through Redis. Wire it as gateway.Adapt(c.Submit, c.Cancel) with
-// Options.Ready = c.Ready; close it after the gateway's Shutdown.
+// newClusterClient is the gateway role's engine.Generator: requests go to
+// engines through Redis, which tokenize text prompts and keep live
+// sessions warm as the in-process engine does. Close it after the
+// gateway's Shutdown.
 func newClusterClient(rdb redis.UniversalClient, r *roleFlags, addr string, log *slog.Logger) (*cluster.Client, error) {
 	return cluster.NewClient(cluster.ClientOptions{Redis: rdb, ID: *r.instance, Addr: addr, Logger: log})
 }
@@ -89,7 +90,7 @@ func runEngineRole(ctx context.Context, log *slog.Logger, rdb redis.UniversalCli
 
 	err = cluster.RunEngine(ctx, cluster.EngineOptions{
 		Redis: rdb, ID: *r.instance, Addr: ln.Addr().String(),
-		Engine: cluster.Local(eng.Submit, eng.Cancel), Capacity: *r.capacity,
+		Engine: eng, Capacity: *r.capacity,
 		FreeKV: probe.Free, ClaimTimeout: *r.claim, Logger: log,
 	})
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -77,12 +77,9 @@ func runServe(ctx context.Context, args []string) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var gen gateway.Generator
-	var ready func() error
+	var gen engine.Generator
 	notice, modelName := "", ""
 	var modelInfo *gateway.ModelInfo
-	var tokenize func(string) []int32
-	var sessionLive func(string, bool)
 	var toolFormat *chat.CallFormat // nil: tools described in a system message
 	if *rf.role == roleGateway {
 		// No model here: requests go to engines through Redis.
@@ -91,7 +88,7 @@ func runServe(ctx context.Context, args []string) error {
 			return err
 		}
 		defer cc.Close()
-		gen, ready = gateway.Adapt(cc.Submit, cc.Cancel), cc.Ready
+		gen = cc
 	} else {
 		eng, n, closeEngine, err := serveEngine(ctx, log, reg, *modelPath, *backend, kernels.Options{Threads: *threads}, engine.Options{
 			KVBytes:        *kvMB << 20,
@@ -112,11 +109,10 @@ func runServe(ctx context.Context, args []string) error {
 		if *rf.role == roleEngine {
 			return runEngineRole(ctx, log, rdb, eng.eng, eng.probe, reg, *addr, rf)
 		}
-		gen, notice = gateway.Adapt(eng.eng.Submit, eng.eng.Cancel), n
-		modelName, tokenize = modelNameOf(eng.model, *modelPath), eng.model.Tokenizer().Encode
+		gen, notice = eng.eng, n
+		modelName = modelNameOf(eng.model, *modelPath)
 		c := eng.model.Config()
 		modelInfo = &gateway.ModelInfo{Name: modelName, Arch: c.Arch, Context: c.Context, Quantization: c.WeightType.String(), Demo: n != ""}
-		sessionLive = eng.eng.SetSessionLive
 		if f, ok := eng.eng.NativeTools(); ok {
 			toolFormat = &f
 		}
@@ -125,15 +121,12 @@ func runServe(ctx context.Context, args []string) error {
 	gw, err := gateway.New(gateway.Options{
 		Redis:       rdb,
 		Generator:   gen,
-		Ready:       ready,
 		Registry:    reg,
 		AdminToken:  *adminToken,
 		Logger:      log,
 		Notice:      notice,
 		ModelName:   modelName,
 		Model:       modelInfo,
-		Tokenize:    tokenize,
-		SessionLive: sessionLive,
 		ToolFormat:  toolFormat,
 		AuthTimeout: *authTimeout,
 		TurnLease:   *turnLease,

@@ -1,5 +1,5 @@
-// Package generatortest is the conformance suite of gateway.Generator.
-// Every implementation (the in-process engine through gateway.Adapt, the
+// Package generatortest is the conformance suite of engine.Generator.
+// Every implementation (the in-process *engine.Engine, the cluster client on the
 // Redis request path) runs it against a real engine on a real model, so the
 // gateway can rely on one contract whichever is wired in.
 package generatortest
@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/gateway"
 )
 
 // Config describes the implementation under test.
@@ -24,10 +23,15 @@ type Config struct {
 	// New returns the Generator under test; Run calls it once. It is
 	// backed by a real engine whose steps are slow enough (a millisecond
 	// or more) that a cancel lands before a long reply ends.
-	New func(t *testing.T) gateway.Generator
+	New func(t *testing.T) engine.Generator
 	// Messages is a prompt the model answers greedily with at least
 	// MaxTokens/2 tokens before it stops.
 	Messages []engine.Message
+	// Text is a raw prompt and TextTokens what the model's tokenizer
+	// makes of it (BOS included): a request giving Text must be answered
+	// as one giving TextTokens, whichever process tokenizes it.
+	Text       string
+	TextTokens []int32
 	// MaxTokens caps the greedy replies (32).
 	MaxTokens int
 	// Timeout bounds each request (30s).
@@ -52,7 +56,7 @@ func newID(t *testing.T) string {
 }
 
 // drain reads s to its io.EOF, checking the stream's contract as it goes.
-func drain(t *testing.T, ctx context.Context, s gateway.EventStream) reply {
+func drain(t *testing.T, ctx context.Context, s engine.Events) reply {
 	t.Helper()
 	var r reply
 	last := 0
@@ -98,7 +102,22 @@ func Run(t *testing.T, c Config) {
 	if c.Timeout == 0 {
 		c.Timeout = 30 * time.Second
 	}
+	if c.Text == "" || len(c.TextTokens) == 0 {
+		t.Fatal("generatortest: Config.Text and TextTokens are required")
+	}
 	g := c.New(t)
+	t.Run("optional interfaces", func(t *testing.T) {
+		// Both implementations serve every role, so both must offer what
+		// the gateway discovers: readiness and session warmth.
+		if rd, ok := g.(engine.Readier); !ok {
+			t.Errorf("%T is not an engine.Readier", g)
+		} else if err := rd.Ready(); err != nil {
+			t.Errorf("Ready: %v; want ready", err)
+		}
+		if _, ok := g.(engine.SessionWarmer); !ok {
+			t.Errorf("%T is not an engine.SessionWarmer", g)
+		}
+	})
 	req := func(t *testing.T) engine.Request {
 		return engine.Request{ID: newID(t), Tenant: "conf", User: "u", Session: newID(t),
 			Messages: c.Messages, MaxTokens: c.MaxTokens}
@@ -111,7 +130,7 @@ func Run(t *testing.T, c Config) {
 	run := func(t *testing.T, r engine.Request) reply {
 		t.Helper()
 		ctx := ctxFor(t)
-		s, err := g.Submit(ctx, r)
+		s, err := g.Generate(ctx, r)
 		if err != nil {
 			t.Fatalf("submit: %v", err)
 		}
@@ -165,6 +184,19 @@ func Run(t *testing.T, c Config) {
 		}
 	})
 
+	t.Run("text prompt", func(t *testing.T) {
+		r := req(t)
+		r.Messages = nil
+		r.Prompt = c.TextTokens
+		want := run(t, r)
+		r = req(t)
+		r.Messages, r.Text = nil, c.Text
+		have := run(t, r)
+		if have.text != want.text || have.final.Usage.PromptTokens != len(c.TextTokens) {
+			t.Fatalf("have %q from %d prompt tokens; want %q from %d, as for the tokens", have.text, have.final.Usage.PromptTokens, want.text, len(c.TextTokens))
+		}
+	})
+
 	t.Run("refusals", func(t *testing.T) {
 		for _, tc := range []struct {
 			name string
@@ -178,7 +210,7 @@ func Run(t *testing.T, c Config) {
 			t.Run(tc.name, func(t *testing.T) {
 				r := req(t)
 				tc.mod(&r)
-				s, err := g.Submit(ctxFor(t), r)
+				s, err := g.Generate(ctxFor(t), r)
 				var ee *engine.Error
 				if !errors.As(err, &ee) || ee.Code != tc.code {
 					t.Fatalf("have %v, %v; want an *engine.Error with code %s", s, err, tc.code)
@@ -194,7 +226,7 @@ func Run(t *testing.T, c Config) {
 		r.MaxTokens = 0
 		return r
 	}
-	firstDelta := func(t *testing.T, ctx context.Context, s gateway.EventStream) {
+	firstDelta := func(t *testing.T, ctx context.Context, s engine.Events) {
 		t.Helper()
 		ev, err := s.Recv(ctx)
 		if err != nil || ev.Final != nil {
@@ -205,7 +237,7 @@ func Run(t *testing.T, c Config) {
 	t.Run("cancel by id", func(t *testing.T) {
 		ctx := ctxFor(t)
 		r := long(t)
-		s, err := g.Submit(ctx, r)
+		s, err := g.Generate(ctx, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +252,7 @@ func Run(t *testing.T, c Config) {
 	t.Run("cancel by context", func(t *testing.T) {
 		ctx := ctxFor(t)
 		sctx, cancel := context.WithCancel(ctx)
-		s, err := g.Submit(sctx, long(t))
+		s, err := g.Generate(sctx, long(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +269,7 @@ func Run(t *testing.T, c Config) {
 
 	t.Run("recv with a done context", func(t *testing.T) {
 		ctx := ctxFor(t)
-		s, err := g.Submit(ctx, req(t))
+		s, err := g.Generate(ctx, req(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +300,7 @@ func Run(t *testing.T, c Config) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s, err := g.Submit(ctx, req(t))
+				s, err := g.Generate(ctx, req(t))
 				if err != nil {
 					errs[i] = err
 					return

@@ -87,7 +87,7 @@ func (g *pacedGen) emit(ctx context.Context) {
 	}
 }
 
-func (g *pacedGen) Submit(_ context.Context, r engine.Request) (gateway.EventStream, error) {
+func (g *pacedGen) Generate(_ context.Context, r engine.Request) (engine.Events, error) {
 	n := g.tokens
 	if r.MaxTokens > 0 {
 		n = r.MaxTokens
@@ -175,7 +175,7 @@ func (g *gw) openConns(tb testing.TB) int {
 	return 0
 }
 
-func startGateway(tb testing.TB, gen gateway.Generator) *gw {
+func startGateway(tb testing.TB, gen engine.Generator) *gw {
 	tb.Helper()
 	rdb := testredis.Client(tb)
 	prefix := testredis.Prefix(tb)

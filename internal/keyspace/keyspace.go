@@ -190,6 +190,10 @@ func (s Space) GatewayControl() string { return s.prefix + "gw:ctl" }
 // Control is the channel of cancels.
 func (s Space) Control() string { return s.prefix + "cl:ctl" }
 
+// Warmth is the channel on which gateways tell engines which sessions
+// have a live client.
+func (s Space) Warmth() string { return s.prefix + "cl:warm" }
+
 // SchemaVersion holds the applied migration number. Its name predates the
 // tagged layout and must never change: it is how a binary finds out what
 // layout a Redis holds.

@@ -94,7 +94,7 @@ func run(ctx context.Context) error {
 		defer eng.Close()
 		fmt.Println("engine", *id)
 		return cluster.RunEngine(ctx, cluster.EngineOptions{
-			Redis: rdb, Prefix: *prefix, ID: *id, Engine: cluster.Local(eng.Submit, eng.Cancel),
+			Redis: rdb, Prefix: *prefix, ID: *id, Engine: eng,
 			FreeKV: probe.Free, Logger: log,
 			HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second,
 			ClaimInterval: 200 * time.Millisecond, ClaimTimeout: *claim, DrainTimeout: 2 * time.Second,
@@ -107,8 +107,8 @@ func run(ctx context.Context) error {
 			return err
 		}
 		defer c.Close()
-		gw, err := gateway.New(gateway.Options{Redis: rdb, Prefix: *prefix, Generator: gateway.Adapt(c.Submit, c.Cancel),
-			Ready: c.Ready, Logger: log, ResumePoll: 100 * time.Millisecond, PersistTimeout: 10 * time.Second})
+		gw, err := gateway.New(gateway.Options{Redis: rdb, Prefix: *prefix, Generator: c,
+			Logger: log, ResumePoll: 100 * time.Millisecond, PersistTimeout: 10 * time.Second})
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,72 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+
+	"github.com/specgate/specgate/internal/testredis"
+)
+
+// warmEngine is the fake engine with session warmth: it records what it
+// is told.
+type warmEngine struct {
+	*fakeEngine
+	calls chan warmCall
+}
+
+type warmCall struct {
+	session string
+	live    bool
+}
+
+func (e warmEngine) SetSessionLive(s string, live bool) { e.calls <- warmCall{s, live} }
+
+// TestSessionWarmth: a gateway's word on live sessions reaches the engine
+// over Redis, once per change; nested live calls need as many idle ones;
+// and a session whose gateway stops announcing it (lost message, dead
+// gateway) goes idle on the engine after the heartbeat TTL.
+func TestSessionWarmth(t *testing.T) {
+	rdb := testredis.Client(t)
+	prefix := testredis.Prefix(t)
+	eng := warmEngine{newFakeEngine(0), make(chan warmCall, 64)}
+	startEngine(t, fastEngine(rdb, prefix, "e1", eng))
+	c := fastClient(t, rdb, prefix)
+	waitEngines(t, c, 1)
+	next := func(d time.Duration) (warmCall, bool) {
+		select {
+		case got := <-eng.calls:
+			return got, true
+		case <-time.After(d):
+			return warmCall{}, false
+		}
+	}
+	// The engine may subscribe after the first announcement: the next
+	// heartbeat's repeats it.
+	c.SetSessionLive("s1", true)
+	if got, ok := next(3 * time.Second); !ok || got != (warmCall{"s1", true}) {
+		t.Fatalf("have %+v (%v); want s1 live", got, ok)
+	}
+	c.SetSessionLive("s1", true) // a second socket on the same session
+	c.SetSessionLive("s1", false)
+	// Re-announced every heartbeat, it stays live, with no repeated call.
+	if got, ok := next(time.Second); ok {
+		t.Fatalf("have %+v; want nothing while a socket still uses s1", got)
+	}
+	c.SetSessionLive("s1", false)
+	if got, ok := next(3 * time.Second); !ok || got != (warmCall{"s1", false}) {
+		t.Fatalf("have %+v (%v); want s1 idle", got, ok)
+	}
+
+	c.SetSessionLive("s2", true)
+	if got, ok := next(3 * time.Second); !ok || got != (warmCall{"s2", true}) {
+		t.Fatalf("have %+v (%v); want s2 live", got, ok)
+	}
+	_ = c.Close() // the gateway goes without a word
+	start := time.Now()
+	if got, ok := next(3 * time.Second); !ok || got != (warmCall{"s2", false}) {
+		t.Fatalf("have %+v (%v); want s2 idle once no gateway announces it", got, ok)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Fatalf("s2 went idle %v after the gateway stopped; want after the heartbeat TTL", d)
+	}
+}
