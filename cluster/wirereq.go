@@ -46,6 +46,7 @@ type wireRequest struct {
 	Deadline     int64             `json:"deadline_unix_ns,omitempty"`
 	Logprobs     bool              `json:"logprobs,omitempty"`
 	TopLogprobs  int               `json:"top_logprobs,omitempty"`
+	Speculate    string            `json:"speculate,omitempty"`
 	Generated    []int32           `json:"generated,omitempty"`
 }
 
@@ -57,6 +58,7 @@ type wireLimits struct {
 	MaxContext      int     `json:"max_context,omitempty"`
 	SpecOff         bool    `json:"spec_off,omitempty"`
 	SpecMaxBatch    int     `json:"spec_max_batch,omitempty"`
+	Speculate       string  `json:"speculate,omitempty"`
 }
 
 type wireMessage struct {
@@ -107,6 +109,7 @@ func toWireRequest(r engine.Request) wireRequest {
 			Weight: r.Limits.Weight, MaxConcurrent: r.Limits.MaxConcurrent, MaxQueued: r.Limits.MaxQueued,
 			TokensPerMinute: r.Limits.TokensPerMinute, MaxContext: r.Limits.MaxContext,
 			SpecOff: r.Limits.Speculation.Off, SpecMaxBatch: r.Limits.Speculation.MaxBatch,
+			Speculate: r.Limits.Speculate,
 		},
 		Prompt: r.Prompt, Text: r.Text, Tools: r.Tools, SharedPrefix: r.SharedPrefix,
 		Sample: wireSample{
@@ -115,7 +118,7 @@ func toWireRequest(r engine.Request) wireRequest {
 			PresencePenalty: r.Sample.PresencePenalty, FrequencyPenalty: r.Sample.FrequencyPenalty,
 		},
 		MaxTokens: r.MaxTokens, KeepTurns: r.KeepTurns, Stop: r.Stop, StopTokens: r.StopTokens,
-		Logprobs: r.Logprobs, TopLogprobs: r.TopLogprobs, Generated: r.Generated,
+		Logprobs: r.Logprobs, TopLogprobs: r.TopLogprobs, Speculate: r.Speculate, Generated: r.Generated,
 	}
 	if r.Sample.Seed != 0 {
 		w.Sample.Seed = strconv.FormatUint(r.Sample.Seed, 10)
@@ -150,6 +153,7 @@ func (w wireRequest) request() (engine.Request, error) {
 			Weight: w.Limits.Weight, MaxConcurrent: w.Limits.MaxConcurrent, MaxQueued: w.Limits.MaxQueued,
 			TokensPerMinute: w.Limits.TokensPerMinute, MaxContext: w.Limits.MaxContext,
 			Speculation: spec.Policy{Off: w.Limits.SpecOff, MaxBatch: w.Limits.SpecMaxBatch},
+			Speculate:   w.Limits.Speculate,
 		},
 		Prompt: w.Prompt, Text: w.Text, Tools: w.Tools, SharedPrefix: w.SharedPrefix,
 		Sample: engine.Sampling{
@@ -158,7 +162,7 @@ func (w wireRequest) request() (engine.Request, error) {
 			PresencePenalty: w.Sample.PresencePenalty, FrequencyPenalty: w.Sample.FrequencyPenalty,
 		},
 		MaxTokens: w.MaxTokens, KeepTurns: w.KeepTurns, Stop: w.Stop, StopTokens: w.StopTokens,
-		Logprobs: w.Logprobs, TopLogprobs: w.TopLogprobs, Generated: w.Generated,
+		Logprobs: w.Logprobs, TopLogprobs: w.TopLogprobs, Speculate: w.Speculate, Generated: w.Generated,
 	}
 	if w.Sample.Seed != "" {
 		if r.Sample.Seed, err = strconv.ParseUint(w.Sample.Seed, 10, 64); err != nil {
