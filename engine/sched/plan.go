@@ -47,11 +47,13 @@ func (s *Scheduler) Schedule(now time.Time, r Resources) Plan {
 		return compareStr(a.id, b.id)
 	})
 	p.run, p.lv = run, lv
-	p.slotBound = len(run) >= s.cfg.MaxRunning
-	if r.Target > 0 && r.Target <= r.Tokens && p.saturated(r.Target) {
-		p.budget, p.share = r.Target, true
-	} else if n := p.weightedCap(r.Efficient); n > 0 && n < p.budget {
-		p.budget, p.share = n, true
+	p.contended = len(run) >= s.cfg.MaxRunning
+	target := r.Target
+	if target > r.Tokens {
+		target = 0
+	}
+	if n := p.weightedCap(target, r.Efficient); n > 0 {
+		p.budget, p.share = min(n, p.budget), true
 	} else {
 		s.carry = 0
 	}
@@ -64,33 +66,20 @@ func (s *Scheduler) Schedule(now time.Time, r Resources) Plan {
 	return p.commit()
 }
 
-// saturated reports whether the running sequences' pending tokens do not
-// fit target tokens and belong to more than one tenant.
-func (p *planner) saturated(target int) bool {
-	n := 0
-	var one *tenant
-	many := false
-	for _, q := range p.run {
-		n += q.total - q.kv
-		if one == nil {
-			one = q.t
-		} else if q.t != one {
-			many = true
-		}
-	}
-	return many && n > target
-}
-
-// weightedCap is the token budget of a step whose running work, from more
-// than one tenant, fills at least an efficient step (efficient tokens) but
-// may fit the latency target: the most tokens in which every tenant can
-// still take its weighted share (see Resources.Efficient), at least
-// efficient; a fractional cap is carried to the next step. It returns 0
-// when the step is not so saturated.
-func (p *planner) weightedCap(efficient int) int {
-	if efficient <= 0 {
-		return 0
-	}
+// weightedCap is the token budget of a saturated step, or 0 when the step
+// is not saturated. It is saturated when the running sequences' pending
+// tokens belong to more than one tenant and do not fit target tokens (the
+// engine is time-bound), or fill at least an efficient step (efficient
+// tokens: the machine, not the demand, bounds throughput). Its budget is
+// then the most tokens in which every tenant can still take its weighted
+// share (see Resources.Efficient), never fewer than efficient and never
+// more than target; a fractional cap is carried to the next step.
+//
+// Capping a time-bound step at the weighted share too, not only at the
+// target, is what makes weights hold when a heavy tenant's running work
+// is less than its share of the target: otherwise the light tenant takes
+// the rest of every step and its share follows the target, not its weight.
+func (p *planner) weightedCap(target, efficient int) int {
 	// Tenants in run order, so that the sums do not depend on map order.
 	pend := map[*tenant]int{}
 	var ts []*tenant
@@ -104,8 +93,15 @@ func (p *planner) weightedCap(efficient int) int {
 			demand += d
 		}
 	}
-	if len(ts) < 2 || demand < efficient {
+	timeBound := target > 0 && demand > target
+	if len(ts) < 2 || !timeBound && (efficient <= 0 || demand < efficient) {
 		return 0
+	}
+	if timeBound && efficient <= 0 {
+		// Without a cost model there is no telling what a shorter step
+		// costs: the target it is.
+		p.s.carry = 0
+		return target
 	}
 	w := 0.0
 	for _, t := range ts {
@@ -118,9 +114,16 @@ func (p *planner) weightedCap(efficient int) int {
 	c += p.s.carry
 	n := math.Floor(c)
 	p.s.carry = c - n
-	if int(n) < efficient {
+	switch {
+	case int(n) < efficient:
 		p.s.carry = 0
-		return efficient
+		n = float64(efficient)
+	case timeBound && int(n) > target:
+		p.s.carry = 0
+		n = float64(target)
+	}
+	if timeBound {
+		return min(int(n), target)
 	}
 	return int(n)
 }
@@ -257,7 +260,7 @@ type planner struct {
 	now                    time.Time
 	budget, free, hostFree int
 	share                  bool           // the step is saturated: decodes are shared by weight
-	slotBound              bool           // every running slot was taken at the start of the step
+	contended              bool           // more sequences want to run than there are running slots
 	run                    []*seq         // running at the start of the step, priority order
 	lv                     map[*seq]Class // the level of each of run
 	plan                   Plan
@@ -451,12 +454,13 @@ func (p *planner) pick(skip map[*tenant]bool, last Class) *seq {
 	if best < 0 {
 		return nil
 	}
-	if p.share || p.slotBound {
+	if p.share || p.contended {
 		// A saturated step shares tokens by weight among running
-		// sequences, and one whose running slots are all taken runs every
-		// running sequence's decode: either way what a tenant needs is
-		// running sequences in proportion to its weight, so the slot goes
-		// to the tenant with the fewest per weight.
+		// sequences, and when not every waiting request can have a
+		// running slot, each running sequence's decode is what a tenant
+		// gets per step: either way what a tenant needs is running
+		// sequences in proportion to its weight, so the slot goes to the
+		// tenant with the fewest per weight.
 		var pick *tenant
 		for _, t := range s.rings[best].ts {
 			if ok(t) && len(t.queue[best]) > 0 && (pick == nil || float64(t.running)/t.lim.Weight < float64(pick.running)/pick.lim.Weight) {
@@ -516,6 +520,7 @@ func (p *planner) commit() Plan {
 		run = append(run, c)
 	}
 	p.plan.Run = run
+	s.ageQueued(p.now, run)
 	// A running sequence with work the step left out waits, and ages,
 	// like a queued one, while its whole level is left out: a level that
 	// ran is sharing by weight, which is no starvation.
@@ -535,6 +540,38 @@ func (p *planner) commit() Plan {
 		}
 	}
 	return p.plan
+}
+
+// ageQueued counts the time since the last step towards the age of each
+// waiting request whose tenant ran nothing of its class in this step, and
+// drops it for the others. A request waits behind its own tenant's
+// running work of its class: that is its tenant's weighted share at work,
+// not starvation, and were it to age there it would overtake the share it
+// waits on. A light tenant's requests wait longer than a heavy one's because
+// of its weight; aged, they would be served first and preempt the heavy
+// tenant's sequences, and the weights would no longer govern. A request
+// whose tenant is not served at its class (a batch request under an
+// interactive flood, a tenant whose every request waits) ages as before.
+func (s *Scheduler) ageQueued(now time.Time, run []Chunk) {
+	type key struct {
+		t *tenant
+		c Class
+	}
+	served := map[key]bool{}
+	for _, c := range run {
+		q := s.seqs[c.ID]
+		served[key{q.t, q.class}] = true
+	}
+	for _, t := range s.tenants {
+		for c := range t.queue {
+			for _, q := range t.queue[c] {
+				if !served[key{t, Class(c)}] {
+					q.waited += now.Sub(q.since)
+				}
+				q.since = now
+			}
+		}
+	}
 }
 
 func compareStr(a, b string) int {
