@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -11,23 +12,75 @@ import (
 const minPrefill = 1
 
 // ewmaWeight is the weight of the newest step in the cost model's moving
-// averages: a few steps carry it, so a change of load shows within a few
-// steps.
+// average of step size and time: a few steps carry it, so a change of load
+// shows within a few steps.
 const ewmaWeight = 0.3
 
+// envWindow is how many recent steps of a size class its point of the
+// lower envelope is the fastest of (between envWindow and twice that).
+const envWindow = 32
+
+// envExpiry is how many steps a size class's point outlives the last step
+// of that size.
+const envExpiry = 1000
+
 // throughput models a forward pass's time as a fixed cost per step (reading
-// the weights, synchronising workers) plus a cost per token, fitted by
-// exponentially weighted least squares over recent steps as the engine's
-// clock measured them, so tests drive it with a fake clock.
+// the weights, synchronising workers) plus a cost per token, as the
+// engine's clock measured recent steps, so tests drive it with a fake
+// clock.
 //
-// Steps of about one size cannot tell the two costs apart: then the split
-// last fitted is kept and scaled to the current average, and before any fit
-// all of the cost is taken as per token (which underestimates what a
-// longer step can hold, and so errs towards shorter steps).
+// The split between the two costs (kappa, the fixed cost in tokens' worth)
+// is fitted through the fastest recent step of each size class (sizes
+// within a factor of two): a lower envelope. On a machine shared with
+// other work a step's time swings several fold from one step to the next,
+// whatever its size, so a least-squares fit over all steps follows the load
+// and not the sizes: when the few small steps of a ramp-up ran on a quiet
+// machine and the steady steps on a busy one, it found the fixed cost to be
+// most of every step. The split then said more tokens were nearly free,
+// steps grew to hold all the work, and weights stopped governing (1:1 for
+// tenants weighted 1:3); steps of one size could not correct it. The
+// fastest steps of each size are the ones the load touched least, alike
+// for every size. The scale comes from the moving average of the last few
+// steps, so a change of load shows at once while the split stays put.
+//
+// Before steps of two size classes are seen, all of the cost is taken as
+// per token (which underestimates what a longer step can hold, and so errs
+// towards shorter steps).
 type throughput struct {
-	w            bool    // any measure yet
-	n, d, nn, nd float64 // moving averages of tokens, seconds, tokens², tokens×seconds
-	fixed, per   float64 // seconds per step and per token
+	w          bool    // any measure yet
+	n, d       float64 // moving averages of tokens and seconds (ewmaWeight)
+	steps      int64
+	env        [16]envPoint // by size class: bits.Len(tokens)-1
+	kappa      float64      // fixed cost over per-token cost: the fixed cost in tokens
+	fixed, per float64      // seconds per step and per token
+}
+
+// envPoint is the lower envelope of one size class's step times: the
+// fastest (per token) of its recent steps, kept as two halves of a window
+// so that it forgets.
+type envPoint struct {
+	cur, prev [2]float64 // fastest (tokens, seconds) of this half and the last
+	k         int        // steps in cur
+	seen      int64      // the step that last updated it; 0: none
+}
+
+// add records a step of x tokens that took y seconds.
+func (e *envPoint) add(x, y float64) {
+	if e.k == envWindow {
+		e.prev, e.cur, e.k = e.cur, [2]float64{}, 0
+	}
+	if e.k == 0 || y/x < e.cur[1]/e.cur[0] {
+		e.cur = [2]float64{x, y}
+	}
+	e.k++
+}
+
+// point is the fastest step of the window.
+func (e *envPoint) point() (x, y float64) {
+	if e.prev[0] > 0 && e.prev[1]/e.prev[0] < e.cur[1]/e.cur[0] {
+		return e.prev[0], e.prev[1]
+	}
+	return e.cur[0], e.cur[1]
 }
 
 // observe adds one forward pass of n tokens that took d. Passes the clock
@@ -39,27 +92,38 @@ func (t *throughput) observe(n int, d time.Duration) {
 	x, y := float64(n), d.Seconds()
 	if !t.w {
 		t.w = true
-		t.n, t.d, t.nn, t.nd = x, y, x*x, x*y
+		t.n, t.d = x, y
 	} else {
 		t.n += ewmaWeight * (x - t.n)
 		t.d += ewmaWeight * (y - t.d)
-		t.nn += ewmaWeight * (x*x - t.nn)
-		t.nd += ewmaWeight * (x*y - t.nd)
 	}
-	// A fit needs step sizes that vary by more than a quarter.
-	if v := t.nn - t.n*t.n; v > 0.0625*t.n*t.n {
-		per := (t.nd - t.n*t.d) / v
-		if fixed := t.d - per*t.n; per > 0 && fixed >= 0 {
-			t.fixed, t.per = fixed, per
-			return
+	t.steps++
+	e := &t.env[min(bits.Len(uint(n))-1, len(t.env)-1)]
+	e.add(x, y)
+	e.seen = t.steps
+	// Least squares through the envelope's points.
+	var k, sn, sd, snn, snd float64
+	for i := range t.env {
+		p := &t.env[i]
+		if p.seen > 0 && t.steps-p.seen > envExpiry {
+			*p = envPoint{}
+		}
+		if p.seen > 0 {
+			px, py := p.point()
+			k++
+			sn, sd, snn, snd = sn+px, sd+py, snn+px*px, snd+px*py
 		}
 	}
-	if t.per == 0 {
-		t.fixed, t.per = 0, t.d/t.n
-		return
+	if k >= 2 {
+		sn, sd, snn, snd = sn/k, sd/k, snn/k, snd/k
+		if v := snn - sn*sn; v > 0.0625*sn*sn {
+			if per := (snd - sn*sd) / v; per > 0 {
+				t.kappa = max(sd-per*sn, 0) / per
+			}
+		}
 	}
-	k := t.d / (t.fixed + t.per*t.n)
-	t.fixed, t.per = t.fixed*k, t.per*k
+	t.per = t.d / (t.kappa + t.n)
+	t.fixed = t.kappa * t.per
 }
 
 // perSecond is the average throughput in tokens per second; 0 before any

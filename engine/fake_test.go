@@ -78,6 +78,10 @@ type fakeModel struct {
 	// pass: a device of known speed, for the step-latency target.
 	clock               *FakeClock
 	stepCost, tokenCost time.Duration
+	// load, when set, multiplies each pass's time by its factors in turn:
+	// a machine shared with other work, whose passes stretch and stall
+	// whatever their size.
+	load []float64
 	// kvType is what SetKVType was given (F32 until then: the fake
 	// backend stores nothing else).
 	kvType kernels.DType
@@ -170,7 +174,11 @@ func (m *fakeModel) Forward(c kernels.KVCache, b *model.Batch) (kernels.Tensor, 
 	bs := int32(kv.spec.BlockSize)
 	m.batches = append(m.batches, [2]int{b.Len(), len(b.Logits)})
 	if m.clock != nil {
-		m.clock.Advance(m.stepCost + time.Duration(b.Len())*m.tokenCost)
+		d := m.stepCost + time.Duration(b.Len())*m.tokenCost
+		if len(m.load) > 0 {
+			d = time.Duration(float64(d) * m.load[(len(m.batches)-1)%len(m.load)])
+		}
+		m.clock.Advance(d)
 	}
 	for i := range b.Tokens {
 		kv.tok[b.Slots[i]] = b.Tokens[i]
