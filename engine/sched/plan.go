@@ -520,18 +520,21 @@ func (p *planner) commit() Plan {
 		run = append(run, c)
 	}
 	p.plan.Run = run
-	s.ageQueued(p.now, run)
+	s.ageQueued(p.now)
 	// A running sequence with work the step left out waits, and ages,
-	// like a queued one, while its whole level is left out: a level that
-	// ran is sharing by weight, which is no starvation.
+	// like a queued one, while its whole class is left out. A class that
+	// ran is sharing by weight, which is no starvation, whether or not
+	// this sequence's tenant got a token in this step: a light tenant's
+	// share can be under a token a step. (Nor is it starvation when a
+	// sequence of its class that had aged ran first.)
 	ran := [numClasses]bool{}
 	for _, c := range run {
-		ran[p.lv[s.seqs[c.ID]]] = true
+		ran[s.seqs[c.ID].class] = true
 	}
 	for _, q := range s.running {
 		switch {
 		case q.lastRun == s.steps:
-		case q.total > q.kv && !ran[p.lv[q]]:
+		case q.total > q.kv && !ran[q.class]:
 			if q.since.IsZero() {
 				q.since = p.now
 			}
@@ -543,23 +546,26 @@ func (p *planner) commit() Plan {
 }
 
 // ageQueued counts the time since the last step towards the age of each
-// waiting request whose tenant ran nothing of its class in this step, and
-// drops it for the others. A request waits behind its own tenant's
-// running work of its class: that is its tenant's weighted share at work,
-// not starvation, and were it to age there it would overtake the share it
-// waits on. A light tenant's requests wait longer than a heavy one's because
-// of its weight; aged, they would be served first and preempt the heavy
-// tenant's sequences, and the weights would no longer govern. A request
-// whose tenant is not served at its class (a batch request under an
-// interactive flood, a tenant whose every request waits) ages as before.
-func (s *Scheduler) ageQueued(now time.Time, run []Chunk) {
+// waiting request whose tenant has no sequence of its class running, and
+// drops it for the others. A request that waits while its tenant runs
+// sequences of its class waits on its own tenant's share: that is the
+// weights at work, not starvation, and were it to age there it would
+// overtake the share it waits on. A light tenant's requests wait longer
+// than a heavy one's because of its weight; aged, they were served first
+// and, with every running slot taken, preempted the heavy tenant's
+// sequences, so the weights no longer governed. Whether the tenant ran in
+// the step is not the test: a light tenant's share can be under a token a
+// step. If its running sequences are themselves starved, they age (see
+// commit), are served, and end; then its queue ages. A request whose
+// tenant runs nothing of its class (a batch request under an interactive
+// flood, a tenant whose every request waits) ages as before.
+func (s *Scheduler) ageQueued(now time.Time) {
 	type key struct {
 		t *tenant
 		c Class
 	}
 	served := map[key]bool{}
-	for _, c := range run {
-		q := s.seqs[c.ID]
+	for _, q := range s.running {
 		served[key{q.t, q.class}] = true
 	}
 	for _, t := range s.tenants {

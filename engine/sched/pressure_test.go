@@ -313,7 +313,10 @@ func TestWeightsHoldWithAging(t *testing.T) {
 	// while its tenant is served at its class, 48+48 gave 0.74 at a
 	// target of 40 tokens; without the weighted cap on time-bound steps,
 	// 16+16 gave 1.37 there (the light tenant took what the heavy one's
-	// 16 decodes left of each step).
+	// 16 decodes left of each step). On a loaded machine the light
+	// tenant's share is under a token a step; asking whether its tenant
+	// ran in the step then let its requests and sequences age anyway
+	// (80 preemptions at 48+48 with a target of 5).
 	const aging = 200 * time.Millisecond // 20 steps of the sim
 	for _, tt := range []struct {
 		streams, target, efficient int
@@ -326,6 +329,8 @@ func TestWeightsHoldWithAging(t *testing.T) {
 		{16, 16, 8},   // time-bound, short steps
 		{48, 40, 0},   // no cost model yet: time-bound steps hold the target
 		{48, 512, 40}, // efficient steps bigger than either tenant's work
+		{48, 5, 2},    // a loaded machine: the light tenant's share is under a token a step
+		{16, 3, 1},    // the same at 16+16
 	} {
 		t.Run(fmt.Sprintf("%d+%d target %d efficient %d", tt.streams, tt.streams, tt.target, tt.efficient), func(t *testing.T) {
 			m := newSim(t, Config{Quantum: 64, MaxRunning: 64, AgingAfter: aging}, 1000000, 0, 512)
