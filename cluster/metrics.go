@@ -1,86 +1,50 @@
 package cluster
 
 import (
-	"net/http"
-	"sort"
-	"sync/atomic"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/prom"
 )
 
-// KVProbe is an engine.Metrics that remembers the device KV gauges for
-// the heartbeat and passes every call on to the Metrics it wraps. It
-// embeds the interface, so methods the engine adds later pass through too:
+// Snapshotter is what KVProbe reads: *engine.Engine.
+type Snapshotter interface {
+	Snapshot() engine.Snapshot
+}
+
+// KVProbe reports an engine's free device KV blocks for the heartbeat,
+// from the engine's latest snapshot:
 //
-//	probe := cluster.NewKVProbe(em)
-//	eng, _ := engine.New(m, engine.Options{Metrics: probe})
+//	eng, _ := engine.New(m, o)
+//	probe := cluster.NewKVProbe(eng)
 //	cluster.RunEngine(ctx, cluster.EngineOptions{FreeKV: probe.Free, ...})
 type KVProbe struct {
-	engine.Metrics
-
-	free atomic.Int64 // device blocks free at the last step
-	seen atomic.Bool  // free has been set
+	e Snapshotter
 }
 
-var _ engine.Metrics = (*KVProbe)(nil)
+// NewKVProbe reads e (nil: Free is always -1).
+func NewKVProbe(e Snapshotter) *KVProbe { return &KVProbe{e: e} }
 
-// NewKVProbe wraps next (nil: engine.NopMetrics).
-func NewKVProbe(next engine.Metrics) *KVProbe {
-	if next == nil {
-		next = engine.NopMetrics{}
-	}
-	return &KVProbe{Metrics: next}
-}
-
-// Free returns the free device KV blocks at the last step, -1 before one.
+// Free returns the free device KV blocks at the engine's last step, -1
+// without an engine.
 func (p *KVProbe) Free() int {
-	if !p.seen.Load() {
+	if p == nil || p.e == nil {
 		return -1
 	}
-	return int(p.free.Load())
+	return p.e.Snapshot().Device.Free
 }
 
-// KVBlocks records the device tier's free blocks and passes the call on.
-func (p *KVProbe) KVBlocks(tier string, used, free int) {
-	if tier == "device" {
-		p.free.Store(int64(free))
-		p.seen.Store(true)
-	}
-	p.Metrics.KVBlocks(tier, used, free)
-}
-
-// InstanceGatherer adds the label instance=Instance to every metric G
-// gathers, so gateways' and engines' series stay apart when one Prometheus
-// scrapes them all. A metric that has an instance label already keeps it.
-type InstanceGatherer struct {
-	G        prometheus.Gatherer
-	Instance string
-}
-
-// Gather implements prometheus.Gatherer.
-func (g InstanceGatherer) Gather() ([]*dto.MetricFamily, error) {
-	mfs, err := g.G.Gather()
-	name, value := "instance", g.Instance
-	for _, mf := range mfs {
-	metrics:
-		for _, m := range mf.Metric {
-			for _, l := range m.Label {
-				if l.GetName() == name {
-					continue metrics
-				}
-			}
-			m.Label = append(m.Label, &dto.LabelPair{Name: &name, Value: &value})
-			sort.Slice(m.Label, func(i, j int) bool { return m.Label[i].GetName() < m.Label[j].GetName() })
-		}
-	}
-	return mfs, err
-}
-
-// MetricsHandler serves g's metrics with the instance label added.
-func MetricsHandler(g prometheus.Gatherer, instance string) http.Handler {
-	return promhttp.HandlerFor(InstanceGatherer{G: g, Instance: instance}, promhttp.HandlerOpts{})
+// RegisterNode registers specgate_node_info{node, role} = 1, which names
+// the process in the cluster (its id in Redis, the heartbeat's and
+// `specgate status`'s). It is a series of its own, to join on, rather
+// than a label on every series: the scrape target's instance label stays
+// Prometheus's.
+func RegisterNode(reg prometheus.Registerer, role, id string) error {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        prom.Prefix + "node_info",
+		Help:        "Always 1: the process's node id in the cluster and its role (all, gateway, engine).",
+		ConstLabels: prometheus.Labels{"node": id, "role": role},
+	})
+	g.Set(1)
+	return reg.Register(g)
 }

@@ -99,25 +99,3 @@ func TestDecodeOut(t *testing.T) {
 		})
 	}
 }
-
-func TestKVProbe(t *testing.T) {
-	p := NewKVProbe(nil)
-	for _, tc := range []struct {
-		tier       string
-		used, free int
-		want       int
-	}{
-		{"", 0, 0, -1}, // before any gauge
-		{"host", 1, 7, -1},
-		{"device", 3, 5, 5},
-		{"host", 2, 9, 5},
-		{"device", 8, 0, 0},
-	} {
-		if tc.tier != "" {
-			p.KVBlocks(tc.tier, tc.used, tc.free)
-		}
-		if have := p.Free(); have != tc.want {
-			t.Fatalf("after %s %d/%d: have %d free; want %d", tc.tier, tc.used, tc.free, have, tc.want)
-		}
-	}
-}

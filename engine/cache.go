@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"time"
-
 	"github.com/specgate/specgate/engine/sched"
 	"github.com/specgate/specgate/prefixcache"
 )
@@ -72,7 +70,7 @@ func (e *Engine) lookup(s *sequence, c sched.Chunk, slack int) (sched.Chunk, int
 		// Only an empty tenant fails, and namespace never gives one.
 		return c, slack, false
 	}
-	e.met.PrefixLookup(s.req.Tenant, m.DeviceHits, m.HostHits, len(s.tokens)-m.Tokens)
+	e.report.prefixLookup(s.req.Tenant, m.DeviceHits, m.HostHits, len(s.tokens)-m.Tokens)
 	e.count.CachedTokens += int64(m.Tokens)
 	if !s.looked {
 		s.looked = true
@@ -117,28 +115,6 @@ func (e *Engine) dropKV(s *sequence, keep bool) {
 	}
 	e.unref(e.dev, s.table)
 	s.table, s.matched, s.kv = nil, 0, 0
-}
-
-// reportCache sends the cache's transfer counts and block gauges to the
-// metrics.
-func (e *Engine) reportCache(now time.Time) {
-	e.reported = now
-	st := e.cache.Stats()
-	was := e.cacheSeen
-	if p, d, ev := st.Promotions-was.Promotions, st.Demotions-was.Demotions, st.Evictions-was.Evictions; p+d+ev > 0 {
-		e.met.PrefixTransfers(int(p), int(d), int(ev))
-	}
-	for ns, ts := range st.Tenants {
-		switch ns {
-		case "":
-			ns = SharedNamespace
-		case anonymous:
-			ns = "" // as the other metrics name requests without a tenant
-		}
-		e.met.PrefixBlocks(ns, "device", ts.DeviceBlocks)
-		e.met.PrefixBlocks(ns, "host", ts.HostBlocks)
-	}
-	e.cacheSeen = st
 }
 
 // counters returns a snapshot of the running totals.

@@ -44,7 +44,6 @@ type Engine struct {
 	tmpl  *chat.Template
 	o     Options
 	clock Clock
-	met   Metrics
 
 	// grammars caches compiled guided-decoding grammars over gvocab, the
 	// model's vocabulary as the compiler sees it (built on first use).
@@ -69,15 +68,19 @@ type Engine struct {
 	// it from a Lookup. Sequences hold cached blocks only that way (they
 	// insert their own blocks only as they give them up), so every other
 	// cached device block can be evicted: see allocatable.
-	shared    map[int32]int
-	seqs      map[string]*sequence
-	cur       stepPlan   // the step's plan, its buffers reused
-	logits    passLogits // the step's forward pass's
-	rate      throughput
-	urgent    bool     // the last step planned interactive work first
-	count     Counters // Cache is filled in by counters()
-	cacheSeen prefixcache.Stats
-	reported  time.Time // when the cache's stats were last reported
+	shared   map[int32]int
+	seqs     map[string]*sequence
+	cur      stepPlan   // the step's plan, its buffers reused
+	logits   passLogits // the step's forward pass's
+	rate     throughput
+	urgent   bool     // the last step planned interactive work first
+	count    Counters // Cache is filled in by counters()
+	report   StepReport
+	reported time.Time // when the snapshot's prefix state was last read
+
+	// snap is the latest snapshot: written by the step goroutine, read by
+	// any (Snapshot).
+	snap atomic.Pointer[Snapshot]
 
 	mu     sync.Mutex // protects the fields below
 	inbox  []op
@@ -175,7 +178,7 @@ func newEngine(m model.Model, o Options) (*Engine, error) {
 	}
 	dpool := prefixcache.NewPool(prefixcache.Device, o.KVBlocks)
 	e := &Engine{
-		m: m, tok: tok, tmpl: tmpl, o: o, clock: o.Clock, met: o.Metrics,
+		m: m, tok: tok, tmpl: tmpl, o: o, clock: o.Clock,
 		sched: s, devKV: devKV, dev: dpool, grammars: guided.NewCache(o.GrammarCache),
 		seqs: map[string]*sequence{}, shared: map[int32]int{},
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
@@ -197,6 +200,8 @@ func newEngine(m model.Model, o Options) (*Engine, error) {
 			return nil, fmt.Errorf("engine: prefix cache: %w", err)
 		}
 	}
+	now := e.clock.Now()
+	e.snap.Store(e.snapshot(now, 0, nil))
 	return e, nil
 }
 
@@ -384,6 +389,7 @@ func (e *Engine) shutdown() {
 	for _, s := range e.seqs {
 		e.end(s, now, FinishError, ErrClosed)
 	}
+	e.publish(now, true) // the observer hears of the requests ended here
 }
 
 // prepare checks r against the model and renders its prompt; it runs on the

@@ -601,58 +601,6 @@ func TestMessagesUseTemplate(t *testing.T) {
 	}
 }
 
-type countingMetrics struct {
-	NopMetrics
-	mu                     sync.Mutex
-	ttft, inter, finished  int
-	completion, prompt     int
-	preemptions, maxDevice int
-}
-
-func (c *countingMetrics) TTFT(string, Priority, time.Duration) { c.mu.Lock(); c.ttft++; c.mu.Unlock() }
-func (c *countingMetrics) InterToken(string, Priority, time.Duration) {
-	c.mu.Lock()
-	c.inter++
-	c.mu.Unlock()
-}
-func (c *countingMetrics) Tokens(_ string, p, n int) {
-	c.mu.Lock()
-	c.prompt += p
-	c.completion += n
-	c.mu.Unlock()
-}
-func (c *countingMetrics) Preemption(string, bool) { c.mu.Lock(); c.preemptions++; c.mu.Unlock() }
-func (c *countingMetrics) Finished(string, Priority, string) {
-	c.mu.Lock()
-	c.finished++
-	c.mu.Unlock()
-}
-func (c *countingMetrics) KVBlocks(tier string, used, _ int) {
-	c.mu.Lock()
-	if tier == "device" {
-		c.maxDevice = max(c.maxDevice, used)
-	}
-	c.mu.Unlock()
-}
-
-func TestMetricsHooks(t *testing.T) {
-	m := newFakeModel(t)
-	cm := &countingMetrics{}
-	e, clk := testEngine(t, m, Options{Metrics: cm, BlockSize: 4, KVBlocks: 10})
-	for i := range 3 {
-		if _, err := submitNow(e, Request{Prompt: []int32{1, 5, 6, 7}, MaxTokens: 10 + i}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	drive(t, e, clk, time.Millisecond, 1000)
-	if cm.ttft != 3 || cm.inter != 9+10+11 || cm.finished != 3 || cm.completion != 33 || cm.prompt != 12 {
-		t.Errorf("have %+v; want 3 TTFTs, 30 gaps, 3 finished, 33 completion and 12 prompt tokens", cm)
-	}
-	if cm.preemptions == 0 || cm.maxDevice < 8 || cm.maxDevice > 10 {
-		t.Errorf("have %d preemptions, peak %d device blocks; want some, 8 to 10", cm.preemptions, cm.maxDevice)
-	}
-}
-
 func TestRunLoop(t *testing.T) {
 	m := newFakeModel(t)
 	e, err := New(m, Options{})

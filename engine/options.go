@@ -139,8 +139,8 @@ type Options struct {
 	Speculation Speculation
 	// Clock is the time source (the wall clock).
 	Clock Clock
-	// Metrics receives counters and gauges (none).
-	Metrics Metrics
+	// Observer receives every step's report (none).
+	Observer StepObserver
 }
 
 // KVType is the element type of an engine's KV cache.
@@ -222,9 +222,6 @@ func (o *Options) validate(kvWidth, layers, modelContext int, kvType kernels.DTy
 	}
 	if o.Clock == nil {
 		o.Clock = wallClock{}
-	}
-	if o.Metrics == nil {
-		o.Metrics = NopMetrics{}
 	}
 	switch {
 	case o.KVType != KVF16 && o.KVType != KVF32:

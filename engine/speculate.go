@@ -259,7 +259,7 @@ func (h specHost) Commit(i int, path, toks []int32) (took, held int) {
 	took = e.accept(s, toks, now)
 	s.drafted += s.sp.Tree().Len()
 	s.acceptedDrafts += min(len(path), took)
-	e.met.SpecAccepted(e.spec.drafter, min(len(path), took))
+	e.report.drafted(e.spec.drafter, s.sp.Tree().Len(), min(len(path), took))
 	if e.seqs[s.req.ID] != s {
 		return took, -1
 	}

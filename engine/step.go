@@ -80,7 +80,7 @@ func refusal(err error) error {
 func (e *Engine) step(now time.Time) bool {
 	e.expire(now)
 	if len(e.seqs) == 0 {
-		e.gauges(now, true)
+		e.publish(now, true)
 		return false
 	}
 	p := e.plan(now)
@@ -88,12 +88,12 @@ func (e *Engine) step(now time.Time) bool {
 		e.end(s, now, FinishError, &Error{Code: CodeInternal, Message: "KV blocks ran out"})
 	}
 	if p.batch.Len() == 0 {
-		e.gauges(now, false)
+		e.publish(now, false)
 		return p.progress
 	}
 	err := e.run(p)
 	took := e.clock.Now().Sub(now)
-	e.met.Step(p.batch.Len(), len(p.chunks), took)
+	e.report.forward(len(p.chunks), p.batch.Len(), took)
 	e.count.Steps++
 	e.count.ForwardTokens += int64(p.batch.Len())
 	if err != nil {
@@ -104,7 +104,7 @@ func (e *Engine) step(now time.Time) bool {
 				e.end(s, now, FinishError, ferr)
 			}
 		}
-		e.gauges(now, false)
+		e.publish(now, false)
 		return true
 	}
 	e.rate.observe(p.batch.Len(), took)
@@ -112,7 +112,7 @@ func (e *Engine) step(now time.Time) bool {
 	// first see them.
 	now = e.clock.Now()
 	e.commit(p, now)
-	e.gauges(now, false)
+	e.publish(now, false)
 	return true
 }
 
@@ -224,7 +224,7 @@ func (e *Engine) plan(now time.Time) *stepPlan {
 		}
 		if fresh := min(c.Start+c.N, s.prompt) - max(c.Start, s.prefilled); fresh > 0 {
 			s.prefilled += fresh
-			e.met.Tokens(s.req.Tenant, fresh, 0)
+			e.report.tokens(s.req.Tenant, fresh, 0)
 		}
 		if input := min(c.Start+c.N, s.prompt+s.replayed) - c.Start; input > 0 {
 			e.count.PromptTokens += int64(input)
@@ -359,11 +359,11 @@ func (e *Engine) preempt(s *sequence, p sched.Preemption) {
 	e.releaseSlot(s)
 	if e.cache != nil {
 		// The scheduler was given no swap room, so it planned a drop.
-		e.met.Preemption(s.req.Tenant, s.kv >= e.o.BlockSize)
+		e.report.preempted(s.req.Tenant, s.kv >= e.o.BlockSize)
 		e.dropKV(s, true)
 		return
 	}
-	e.met.Preemption(s.req.Tenant, p.Swap)
+	e.report.preempted(s.req.Tenant, p.Swap)
 	if p.Swap && e.host != nil {
 		if dst, err := e.host.Alloc(len(s.table)); err == nil {
 			moves := make([]kernels.BlockCopy, len(dst))
@@ -405,7 +405,7 @@ func (e *Engine) mask(s *sequence) []uint64 {
 	// fake clock would report none.
 	t0 := time.Now()
 	mask := s.matcher.Mask()
-	e.met.GuidedMask(time.Since(t0))
+	e.report.guidedMask(time.Since(t0))
 	return mask
 }
 
@@ -419,14 +419,14 @@ func (e *Engine) accept(s *sequence, toks []int32, now time.Time) int {
 	s.steps++
 	if s.first.IsZero() {
 		s.first = now
-		e.met.TTFT(s.req.Tenant, s.req.Priority, now.Sub(s.submitted))
+		e.report.firstToken(s, now.Sub(s.submitted))
 	} else {
 		// Tokens of one step reach the client together; each is
 		// counted as an equal share of the wait for them.
 		gap := now.Sub(s.last) / time.Duration(len(toks))
 		for range toks {
 			s.inter = append(s.inter, gap)
-			e.met.InterToken(s.req.Tenant, s.req.Priority, gap)
+			e.report.tokenGap(s, gap)
 		}
 	}
 	s.last = now
@@ -461,7 +461,7 @@ func (e *Engine) flush(s *sequence) {
 // not, s has ended (its text released).
 func (e *Engine) take(s *sequence, tok int32, now time.Time) bool {
 	s.tokens = append(s.tokens, tok)
-	e.met.Tokens(s.req.Tenant, 0, 1)
+	e.report.tokens(s.req.Tenant, 0, 1)
 	if e.tok.IsEOG(tok) || s.isStopToken(tok) {
 		e.release(s, true)
 		e.end(s, now, FinishStop, nil)
@@ -558,34 +558,6 @@ func (e *Engine) end(s *sequence, now time.Time, reason string, err error) {
 	if reason == FinishError && err == nil {
 		f.Err = &Error{Code: CodeInternal, Message: "request failed"}
 	}
-	e.met.Finished(s.req.Tenant, s.req.Priority, reason)
+	e.report.finished(s, f)
 	s.stream.finish(f)
-}
-
-// gauges reports the per-step gauges, and the prefix cache's figures when
-// the engine is idle or a second has passed since they were last reported
-// (they cost a scan of the cache).
-func (e *Engine) gauges(now time.Time, idle bool) {
-	if e.cache != nil && (idle || now.Sub(e.reported) >= time.Second) {
-		e.reportCache(now)
-	}
-	st := e.sched.Stats()
-	for _, c := range sched.Classes {
-		e.met.QueueDepth(priorityOf(c), st.Waiting[c])
-	}
-	e.met.Sequences(st.Running, st.Preempted)
-	e.met.KVBlocks("device", e.dev.Used(), e.dev.Free())
-	if e.host != nil {
-		e.met.KVBlocks("host", e.host.Used(), e.host.Free())
-	}
-}
-
-func priorityOf(c sched.Class) Priority {
-	switch c {
-	case sched.Interactive:
-		return Interactive
-	case sched.Batch:
-		return Batch
-	}
-	return Standard
 }

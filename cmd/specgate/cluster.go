@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/specgate/specgate/cluster"
@@ -37,7 +38,7 @@ type roleFlags struct {
 func addRoleFlags(fs *flag.FlagSet) *roleFlags {
 	return &roleFlags{
 		role:     fs.String("role", envOr("SPECGATE_ROLE", roleAll), "all (one process), gateway (no model) or engine (no WebSocket) ($SPECGATE_ROLE)"),
-		instance: fs.String("instance", os.Getenv("SPECGATE_INSTANCE"), "this process's id in Redis and the metrics' instance label ($SPECGATE_INSTANCE; default host-pid-random)"),
+		instance: fs.String("instance", os.Getenv("SPECGATE_INSTANCE"), "this process's id in Redis and the node label of specgate_node_info ($SPECGATE_INSTANCE; default host-pid-random)"),
 		capacity: fs.Int("engine-capacity", 64, "requests an engine takes from Redis at once (role engine)"),
 		claim:    fs.Duration("claim-timeout", 10*time.Second, "how long a request may go unrefreshed before another engine takes it over (role engine)"),
 	}
@@ -65,14 +66,14 @@ func newClusterClient(rdb redis.UniversalClient, r *roleFlags, addr string, log 
 }
 
 // runEngineRole serves eng's requests from Redis until ctx ends, with
-// /metrics (instance-labelled), /healthz and /readyz on addr.
+// /metrics, /healthz and /readyz on addr.
 func runEngineRole(ctx context.Context, log *slog.Logger, rdb redis.UniversalClient, eng *engine.Engine, probe *cluster.KVProbe, reg *prometheus.Registry, addr string, r *roleFlags) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", cluster.MetricsHandler(reg, *r.instance))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
 		pctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)

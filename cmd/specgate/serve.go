@@ -22,6 +22,7 @@ import (
 	"github.com/specgate/specgate/engine/model/chat"
 	"github.com/specgate/specgate/engine/model/download"
 	"github.com/specgate/specgate/engine/model/synth"
+	"github.com/specgate/specgate/engine/prom"
 	"github.com/specgate/specgate/gateway"
 	"github.com/specgate/specgate/kernels"
 	"github.com/specgate/specgate/tenants"
@@ -77,6 +78,9 @@ func runServe(ctx context.Context, args []string) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := cluster.RegisterNode(reg, *rf.role, *rf.instance); err != nil {
+		return err
+	}
 	var gen engine.Generator
 	notice, modelName := "", ""
 	var modelInfo *gateway.ModelInfo
@@ -134,7 +138,7 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return serveGateway(ctx, log, gw, reg, ln, *dev, *rf.instance, *shutdownTimeout)
+	return serveGateway(ctx, log, gw, ln, *dev, *shutdownTimeout)
 }
 
 // servedEngine is the engine of roles all and engine.
@@ -165,16 +169,17 @@ func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry
 		be.Close()
 		return e, "", nil, err
 	}
-	em, err := gateway.NewEngineMetrics(reg)
-	if err != nil {
+	pc := prom.New(prom.Options{ModelName: modelNameOf(m, modelPath)})
+	if err := reg.Register(pc); err != nil {
 		return fail(err)
 	}
-	e.probe, e.model = cluster.NewKVProbe(em), m
-	eo.Metrics = e.probe
+	eo.Observer = pc
+	e.model = m
 	e.eng, err = engine.New(m, eo)
 	if err != nil {
 		return fail(err)
 	}
+	e.probe = cluster.NewKVProbe(e.eng)
 	o := e.eng.Options()
 	log.Info("KV cache", "type", m.KVType().String(), "block_size", o.BlockSize, "device_blocks", o.KVBlocks, "host_blocks", o.HostKVBlocks)
 	return e, notice, func() { e.eng.Close(); m.Close(); be.Close() }, nil
@@ -184,13 +189,12 @@ func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry
 // then shuts down gracefully: no new connections or turns, running turns
 // get up to shutdownTimeout to finish, every socket gets its done frames
 // and a 1001 close before the process exits.
-func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, reg *prometheus.Registry, ln net.Listener, dev bool, instance string, shutdownTimeout time.Duration) error {
+func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, ln net.Listener, dev bool, shutdownTimeout time.Duration) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", web.Handler())
-	for _, p := range []string{"/v1/", "/healthz", "/readyz", "/admin/"} {
+	for _, p := range []string{"/v1/", "/metrics", "/healthz", "/readyz", "/admin/"} {
 		mux.Handle(p, gw.Handler())
 	}
-	mux.Handle("/metrics", cluster.MetricsHandler(reg, instance))
 	base := "http://" + ln.Addr().String() + "/"
 	if dev {
 		tok, err := devToken(ctx, gw.Tenants())

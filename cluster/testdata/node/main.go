@@ -86,12 +86,12 @@ func run(ctx context.Context) error {
 			return err
 		}
 		defer m.Close()
-		probe := cluster.NewKVProbe(nil)
-		eng, err := engine.New(slowModel{m, *delay}, engine.Options{Metrics: probe})
+		eng, err := engine.New(slowModel{m, *delay}, engine.Options{})
 		if err != nil {
 			return err
 		}
 		defer eng.Close()
+		probe := cluster.NewKVProbe(eng)
 		fmt.Println("engine", *id)
 		return cluster.RunEngine(ctx, cluster.EngineOptions{
 			Redis: rdb, Prefix: *prefix, ID: *id, Engine: eng,
