@@ -147,34 +147,50 @@ func TestPrefixReports(t *testing.T) {
 	}
 }
 
+// loadGate holds the step goroutine at the first report of a loaded
+// engine until the test has read the snapshot from its own goroutine.
+type loadGate struct {
+	once sync.Once
+	seen chan Snapshot
+	ack  chan struct{}
+}
+
+func (g *loadGate) ObserveStep(r *StepReport) {
+	if r.Snapshot.Load() == 0 {
+		return
+	}
+	g.once.Do(func() {
+		g.seen <- *r.Snapshot
+		<-g.ack
+	})
+}
+
 // TestSnapshotConcurrent reads snapshots from other goroutines while the
 // engine's own runs requests (run it with -race): each is whole, steps
-// only go forward, and once the requests are done one shows the engine
-// empty.
+// only go forward, a loaded step's snapshot is what other goroutines read,
+// and once the requests are done one shows the engine empty.
 func TestSnapshotConcurrent(t *testing.T) {
-	e, err := New(newFakeModel(t), Options{BlockSize: 4, KVBlocks: 64})
+	gate := &loadGate{seen: make(chan Snapshot, 1), ack: make(chan struct{})}
+	e, err := New(newFakeModel(t), Options{BlockSize: 4, KVBlocks: 64, Observer: gate})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if s := e.Snapshot(); s.Steps != 0 || s.Device.Free != 64 || s.Load() != 0 {
-		t.Errorf("have %+v before any step; want 64 free blocks, nothing loaded", s)
+	if s := e.Snapshot(); s.Device.Free != 64 || s.Load() != 0 {
+		t.Errorf("have %+v before any request; want 64 free blocks, nothing loaded", s)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stop := make(chan struct{})
 	var readers sync.WaitGroup
-	var peak sync.Map
-	for r := range 4 {
+	for range 4 {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
 			var last int64
-			hi := 0
 			for {
 				select {
 				case <-stop:
-					peak.Store(r, hi)
 					return
 				default:
 				}
@@ -183,10 +199,25 @@ func TestSnapshotConcurrent(t *testing.T) {
 					t.Errorf("have snapshot %+v after step %d; want steps going forward, whole tiers, at most 8 requests", s, last)
 					return
 				}
-				last, hi = s.Steps, max(hi, s.Load())
+				last = s.Steps
 			}
 		}()
 	}
+	// The gate is answered while submissions go on: Submit waits for
+	// the step goroutine.
+	gated := make(chan struct{})
+	go func() {
+		defer close(gated)
+		select {
+		case want := <-gate.seen:
+			if have := e.Snapshot(); have != want || have.Load() == 0 || have.Steps == 0 {
+				t.Errorf("have %+v from another goroutine; want the loaded step's %+v", have, want)
+			}
+			close(gate.ack)
+		case <-ctx.Done():
+			t.Error("no step reported a loaded engine")
+		}
+	}()
 	var streams []*Stream
 	for i := range 8 {
 		s, err := e.Submit(ctx, Request{Prompt: []int32{1, int32(5 + i)}, MaxTokens: 40})
@@ -195,6 +226,7 @@ func TestSnapshotConcurrent(t *testing.T) {
 		}
 		streams = append(streams, s)
 	}
+	<-gated
 	for _, s := range streams {
 		for {
 			ev, err := s.Recv(ctx)
@@ -216,11 +248,6 @@ func TestSnapshotConcurrent(t *testing.T) {
 	}
 	close(stop)
 	readers.Wait()
-	seen := 0
-	peak.Range(func(_, v any) bool { seen = max(seen, v.(int)); return true })
-	if seen == 0 {
-		t.Error("no reader saw a loaded engine")
-	}
 }
 
 // TestShutdownReported: requests ended by Close reach the observer.
