@@ -61,6 +61,7 @@ type DraftModel struct {
 	qs     [][]float32 // distributions handed out this Propose
 	nq     int
 	hist   []int32
+	path   []int32
 	anc    []int32
 }
 
@@ -212,8 +213,8 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 				g := s.dyn
 				for k, node := range s.front {
 					logits := d.logits[s.rows[k]*d.vocab : (s.rows[k]+1)*d.vocab]
-					d.hist = append(append(d.hist[:0], c.Tokens...), g.path(node, nil)...)
-					toks, ps, qs := d.candidates(c, d.hist, logits, g.sh.Width, true)
+					d.path = g.path(node, d.path)
+					toks, ps, qs := d.candidates(c, d.history(c, d.path), logits, g.sh.Width, true)
 					g.add(node, toks, ps, qs)
 				}
 				g.next()
@@ -223,8 +224,7 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 				continue
 			}
 			logits := d.logits[s.row*d.vocab : (s.row+1)*d.vocab]
-			d.hist = append(append(d.hist[:0], c.Tokens...), s.chain...)
-			toks, _, qs := d.candidates(c, d.hist, logits, s.want[depth], false)
+			toks, _, qs := d.candidates(c, d.history(c, s.chain), logits, s.want[depth], false)
 			s.toks, s.qs = append(s.toks, toks), append(s.qs, qs)
 			if len(toks) > 0 && depth+1 < len(s.want) {
 				s.chain = append(s.chain, toks[0])
@@ -377,6 +377,17 @@ func (d *DraftModel) newQ() []float32 {
 	}
 	d.nq++
 	return d.qs[d.nq-1]
+}
+
+// history is the committed tokens followed by path when candidates needs
+// them (a mask, or sampling with its penalties), else nil: a greedy
+// request's drafts do not copy the conversation per node.
+func (d *DraftModel) history(c Context, path []int32) []int32 {
+	if c.Mask == nil && c.Params.Temperature <= 0 {
+		return nil
+	}
+	d.hist = append(append(d.hist[:0], c.Tokens...), path...)
+	return d.hist
 }
 
 // candidates returns up to k candidates after hist (the committed tokens
