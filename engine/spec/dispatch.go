@@ -36,9 +36,10 @@ type Tier struct {
 }
 
 // DefaultTiers: when one sequence leaves the hardware idle, dynamic trees
-// of 8 to 32 nodes beside the static bushy tree and a chain; as the batch
-// fills the hardware, smaller budgets and shorter chains; and plain
-// decoding for large batches, where a forward pass is already
+// of 4 to 32 nodes beside the static bushy tree and a chain (where a tree
+// node costs nearly a plain step, as on a CPU, the small budgets win); as
+// the batch fills the hardware, smaller budgets and shorter chains; and
+// plain decoding for large batches, where a forward pass is already
 // compute-bound and extra draft tokens cost as much as they could win.
 // Each tier also offers Off, so the dispatcher can always fall back to
 // plain speed. Within a tier the dispatcher's measurements (committed
@@ -46,8 +47,8 @@ type Tier struct {
 // costs) choose the budget.
 func DefaultTiers() []Tier {
 	return []Tier{
-		{MaxBatch: 1, Shapes: []Shape{Dynamic(32), Dynamic(16), Dynamic(8), Bushy, Chain(4)}},
-		{MaxBatch: 4, Shapes: []Shape{Dynamic(16), Dynamic(8), Wide, Chain(4), Chain(2)}},
+		{MaxBatch: 1, Shapes: []Shape{Dynamic(32), Dynamic(16), Dynamic(8), Dynamic(4), Bushy, Chain(4)}},
+		{MaxBatch: 4, Shapes: []Shape{Dynamic(16), Dynamic(8), Dynamic(4), Wide, Chain(4), Chain(2)}},
 		{MaxBatch: 8, Shapes: []Shape{Dynamic(8), Dynamic(4), Chain(4), Chain(2)}},
 		{MaxBatch: 16, Shapes: []Shape{Chain(2)}},
 		{MaxBatch: 0, Shapes: nil},
