@@ -20,6 +20,7 @@ var ErrUsage = errors.New("tenants: usage")
 const CommandUsage = `usage: specgate tenant <command> [args]
 
   create ID [flags]        create a tenant with its first signing key
+  update ID [flags]        change the create flags given (not keys)
   list                     list tenants (no secrets)
   show ID                  show one tenant (no secrets)
   add-key ID [key flags]   add a signing key (at most 2 active)
@@ -31,7 +32,9 @@ const CommandUsage = `usage: specgate tenant <command> [args]
 create flags:
   -name NAME  -priority interactive|standard|batch  -weight W
   -max-connections N  -max-concurrent N  -tokens-per-minute N  -max-context N
-  -audience AUD  -origin ORIGIN (repeatable)
+  -spec auto|off|ngram|draft (speculative decoding the tenant's requests may
+        use: auto, the server's choice (default); off; or only that drafter)
+  -audience AUD  -origin ORIGIN (repeatable; with update, replaces the list)
 key flags (also for create):
   -alg HS256|RS256|EdDSA (default HS256)  -kid KID (default random)
   -public-key FILE (PEM, RS256/EdDSA)  -secret BASE64 (HS256; default random)
@@ -87,7 +90,7 @@ func Command(ctx context.Context, s *Store, args []string, out io.Writer) error 
 			return err
 		}
 		return enc.Encode(t.Redacted())
-	case "create", "add-key", "rotate":
+	case "create", "update", "add-key", "rotate":
 	default:
 		return fmt.Errorf("%w: unknown command %q", ErrUsage, cmd)
 	}
@@ -96,11 +99,13 @@ func Command(ctx context.Context, s *Store, args []string, out io.Writer) error 
 	fs.SetOutput(io.Discard)
 	var spec CreateSpec
 	var pubFile, secret string
-	fs.StringVar(&spec.Key.Alg, "alg", HS256, "")
-	fs.StringVar(&spec.Key.Kid, "kid", "", "")
-	fs.StringVar(&pubFile, "public-key", "", "")
-	fs.StringVar(&secret, "secret", "", "")
-	if cmd == "create" {
+	if cmd != "update" {
+		fs.StringVar(&spec.Key.Alg, "alg", HS256, "")
+		fs.StringVar(&spec.Key.Kid, "kid", "", "")
+		fs.StringVar(&pubFile, "public-key", "", "")
+		fs.StringVar(&secret, "secret", "", "")
+	}
+	if cmd == "create" || cmd == "update" {
 		fs.StringVar(&spec.Name, "name", "", "")
 		fs.StringVar(&spec.Priority, "priority", "", "")
 		fs.Float64Var(&spec.Weight, "weight", 0, "")
@@ -108,6 +113,7 @@ func Command(ctx context.Context, s *Store, args []string, out io.Writer) error 
 		fs.IntVar(&spec.Limits.MaxConcurrent, "max-concurrent", 0, "")
 		fs.IntVar(&spec.Limits.TokensPerMinute, "tokens-per-minute", 0, "")
 		fs.IntVar(&spec.Limits.MaxContext, "max-context", 0, "")
+		fs.StringVar(&spec.Limits.Speculate, "spec", "", "")
 		fs.StringVar(&spec.Audience, "audience", "", "")
 		fs.Func("origin", "", func(v string) error { spec.Origins = append(spec.Origins, v); return nil })
 	}
@@ -116,6 +122,13 @@ func Command(ctx context.Context, s *Store, args []string, out io.Writer) error 
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", ErrUsage, fs.Args())
+	}
+	if cmd == "update" {
+		t, err := update(ctx, s, id, fs, spec)
+		if err != nil {
+			return err
+		}
+		return enc.Encode(t.Redacted())
 	}
 	if pubFile != "" {
 		b, err := os.ReadFile(pubFile)
@@ -158,4 +171,34 @@ func Command(ctx context.Context, s *Store, args []string, out io.Writer) error 
 		res = keyResult(t, k, gen, retired)
 	}
 	return enc.Encode(res)
+}
+
+// update changes the fields of tenant id whose flags fs was given, to
+// their values in spec; the others keep what the record has.
+func update(ctx context.Context, s *Store, id string, fs *flag.FlagSet, spec CreateSpec) (*Tenant, error) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if len(set) == 0 {
+		return nil, fmt.Errorf("%w: update needs at least one flag to change", ErrUsage)
+	}
+	return s.Update(ctx, id, func(t *Tenant) error {
+		l := spec.Limits
+		for name, apply := range map[string]func(){
+			"name":              func() { t.Name = spec.Name },
+			"priority":          func() { t.Priority = spec.Priority },
+			"weight":            func() { t.Weight = spec.Weight },
+			"max-connections":   func() { t.Limits.MaxConnections = l.MaxConnections },
+			"max-concurrent":    func() { t.Limits.MaxConcurrent = l.MaxConcurrent },
+			"tokens-per-minute": func() { t.Limits.TokensPerMinute = l.TokensPerMinute },
+			"max-context":       func() { t.Limits.MaxContext = l.MaxContext },
+			"spec":              func() { t.Limits.Speculate = l.Speculate },
+			"audience":          func() { t.Audience = spec.Audience },
+			"origin":            func() { t.Origins = spec.Origins },
+		} {
+			if set[name] {
+				apply()
+			}
+		}
+		return nil
+	})
 }

@@ -58,7 +58,21 @@ type Limits struct {
 	TokensPerMinute int `json:"tokens_per_minute"`
 	// MaxContext caps prompt + max_tokens of one request, in tokens.
 	MaxContext int `json:"max_context"`
+	// Speculate is which speculative decoding the tenant's requests may
+	// use: SpecAuto (whatever the server runs; "" reads as auto), SpecOff
+	// (plain decoding), SpecNGram or SpecDraft (only that drafter; plain
+	// decoding on a server that runs the other). A request may narrow it,
+	// never widen it.
+	Speculate string `json:"speculate,omitempty"`
 }
+
+// Speculation modes, as the engine names them.
+const (
+	SpecAuto  = "auto"
+	SpecOff   = "off"
+	SpecNGram = "ngram"
+	SpecDraft = "draft"
+)
 
 // Tenant is one customer's record.
 type Tenant struct {
@@ -114,7 +128,8 @@ func (t *Tenant) AllowsOrigin(origin string) bool {
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
-// Validate fills defaults (priority standard, weight 1) and checks fields.
+// Validate fills defaults (priority standard, weight 1, speculate auto) and
+// checks fields.
 func (t *Tenant) Validate() error {
 	if !idPattern.MatchString(t.ID) {
 		return fmt.Errorf("%w: tenant id %q (want 1-63 of a-z 0-9 _ -, starting with a letter or digit)", ErrInvalid, t.ID)
@@ -138,6 +153,13 @@ func (t *Tenant) Validate() error {
 	l := t.Limits
 	if l.MaxConnections < 0 || l.MaxConcurrent < 0 || l.TokensPerMinute < 0 || l.MaxContext < 0 {
 		return fmt.Errorf("%w: negative limit in %+v", ErrInvalid, l)
+	}
+	switch l.Speculate {
+	case "":
+		t.Limits.Speculate = SpecAuto
+	case SpecAuto, SpecOff, SpecNGram, SpecDraft:
+	default:
+		return fmt.Errorf("%w: speculate %q (want auto, off, ngram or draft)", ErrInvalid, l.Speculate)
 	}
 	if len(t.Keys) > MaxActiveKeys {
 		return ErrTooManyKeys

@@ -14,7 +14,7 @@ import (
 )
 
 func runTenant(ctx context.Context, args []string) error {
-	fs := newFlags("tenant", "[--redis URL] <create|list|show|add-key|rotate|remove-key|disable|enable|token> ...")
+	fs := newFlags("tenant", "[--redis URL] <create|update|list|show|add-key|rotate|remove-key|disable|enable|token> ...")
 	fs.Usage = func() { fmt.Fprintln(fs.Output(), tenants.CommandUsage+"\n\n"+tokenUsage) }
 	dial := redisFlag(fs)
 	if err := fs.Parse(args); err != nil {
