@@ -43,6 +43,8 @@ func runServe(ctx context.Context, args []string) error {
 	quantum := fs.Int("quantum", 0, "fair-share quantum: tokens a weight-1 tenant is credited per round (0 = engine default, 256)")
 	aging := fs.Duration("aging", 0, "wait after which a request counts one priority class higher (0 = engine default, 5s)")
 	kvType := kvTypeFlag(fs)
+	specMode := fs.String("spec", engine.SpecAuto, "speculative decoding: off, ngram (drafts by n-gram lookup over the conversation), draft (drafts by --draft-model) or auto (draft with --draft-model, else ngram); the engine keeps it off where it measures a loss, and tenants and requests may narrow it")
+	draftModel := fs.String("draft-model", "", "GGUF draft model for --spec draft or auto: a smaller model of the same vocabulary, or the target quantized (a self-draft)")
 	adminToken := fs.String("admin-token", os.Getenv("SPECGATE_ADMIN_TOKEN"), "token guarding /admin/v1 ($SPECGATE_ADMIN_TOKEN); empty disables it")
 	dev := fs.Bool("dev", false, "create a 'dev' tenant if missing and print a sign-in URL with a token")
 	authTimeout := fs.Duration("auth-timeout", 5*time.Second, "how long a browser socket has to send its auth frame")
@@ -53,6 +55,10 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	if err := rf.check(); err != nil {
+		return err
+	}
+	drafter, err := speculation(*specMode, *draftModel)
+	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -94,7 +100,7 @@ func runServe(ctx context.Context, args []string) error {
 		defer cc.Close()
 		gen = cc
 	} else {
-		eng, n, closeEngine, err := serveEngine(ctx, log, reg, *modelPath, *backend, kernels.Options{Threads: *threads}, engine.Options{
+		eng, n, closeEngine, err := serveEngine(ctx, log, reg, *modelPath, *draftModel, *backend, kernels.Options{Threads: *threads}, engine.Options{
 			KVBytes:        *kvMB << 20,
 			HostKVBytes:    *hostKVMB << 20,
 			MaxBatchTokens: *maxBatch,
@@ -102,6 +108,7 @@ func runServe(ctx context.Context, args []string) error {
 			Quantum:        *quantum,
 			AgingAfter:     *aging,
 			KVType:         *kvType,
+			Speculation:    engine.Speculation{Drafter: drafter},
 			// A request without max_tokens may use what the context has
 			// left, as the protocol promises.
 			DefaultMaxTokens: math.MaxInt32,
@@ -148,9 +155,35 @@ type servedEngine struct {
 	model model.Model
 }
 
-// serveEngine loads the model on the backend and starts the engine with
-// eo (its metrics wired to reg); closeEngine stops both.
-func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry, modelPath, backend string, bo kernels.Options, eo engine.Options) (e servedEngine, notice string, closeEngine func(), err error) {
+// speculation checks serve's --spec and --draft-model and returns the
+// engine's drafter. A draft needs its model file: a self-draft (the target
+// quantized) is a file of its own too, so --spec draft alone is refused
+// rather than guessed at.
+func speculation(mode, draftModel string) (string, error) {
+	switch mode {
+	case engine.SpecOff, engine.SpecNGram:
+		if draftModel != "" {
+			return "", fmt.Errorf("--draft-model drafts only with --spec draft or auto, not --spec %s", mode)
+		}
+		return mode, nil
+	case engine.SpecDraft:
+		if draftModel == "" {
+			return "", errors.New("--spec draft needs --draft-model FILE: a smaller model of the same vocabulary, or the target quantized")
+		}
+		return engine.DraftModel, nil
+	case engine.SpecAuto:
+		if draftModel != "" {
+			return engine.DraftModel, nil
+		}
+		return engine.DraftNGram, nil
+	}
+	return "", fmt.Errorf("--spec %q: want off, ngram, draft or auto", mode)
+}
+
+// serveEngine loads the model (and the draft model, when draftPath is
+// set) on the backend and starts the engine with eo (its metrics wired to
+// reg); closeEngine stops them all.
+func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry, modelPath, draftPath, backend string, bo kernels.Options, eo engine.Options) (e servedEngine, notice string, closeEngine func(), err error) {
 	be, err := kernels.Open(backend, bo)
 	if err != nil {
 		return e, "", nil, err
@@ -164,7 +197,22 @@ func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry
 	log.Info("model loaded", "name", c.Name, "arch", c.Arch, "type", c.WeightType.String(),
 		"params_M", float64(c.Params)/1e6, "layers", c.Layers, "vocab", c.Vocab, "context", c.Context)
 
+	var draft model.Model
+	if draftPath != "" {
+		draft, err = model.Load(draftPath, be)
+		if err != nil {
+			m.Close()
+			be.Close()
+			return e, "", nil, fmt.Errorf("draft model %s: %w", draftPath, err)
+		}
+		dc := draft.Config()
+		log.Info("draft model loaded", "name", dc.Name, "type", dc.WeightType.String(), "params_M", float64(dc.Params)/1e6, "layers", dc.Layers, "vocab", dc.Vocab)
+		eo.Speculation.Model = draft
+	}
 	fail := func(err error) (servedEngine, string, func(), error) {
+		if draft != nil {
+			draft.Close()
+		}
 		m.Close()
 		be.Close()
 		return e, "", nil, err
@@ -182,7 +230,15 @@ func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry
 	e.probe = cluster.NewKVProbe(e.eng)
 	o := e.eng.Options()
 	log.Info("KV cache", "type", m.KVType().String(), "block_size", o.BlockSize, "device_blocks", o.KVBlocks, "host_blocks", o.HostKVBlocks)
-	return e, notice, func() { e.eng.Close(); m.Close(); be.Close() }, nil
+	log.Info("speculation", "drafter", eo.Speculation.Drafter)
+	return e, notice, func() {
+		e.eng.Close()
+		if draft != nil {
+			draft.Close()
+		}
+		m.Close()
+		be.Close()
+	}, nil
 }
 
 // serveGateway serves the web UI and the gateway on ln until ctx ends,
