@@ -298,6 +298,7 @@ type oaiCommon struct {
 	MinP              *float64 `json:"min_p"`
 	RepetitionPenalty *float64 `json:"repetition_penalty"`
 	Priority          string   `json:"priority"`
+	Speculate         string   `json:"speculate"`
 }
 
 type chatCompletionRequest struct {
@@ -330,7 +331,9 @@ func decodeOAI(r *http.Request, v any) *oaiError {
 	if err := dec.Decode(v); err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) {
-			param := ute.Field
+			// The shared fields' path starts with the embedded struct's
+			// Go name ("oaiCommon.stop"); the client knows only "stop".
+			param := strings.TrimPrefix(ute.Field, "oaiCommon.")
 			if param == "" {
 				return oaiInvalid("", fmt.Sprintf("the body is a JSON %s; want an object", ute.Value))
 			}
@@ -467,6 +470,10 @@ func (c *oaiCommon) engineParams(req *engine.Request, tenantClass string) *oaiEr
 		}
 	}
 	req.Priority = requestPriority(tenantClass, c.Priority)
+	if engine.CheckSpeculate(c.Speculate) != nil {
+		return oaiInvalid("speculate", fmt.Sprintf("speculate=%q; want auto, off, ngram or draft", c.Speculate))
+	}
+	req.Speculate = c.Speculate
 	return nil
 }
 
@@ -479,11 +486,28 @@ type oaiUsage struct {
 	PromptTokensDetails struct {
 		CachedTokens int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
+	// Speculative decoding's drafts, in the fields OpenAI gives its
+	// predicted outputs: draft tokens the model took, and those it
+	// verified and threw away. Unlike OpenAI's, rejected tokens are not
+	// in completion_tokens: they are never charged.
+	CompletionTokensDetails struct {
+		AcceptedPredictionTokens int `json:"accepted_prediction_tokens"`
+		RejectedPredictionTokens int `json:"rejected_prediction_tokens"`
+	} `json:"completion_tokens_details"`
 }
 
-func usageOf(u engine.Usage) *oaiUsage {
-	o := &oaiUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
+// usageOf is the usage of a prompt's finals, one per choice: the prompt
+// counted once (OpenAI does), every choice's completion and drafts.
+func usageOf(finals []*engine.Final) *oaiUsage {
+	u := finals[0].Usage
+	o := &oaiUsage{PromptTokens: u.PromptTokens}
 	o.PromptTokensDetails.CachedTokens = u.CachedTokens
+	for _, f := range finals {
+		o.CompletionTokens += f.Usage.CompletionTokens
+		o.CompletionTokensDetails.AcceptedPredictionTokens += f.Stats.Accepted
+		o.CompletionTokensDetails.RejectedPredictionTokens += f.Stats.Drafted - f.Stats.Accepted
+	}
+	o.TotalTokens = o.PromptTokens + o.CompletionTokens
 	return o
 }
 
@@ -819,6 +843,7 @@ func (s *Server) newOAICall(id Identity, idPrefix, object, param string, common 
 				MaxConcurrent:   ten.Limits.MaxConcurrent,
 				TokensPerMinute: ten.Limits.TokensPerMinute,
 				MaxContext:      ten.Limits.MaxContext,
+				Speculate:       ten.Limits.Speculate,
 			},
 		},
 	}

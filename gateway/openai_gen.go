@@ -125,16 +125,6 @@ func failed(finals []*engine.Final) error {
 	return nil
 }
 
-// usageOfChoices counts the prompt once (OpenAI does) and every choice's
-// completion.
-func usageOfChoices(finals []*engine.Final) *oaiUsage {
-	u := engine.Usage{PromptTokens: finals[0].Usage.PromptTokens, CachedTokens: finals[0].Usage.CachedTokens}
-	for _, f := range finals {
-		u.CompletionTokens += f.Usage.CompletionTokens
-	}
-	return usageOf(u)
-}
-
 // ---- log probabilities ---------------------------------------------------
 
 type oaiTopLogprob struct {
@@ -279,7 +269,7 @@ func (s *Server) oaiWhole(w http.ResponseWriter, c *oaiCall, events <-chan choic
 	}
 	httpJSON(w, http.StatusOK, oaiResponse{
 		ID: c.respID, Object: c.object, Created: c.created, Model: s.o.ModelName,
-		SystemFingerprint: s.fingerprint(), Seed: int64(c.req.Sample.Seed), Choices: choices, Usage: usageOfChoices(finals),
+		SystemFingerprint: s.fingerprint(), Seed: int64(c.req.Sample.Seed), Choices: choices, Usage: usageOf(finals),
 	})
 	return finals
 }
@@ -443,7 +433,7 @@ func (s *Server) oaiStream(w http.ResponseWriter, c *oaiCall, events <-chan choi
 	if c.includeUsage {
 		u := chunk(oaiChatChoice{})
 		u.Choices = []oaiChatChoice{}
-		u.Usage = usageOfChoices(finals)
+		u.Usage = usageOf(finals)
 		send(u)
 	}
 	done()

@@ -59,12 +59,15 @@ type ChatParams struct {
 	MinP        float32 `json:"min_p,omitempty"`
 	Seed        uint64  `json:"seed,omitempty"`
 	// Priority may lower the tenant's class for this request, never raise it.
-	Priority string          `json:"priority,omitempty"`
-	Schema   json.RawMessage `json:"schema,omitempty"`
-	Regex    string          `json:"regex,omitempty"`
-	Choices  []string        `json:"choices,omitempty"`
-	JSON     bool            `json:"json,omitempty"`
-	Stop     []string        `json:"stop,omitempty"`
+	Priority string `json:"priority,omitempty"`
+	// Speculate (auto, off, ngram, draft) may narrow the tenant's
+	// speculative decoding for this request, never widen it.
+	Speculate string          `json:"speculate,omitempty"`
+	Schema    json.RawMessage `json:"schema,omitempty"`
+	Regex     string          `json:"regex,omitempty"`
+	Choices   []string        `json:"choices,omitempty"`
+	JSON      bool            `json:"json,omitempty"`
+	Stop      []string        `json:"stop,omitempty"`
 }
 
 // ClientFrame is any client → server frame; Type says which fields matter.
@@ -283,6 +286,11 @@ func checkParams(typ string, p *ChatParams) error {
 	default:
 		return badRequest(typ + ": priority must be interactive, standard or batch")
 	}
+	switch p.Speculate {
+	case "", "auto", "off", "ngram", "draft":
+	default:
+		return badRequest(typ + ": speculate must be auto, off, ngram or draft")
+	}
 	n := 0
 	for _, set := range []bool{len(p.Schema) > 0, p.Regex != "", len(p.Choices) > 0, p.JSON} {
 		if set {
@@ -317,6 +325,11 @@ type (
 		TTFTMS          float64 `json:"ttft_ms"`
 		TokensPerSecond float64 `json:"tokens_per_s"`
 		AcceptedPerStep float64 `json:"accepted_per_step"`
+		// DraftedTokens are the draft tokens the model verified for the
+		// reply, AcceptedTokens those it took: 0 and 0 when it did not
+		// speculate.
+		DraftedTokens  int `json:"drafted_tokens"`
+		AcceptedTokens int `json:"accepted_tokens"`
 		// Seed is the seed the reply was sampled with: the request's, or
 		// a fresh one drawn when it set none.
 		Seed uint64 `json:"seed"`

@@ -139,6 +139,9 @@ func mergeParams(d, c *ChatParams) *ChatParams {
 	if c.Priority != "" {
 		out.Priority = c.Priority
 	}
+	if c.Speculate != "" {
+		out.Speculate = c.Speculate
+	}
 	if len(c.Stop) > 0 {
 		out.Stop = c.Stop
 	}

@@ -194,6 +194,7 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 			MaxConcurrent:   ten.Limits.MaxConcurrent,
 			TokensPerMinute: ten.Limits.TokensPerMinute,
 			MaxContext:      ten.Limits.MaxContext,
+			Speculate:       ten.Limits.Speculate,
 		},
 		Messages: engineMessages(system, history),
 		Sample:   samplingParams(f.Params),
@@ -202,6 +203,7 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 	if f.Params != nil {
 		req.MaxTokens = f.Params.MaxTokens
 		req.Stop = f.Params.Stop
+		req.Speculate = f.Params.Speculate
 	}
 	stream, err := s.o.Generator.Generate(s.runCtx, req)
 	if err != nil {
@@ -345,6 +347,8 @@ func (t *turn) run() {
 			TTFTMS:          ms(final.Stats.TTFT),
 			TokensPerSecond: final.Stats.TokensPerSecond,
 			AcceptedPerStep: final.Stats.AcceptedPerStep,
+			DraftedTokens:   final.Stats.Drafted,
+			AcceptedTokens:  final.Stats.Accepted,
 			Seed:            final.Stats.Seed,
 		},
 		DroppedMessages: final.DroppedMessages,

@@ -43,6 +43,11 @@ type Frame struct {
 		PromptTokens     int `json:"prompt_tokens"`
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
+	Stats *struct {
+		DraftedTokens  int    `json:"drafted_tokens"`
+		AcceptedTokens int    `json:"accepted_tokens"`
+		Seed           uint64 `json:"seed"`
+	} `json:"stats"`
 	Session *struct {
 		ID       string `json:"id"`
 		Messages []struct {
