@@ -54,10 +54,12 @@ type Engine struct {
 	gvocab   *guided.Vocab
 
 	// Owned by the step goroutine.
-	spec   *specState // nil with speculation off
-	sched  *sched.Scheduler
-	dev    blockAllocator
-	host   blockAllocator // nil without a host tier
+	spec  *specState // nil with speculation off
+	sched *sched.Scheduler
+	dev   blockAllocator
+	host  blockAllocator // nil without a host tier
+	// kvb makes the KV tiers and moves blocks between them.
+	kvb    kvBackend
 	devKV  kernels.KVCache
 	hostKV kernels.KVCache
 	// cache is the prefix cache over dev and host; nil when it is off.
@@ -139,11 +141,9 @@ func newEngine(m model.Model, o Options) (*Engine, error) {
 	if err := o.validate(cfg.KVWidth(), cfg.Layers, cfg.Context, kvType); err != nil {
 		return nil, err
 	}
-	// The model makes the caches (both tiers below; a draft model its
-	// own), so it is told the type.
-	if err := m.SetKVType(kvType); err != nil {
-		return nil, fmt.Errorf("engine: KV cache: %w", err)
-	}
+	// The engine makes both tiers through the backend, in the shape the
+	// model reports; a draft model makes its own cache, so it is told
+	// the type.
 	if d := o.Speculation.Model; o.Speculation.Drafter == DraftModel && d != nil {
 		if err := d.SetKVType(o.KVType.DType(d.Backend())); err != nil {
 			return nil, fmt.Errorf("engine: draft model KV cache: %w", err)
@@ -172,13 +172,14 @@ func newEngine(m model.Model, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	devKV, err := m.NewKV(o.KVBlocks, o.BlockSize)
+	kvb := kvBackend(m.Backend())
+	devKV, err := kvb.NewKV(cfg.KVSpec(o.KVBlocks, o.BlockSize, kvType))
 	if err != nil {
 		return nil, fmt.Errorf("engine: device KV of %d blocks: %w", o.KVBlocks, err)
 	}
 	dpool := prefixcache.NewPool(prefixcache.Device, o.KVBlocks)
 	e := &Engine{
-		m: m, tok: tok, tmpl: tmpl, o: o, clock: o.Clock,
+		m: m, kvb: kvb, tok: tok, tmpl: tmpl, o: o, clock: o.Clock,
 		sched: s, devKV: devKV, dev: dpool, grammars: guided.NewCache(o.GrammarCache),
 		seqs: map[string]*sequence{}, shared: map[int32]int{},
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
@@ -188,14 +189,14 @@ func newEngine(m model.Model, o Options) (*Engine, error) {
 	}
 	var hpool *prefixcache.Pool
 	if o.HostKVBlocks > 0 {
-		if e.hostKV, err = m.NewKV(o.HostKVBlocks, o.BlockSize); err != nil {
+		if e.hostKV, err = kvb.NewKV(cfg.KVSpec(o.HostKVBlocks, o.BlockSize, kvType)); err != nil {
 			return nil, fmt.Errorf("engine: host KV of %d blocks: %w", o.HostKVBlocks, err)
 		}
 		hpool = prefixcache.NewPool(prefixcache.Host, o.HostKVBlocks)
 		e.host = hpool
 	}
 	if !o.NoPrefixCache {
-		e.cache, err = prefixcache.New(m.Backend(), devKV, e.hostKV, dpool, hpool, prefixcache.Options{TenantCap: o.PrefixTenantCap})
+		e.cache, err = prefixcache.New(kvb, devKV, e.hostKV, dpool, hpool, prefixcache.Options{TenantCap: o.PrefixTenantCap})
 		if err != nil {
 			return nil, fmt.Errorf("engine: prefix cache: %w", err)
 		}

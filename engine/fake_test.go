@@ -26,8 +26,8 @@ type fakeKV struct {
 
 func (k *fakeKV) Spec() kernels.KVSpec { return k.spec }
 
-// fakeBackend implements only the ops the engine calls: CopyBlocks, and
-// Slice and Download of the fake model's logits. It has no
+// fakeBackend implements only the ops the engine calls: NewKV and
+// CopyBlocks, and Slice and Download of the fake model's logits. It has no
 // kernels.Sampler, so the engine samples on the host, by the reference.
 type fakeBackend struct{ kernels.Backend }
 
@@ -158,8 +158,13 @@ func (m *fakeModel) SetKVType(dt kernels.DType) error {
 }
 
 func (m *fakeModel) NewKV(blocks, blockSize int) (kernels.KVCache, error) {
-	n := blocks * blockSize
-	kv := &fakeKV{spec: kernels.KVSpec{Layers: 1, Blocks: blocks, BlockSize: blockSize, Width: 1, DType: m.kvType}, tok: make([]int32, n), pos: make([]int32, n)}
+	return fakeBackend{}.NewKV(m.Config().KVSpec(blocks, blockSize, m.kvType))
+}
+
+// NewKV makes the cache the fake model reads its sequences back from.
+func (fakeBackend) NewKV(s kernels.KVSpec) (kernels.KVCache, error) {
+	n := s.Blocks * s.BlockSize
+	kv := &fakeKV{spec: s, tok: make([]int32, n), pos: make([]int32, n)}
 	for i := range kv.pos {
 		kv.pos[i] = -1
 	}

@@ -320,7 +320,7 @@ func (e *Engine) place(s *sequence, c sched.Chunk) (sched.Chunk, error) {
 		for i := range dst {
 			moves[i] = kernels.BlockCopy{Src: s.host[i], Dst: dst[i]}
 		}
-		e.m.Backend().CopyBlocks(e.devKV, e.hostKV, moves)
+		e.kvb.CopyBlocks(e.devKV, e.hostKV, moves)
 		e.unref(e.host, s.host)
 		s.host = nil
 		s.table = dst
@@ -370,7 +370,7 @@ func (e *Engine) preempt(s *sequence, p sched.Preemption) {
 			for i := range dst {
 				moves[i] = kernels.BlockCopy{Src: s.table[i], Dst: dst[i]}
 			}
-			e.m.Backend().CopyBlocks(e.hostKV, e.devKV, moves)
+			e.kvb.CopyBlocks(e.hostKV, e.devKV, moves)
 			s.host = dst
 		}
 	}

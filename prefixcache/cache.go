@@ -104,7 +104,7 @@ type node struct {
 // alone. Blocks move between tiers only while the cache is their sole
 // holder.
 type Cache struct {
-	b            kernels.Backend
+	b            BlockCopier
 	device, host kernels.KVCache
 	dpool, hpool *Pool
 	bs           int
@@ -122,15 +122,22 @@ type Cache struct {
 	st    Stats
 }
 
+// BlockCopier moves whole KV blocks between caches: the one op the cache
+// needs of a backend (kernels.Backend.CopyBlocks), to demote blocks to the
+// host tier and promote them back.
+type BlockCopier interface {
+	CopyBlocks(dst, src kernels.KVCache, moves []kernels.BlockCopy)
+}
+
 // New makes a cache over the device KVCache and its pool and, optionally,
 // the host KVCache and its pool (both nil: no host tier, so eviction drops
 // blocks). The pools may manage fewer blocks than their caches hold, so an
 // engine can keep some of a KVCache for other uses; the caches must share
 // Layers, BlockSize, Width and DType because blocks are copied between
 // them.
-func New(b kernels.Backend, device, host kernels.KVCache, dpool, hpool *Pool, o Options) (*Cache, error) {
+func New(b BlockCopier, device, host kernels.KVCache, dpool, hpool *Pool, o Options) (*Cache, error) {
 	if b == nil || device == nil || dpool == nil {
-		return nil, fmt.Errorf("%w: nil backend, device cache or device pool", ErrBadConfig)
+		return nil, fmt.Errorf("%w: nil block copier, device cache or device pool", ErrBadConfig)
 	}
 	if (host == nil) != (hpool == nil) {
 		return nil, fmt.Errorf("%w: host cache and host pool must both be set or both nil", ErrBadConfig)

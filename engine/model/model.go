@@ -36,6 +36,15 @@ type Config struct {
 // KVWidth is the width of one token's K (or V) row in one layer.
 func (c Config) KVWidth() int { return c.KVHeads * c.HeadDim }
 
+// KVSpec is the shape of a paged KV cache the model reads and writes:
+// one K and one V row of KVWidth per token slot in each of its layers,
+// here in blocks of blockSize slots holding elements of type dt. A caller
+// makes the cache through the backend (kernels.Backend.NewKV), so the
+// model need not be asked.
+func (c Config) KVSpec(blocks, blockSize int, dt kernels.DType) kernels.KVSpec {
+	return kernels.KVSpec{Layers: c.Layers, Blocks: blocks, BlockSize: blockSize, Width: c.KVWidth(), DType: dt}
+}
+
 // Model is a loaded model: its weights on a backend and its tokenizer.
 // Forward is not safe for concurrent use: one goroutine drives a model.
 type Model interface {

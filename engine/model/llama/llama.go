@@ -397,7 +397,7 @@ func (m *Model) Close() error { return m.file.Close() }
 
 // NewKV allocates a paged KV cache for this model, of its KV type.
 func (m *Model) NewKV(blocks, blockSize int) (kernels.KVCache, error) {
-	return m.be.NewKV(kernels.KVSpec{Layers: m.cfg.Layers, Blocks: blocks, BlockSize: blockSize, Width: m.cfg.KVWidth(), DType: m.kvType})
+	return m.be.NewKV(m.cfg.KVSpec(blocks, blockSize, m.kvType))
 }
 
 // KVType is the element type of the caches NewKV makes.
