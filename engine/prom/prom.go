@@ -55,6 +55,8 @@ type Collector struct {
 	tpot             *prometheus.HistogramVec
 	e2e              *prometheus.HistogramVec
 	queue            *prometheus.HistogramVec
+	prefill          *prometheus.HistogramVec
+	decode           *prometheus.HistogramVec
 	reqPrompt        prometheus.Histogram
 	reqGeneration    prometheus.Histogram
 	stepTokens       prometheus.Histogram
@@ -72,7 +74,7 @@ type Collector struct {
 }
 
 type classHistograms struct {
-	ttft, tpot, e2e, queue prometheus.Observer
+	ttft, tpot, e2e, queue, prefill, decode prometheus.Observer
 }
 
 var (
@@ -123,6 +125,8 @@ func New(o Options) *Collector {
 		tpot:             histVec("time_per_output_token_seconds", "Wait for each token after the first, by priority class (tokens of one step share its wait).", tpotBuckets, "priority"),
 		e2e:              histVec("e2e_request_latency_seconds", "Submission to the end of a request, whatever its finish reason, by priority class.", requestBuckets, "priority"),
 		queue:            histVec("request_queue_time_seconds", "Submission to first scheduling, by priority class (requests that never ran are left out).", requestBuckets, "priority"),
+		prefill:          histVec("request_prefill_time_seconds", "First scheduling to first token, by priority class (requests without a token are left out).", requestBuckets, "priority"),
+		decode:           histVec("request_decode_time_seconds", "First token to the end of a request, by priority class (requests without a token are left out).", requestBuckets, "priority"),
 		reqPrompt:        hist("request_prompt_tokens", "Prompt tokens of each finished request.", tokenBuckets),
 		reqGeneration:    hist("request_generation_tokens", "Tokens generated for each finished request.", tokenBuckets),
 		stepTokens:       hist("iteration_tokens", "Tokens per forward pass (draft tree nodes included).", tokenBuckets),
@@ -143,6 +147,7 @@ func New(o Options) *Collector {
 		c.byClass[p] = classHistograms{
 			ttft: c.ttft.WithLabelValues(l), tpot: c.tpot.WithLabelValues(l),
 			e2e: c.e2e.WithLabelValues(l), queue: c.queue.WithLabelValues(l),
+			prefill: c.prefill.WithLabelValues(l), decode: c.decode.WithLabelValues(l),
 		}
 	}
 	return c
@@ -187,6 +192,10 @@ func (c *Collector) ObserveStep(r *engine.StepReport) {
 		h.e2e.Observe(f.Stats.Total.Seconds())
 		if f.Scheduled {
 			h.queue.Observe(f.Stats.Queue.Seconds())
+			if f.Stats.TTFT > 0 {
+				h.prefill.Observe((f.Stats.TTFT - f.Stats.Queue).Seconds())
+				h.decode.Observe((f.Stats.Total - f.Stats.TTFT).Seconds())
+			}
 		}
 		c.reqPrompt.Observe(float64(f.Usage.PromptTokens))
 		c.reqGeneration.Observe(float64(f.Usage.CompletionTokens))
@@ -213,7 +222,7 @@ func (c *Collector) ObserveStep(r *engine.StepReport) {
 func (c *Collector) vecs() []prometheus.Collector {
 	return []prometheus.Collector{
 		c.promptTokens, c.generationTokens, c.success, c.preemptions, c.prefixQueries, c.prefixHits,
-		c.drafts, c.draftTokens, c.acceptedTokens, c.ttft, c.tpot, c.e2e, c.queue,
+		c.drafts, c.draftTokens, c.acceptedTokens, c.ttft, c.tpot, c.e2e, c.queue, c.prefill, c.decode,
 		c.reqPrompt, c.reqGeneration, c.stepTokens, c.stepSeqs, c.stepTime, c.guidedMask,
 	}
 }

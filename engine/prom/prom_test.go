@@ -2,6 +2,7 @@ package prom_test
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -178,6 +179,8 @@ func TestScrapeAfterRequests(t *testing.T) {
 		{"specgate_e2e_request_latency_seconds", nil, n},
 		{"specgate_request_queue_time_seconds", map[string]string{"priority": "interactive"}, 1},
 		{"specgate_request_queue_time_seconds", nil, n},
+		{"specgate_request_prefill_time_seconds", nil, n},
+		{"specgate_request_decode_time_seconds", map[string]string{"priority": "standard"}, 1},
 		{"specgate_request_prompt_tokens", nil, n},
 		{"specgate_request_generation_tokens", nil, n},
 		{"specgate_request_success_total", map[string]string{"tenant": "acme"}, 2},
@@ -192,6 +195,13 @@ func TestScrapeAfterRequests(t *testing.T) {
 		if have, ok := value(after, tc.name, tc.labels); !ok || have != tc.want {
 			t.Errorf("%s%v: have %v (present %v); want %v", tc.name, tc.labels, have, ok, tc.want)
 		}
+	}
+	// The phases add up: queue, prefill and decode make the end to end
+	// latency, queue and prefill the time to first token.
+	queue, prefill, decode := histSum(after, "specgate_request_queue_time_seconds"), histSum(after, "specgate_request_prefill_time_seconds"), histSum(after, "specgate_request_decode_time_seconds")
+	ttft, e2e := histSum(after, "specgate_time_to_first_token_seconds"), histSum(after, "specgate_e2e_request_latency_seconds")
+	if !near(queue+prefill, ttft) || !near(queue+prefill+decode, e2e) || e2e == 0 {
+		t.Errorf("have seconds queued %v, prefilling %v, decoding %v, to first token %v, end to end %v; want them adding up", queue, prefill, decode, ttft, e2e)
 	}
 	if have, _ := value(after, "specgate_prefix_cache_queries_total", nil); have < float64(prompt) {
 		t.Errorf("have %v prefix cache query tokens; want at least the %d prompt tokens", have, prompt)
@@ -220,6 +230,17 @@ func TestScrapeAfterRequests(t *testing.T) {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
 }
+
+// histSum is the sum of a histogram family's observations.
+func histSum(mfs map[string]*dto.MetricFamily, name string) float64 {
+	sum := 0.0
+	for _, m := range mfs[name].GetMetric() {
+		sum += m.GetHistogram().GetSampleSum()
+	}
+	return sum
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6*max(1, math.Abs(b)) }
 
 func familyList(mfs map[string]*dto.MetricFamily) []*dto.MetricFamily {
 	var l []*dto.MetricFamily
