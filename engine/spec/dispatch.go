@@ -64,7 +64,8 @@ const switchMargin = 0.05
 // (an exponentially weighted average, so it follows the acceptance rate of
 // the current traffic), plays the best, and re-tries the others now and
 // then: every Explore steps at first, then, each time a re-try still loses,
-// twice as rarely (up to 64 times), so a shape that keeps losing costs
+// twice as rarely (up to 64 times), and as many times more rarely again as
+// the option is slower than the leader, so a shape that keeps losing costs
 // almost nothing; a dethroned leader starts over at the base interval.
 // Off is always an option, so speculation never stays slower than plain
 // decoding for long. Time is passed in by the caller. Not safe for
@@ -186,7 +187,8 @@ func (d *Dispatcher) pick(t *tierState) int {
 		// of shapes that keep losing.
 		if t.best < 0 {
 			for i := range t.options {
-				t.options[i].wait, t.options[i].next = explore, t.steps+explore
+				o := &t.options[i]
+				o.wait, o.next = explore, t.steps+min(int(float64(explore)*slowness(t.options[best], *o)), 64*explore)
 			}
 		} else {
 			o := &t.options[t.best]
@@ -198,12 +200,26 @@ func (d *Dispatcher) pick(t *tierState) int {
 		i := (t.retry + k) % len(t.options)
 		if o := &t.options[i]; i != best && t.steps >= o.next {
 			t.retry = i
-			o.next = t.steps + o.wait
+			// An option k times slower than the leader loses about k-1
+			// steps' worth of tokens each time it is re-tried: it is
+			// re-tried k times as rarely, so a budget that costs eight
+			// plain steps on this hardware is not played every few
+			// dozen steps.
+			o.next = t.steps + min(int(float64(o.wait)*slowness(t.options[best], *o)), 64*explore)
 			o.wait = min(2*o.wait, 64*explore)
 			return i
 		}
 	}
 	return best
+}
+
+// slowness is how many times slower than the leader o measures, at least
+// 1 and at most 64.
+func slowness(leader, o option) float64 {
+	if o.rate <= 0 {
+		return 1
+	}
+	return min(max(leader.rate/o.rate, 1), 64)
 }
 
 // Observe records a step run with shape s over batch sequences that

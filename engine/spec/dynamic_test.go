@@ -492,3 +492,28 @@ func TestCalibration(t *testing.T) {
 		t.Errorf("rate(.75) unobserved: have %.3f; want .75", r)
 	}
 }
+
+// TestDispatcherSlowRetries: an option far slower than the leader is
+// re-tried more rarely than one a little slower, so exploring a budget
+// that costs many plain steps stays cheap.
+func TestDispatcherSlowRetries(t *testing.T) {
+	retries := func(slow time.Duration) int {
+		d := NewDispatcher([]Tier{{MaxBatch: 0, Shapes: []Shape{Chain(4)}}})
+		n := 0
+		for range 3000 {
+			s := d.Pick(1)
+			el := time.Millisecond
+			if !s.Off() {
+				n++
+				el = slow
+			}
+			d.Observe(1, s, 1, el)
+		}
+		return n
+	}
+	a, b := retries(2*time.Millisecond), retries(16*time.Millisecond)
+	if b >= a || b > 6 {
+		t.Errorf("have %d re-tries of a 2x slower option, %d of a 16x slower one; want fewer of the slower, ≤ 6", a, b)
+	}
+	t.Logf("re-tries in 3000 steps: 2x slower %d, 16x slower %d", a, b)
+}
