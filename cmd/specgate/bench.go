@@ -24,7 +24,7 @@ func runBench(ctx context.Context, args []string) error {
 	ctxLen := fs.Int("ctx", 64, "tokens already in each sequence when decoding starts (0: one, the least a decode needs)")
 	backend := fs.String("backend", "cpu", "compute backend")
 	threads := fs.Int("threads", 0, "worker threads (0 = one per CPU)")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the decode runs to `file`")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the decode runs (with --spec: of the whole comparison) to `file`")
 	bandwidth := fs.Float64("bandwidth", 0, "memory bandwidth of the backend's device in GB/s for the floor (0: measure host memory)")
 	kvType := kvTypeFlag(fs)
 	var sb specBench
@@ -68,6 +68,13 @@ func runBench(ctx context.Context, args []string) error {
 			}
 			defer closeDraft()
 			sb.draft = d
+		}
+		if *cpuprofile != "" {
+			stop, err := startCPUProfile(*cpuprofile)
+			if err != nil {
+				return err
+			}
+			defer stop()
 		}
 		return sb.run(ctx, os.Stdout, sizes)
 	}
@@ -118,15 +125,11 @@ func runBench(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "prefill\t%d\t%.1f\t%.2f\t%.1f\t%.2f\t%.0f%%\t\n", *promptLen, float64(*promptLen)/prefill.Seconds(),
 		ms(prefill), float64(c.WeightBytes)/1e6, 1e3*float64(c.WeightBytes)/bw, 100*float64(c.WeightBytes)/bw/prefill.Seconds())
 	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
+		stop, err := startCPUProfile(*cpuprofile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	var base float64
 	for _, b := range sizes {
@@ -148,6 +151,19 @@ func runBench(ctx context.Context, args []string) error {
 			1e3*floor, 100*floor/step.Seconds(), tps/base, sizes[0])
 	}
 	return tw.Flush()
+}
+
+// startCPUProfile profiles the process into path until the returned stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // decodePositions is how many positions decodeRate uses: the context
