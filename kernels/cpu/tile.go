@@ -39,8 +39,11 @@ const (
 )
 
 // tileMinRows is the batch from which the tiled kernels beat the x4 ones:
-// below it, padding the tile to eight rows wastes more than it saves.
-const tileMinRows = 4
+// below it, padding the tile to eight rows wastes more than it saves. The
+// AVX2 tiles raise it (setTilesAVX2): without VNNI a tile costs about what
+// eight rows do, so four or five rows (a speculative verification's tree)
+// ran at nearly twice the x4 kernels' cost.
+var tileMinRows = 4
 
 // q8TileStore and q4TileStore, when not nil, compute ntiles tiles of four
 // weight rows (the rows stride bytes apart, starting at w) against groups
@@ -231,6 +234,7 @@ const (
 func useTiles(mode tileMode) bool {
 	q8TileStore, q4TileStore = nil, nil
 	q8TileSigned = false
+	tileMinRows = 4
 	switch {
 	case mode == tilesGo:
 		q8TileStore, q4TileStore = tileStoreGo(q8TileGo), tileStoreGo(q4TileGo)
