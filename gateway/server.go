@@ -90,8 +90,8 @@ type Options struct {
 	// primary's failover (Redis Cluster, Sentinel) loses nothing a client
 	// was shown. A primary with fewer replicas is waited on for the ones
 	// it has: one server without replicas waits for none. Default 1; -1
-	// never waits. A delta is sent to the client once logged, so this
-	// adds the replication round trip to each.
+	// never waits. A delta is sent to the client once its append is on
+	// its way to Redis, without waiting for Redis or the replicas.
 	WaitReplicas int
 	// ResumePoll is how long one blocking read of a stream log waits before
 	// checking the connection again (1s); ResumeIdle is how long a resume
@@ -202,6 +202,8 @@ type Server struct {
 	limiter  *tenants.Limiter
 	sessions *SessionStore
 	log      *streamLog
+	logw     *logWriter
+	closeLog func() error // the log writer's own client (nil: it has none)
 	auth     *authenticator
 	metrics  *metrics
 	upgrader websocket.Upgrader
@@ -212,7 +214,7 @@ type Server struct {
 	// because they outlive sockets.
 	runCtx    context.Context
 	runCancel context.CancelFunc
-	bg        sync.WaitGroup // the lease refresher and the turn watcher
+	bg        sync.WaitGroup // the log writer, the lease refresher, the turn watcher, the control listener
 	ks        keyspace.Space
 	gwID      string // this gateway, on the control channel
 
@@ -279,7 +281,17 @@ func New(opts Options) (*Server, error) {
 		s.runCancel()
 		return nil, fmt.Errorf("gateway: subscribe to the control channel: %w", err)
 	}
-	s.bg.Add(3)
+	// The log writer's own client (logwriter.go): it sees its appends
+	// go out, which is what a turn waits for before a send.
+	tracker := newSentTracker()
+	lrdb, own := logClient(opts.Redis, tracker)
+	if own {
+		s.closeLog = lrdb.Close
+	}
+	s.logw = newLogWriter(&streamLog{rdb: lrdb, ks: s.ks, maxLen: opts.LogMaxLen, ttl: opts.LogTTL,
+		w: durable.New(lrdb, durable.Options{Replicas: opts.WaitReplicas})}, tracker, opts.Logger, opts.WriteTimeout)
+	s.bg.Add(4)
+	go func() { defer s.bg.Done(); s.logw.run(s.runCtx) }()
 	go s.refreshLeases()
 	go s.watchTurns()
 	go s.listenControl(ps)
@@ -377,6 +389,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.runCancel()
 	s.bg.Wait()
+	if s.closeLog != nil {
+		_ = s.closeLog()
+	}
 
 	s.mu.Lock()
 	conns := make([]*Connection, 0, len(s.conns))

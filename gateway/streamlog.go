@@ -44,7 +44,8 @@ type logEntry struct {
 // and a log that ends with a done record (crash recovery finalized the
 // turn) takes nothing more and answers 0. The TTL is renewed with every
 // batch, so a log outlives its request by ttl. KEYS: the log. ARGV: max
-// length, ttl ms, then seq and text of each delta.
+// length, ttl ms, a tag the script ignores (the log writer's, see
+// sentConn), then seq and text of each delta.
 var appendScript = redis.NewScript(`
 local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local last = 0
@@ -52,7 +53,7 @@ if #top > 0 then
   if top[1][2][1] == 'done' then return 0 end
   last = tonumber(string.match(top[1][1], '^(%d+)'))
 end
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   if tonumber(ARGV[i]) > last then
     redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], ARGV[i] .. '-0', 'd', ARGV[i + 1])
   end
@@ -64,11 +65,7 @@ return 1
 // appendDeltas adds deltas (in seq order) to the log; open is false when
 // the log was already ended by a done record.
 func (l *streamLog) appendDeltas(ctx context.Context, sid, rid string, deltas []logEntry) (open bool, err error) {
-	args := make([]any, 0, 2+2*len(deltas))
-	args = append(args, l.maxLen, l.ttl.Milliseconds())
-	for _, d := range deltas {
-		args = append(args, d.Seq, d.Text)
-	}
+	args := l.appendArgs("", deltas)
 	// Through the durable writer: a delta counts as logged once a replica
 	// holds it too, so a primary's failover cannot take it back.
 	n, err := l.w.Run(ctx, appendScript, []string{l.key(sid, rid)}, args...).Int()
@@ -181,4 +178,101 @@ func (l *streamLog) last(ctx context.Context, sid, rid string) (*logEntry, error
 		return nil, err
 	}
 	return &es[0], nil
+}
+
+// logBatch is deltas for one log; logResult what became of them.
+type logBatch struct {
+	sid, rid string
+	tag      string // sentTracker's tag of the batch ("": none)
+	entries  []logEntry
+}
+
+type logResult struct {
+	open bool // false: the log already ended with a done record
+	err  error
+}
+
+// appendBatches appends each batch to its log with one pipeline per Redis
+// primary (one replica WAIT each) rather than a round trip per batch.
+func (l *streamLog) appendBatches(ctx context.Context, bs []logBatch) []logResult {
+	res := make([]logResult, len(bs))
+	groups := map[string][]int{} // primary → batches
+	var order []string
+	cc, isCluster := l.rdb.(*redis.ClusterClient)
+	for i, b := range bs {
+		node := ""
+		if isCluster {
+			m, err := cc.MasterForKey(ctx, l.key(b.sid, b.rid))
+			if err != nil {
+				res[i].err = fmt.Errorf("gateway: primary of the log of %s: %w", b.rid, err)
+				continue
+			}
+			node = m.Options().Addr
+		}
+		if _, ok := groups[node]; !ok {
+			order = append(order, node)
+		}
+		groups[node] = append(groups[node], i)
+	}
+	failed := false
+	for _, node := range order {
+		l.appendGroup(ctx, bs, groups[node], res)
+		for _, i := range groups[node] {
+			failed = failed || res[i].err != nil
+		}
+	}
+	if failed && isCluster {
+		// The appends go to primaries' own connections, past the
+		// client's redirect handling: after a failover only a reload
+		// makes MasterForKey name the promoted replica.
+		cc.ReloadState(ctx)
+	}
+	return res
+}
+
+// appendGroup pipelines the batches idx, whose logs share a primary.
+func (l *streamLog) appendGroup(ctx context.Context, bs []logBatch, idx []int, res []logResult) {
+	for attempt := 0; ; attempt++ {
+		cmds := make([]*redis.Cmd, len(idx))
+		err := l.w.Pipelined(ctx, l.key(bs[idx[0]].sid, bs[idx[0]].rid), func(p redis.Pipeliner) {
+			for j, i := range idx {
+				cmds[j] = appendScript.EvalSha(ctx, p, []string{l.key(bs[i].sid, bs[i].rid)}, l.appendArgs(bs[i].tag, bs[i].entries)...)
+			}
+		})
+		noScript := false
+		for _, c := range cmds {
+			noScript = noScript || c != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT")
+		}
+		if noScript && attempt == 0 {
+			if lerr := appendScript.Load(ctx, l.rdb).Err(); lerr != nil {
+				err = fmt.Errorf("load the append script: %w", lerr)
+			} else {
+				continue // appends are idempotent by seq: the rerun adds nothing twice
+			}
+		}
+		for j, i := range idx {
+			var n int
+			cerr := err
+			if cmds[j] != nil {
+				if n, cerr = cmds[j].Int(); cerr == nil {
+					cerr = err
+				}
+			}
+			if cerr != nil {
+				res[i].err = fmt.Errorf("gateway: append deltas %d.. of %s: %w", bs[i].entries[0].Seq, bs[i].rid, cerr)
+				continue
+			}
+			res[i].open = n == 1
+		}
+		return
+	}
+}
+
+func (l *streamLog) appendArgs(tag string, deltas []logEntry) []any {
+	args := make([]any, 0, 3+2*len(deltas))
+	args = append(args, l.maxLen, l.ttl.Milliseconds(), tag)
+	for _, d := range deltas {
+		args = append(args, d.Seq, d.Text)
+	}
+	return args
 }

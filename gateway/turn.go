@@ -251,15 +251,17 @@ func (s *Server) cancelLocal(tenant, user, request string) bool {
 	return len(found) > 0
 }
 
-// logRetry is how long a turn waits before trying again to append to its
-// stream log after Redis refused.
+// logRetry is how long the log writer waits before trying again to append
+// a turn's deltas after Redis refused.
 const logRetry = 250 * time.Millisecond
 
-// run reads the engine's events to the end: each delta is logged, then sent
-// live; the end stores the reply and sends done.
+// run reads the engine's events to the end: each delta is queued for the
+// stream log, which the server's log writer appends in batches, and sent
+// live without waiting for Redis's answer (logwriter.go); the end stores
+// the reply and sends done.
 //
 // Redis going away does not end the turn: deltas the log could not take
-// wait in a backlog, retried as generation goes on and before the reply is
+// wait in the queue, retried as generation goes on and before the reply is
 // stored, so an outage shorter than the rest of the generation plus
 // PersistTimeout loses nothing, and a reply generated in full is stored in
 // full.
@@ -267,29 +269,9 @@ func (t *turn) run() {
 	s := t.s
 	var text strings.Builder
 	seq := 0
-	var backlog []logEntry // deltas not yet in the stream log
-	var retryAt time.Time
-	logClosed := false // recovery ended the log: this gateway was taken for dead
-	flush := func() {
-		if len(backlog) == 0 || logClosed || time.Now().Before(retryAt) {
-			return
-		}
-		ctx, cancel := context.WithTimeout(s.runCtx, s.o.WriteTimeout)
-		open, err := s.log.appendDeltas(ctx, t.session, t.request, backlog)
-		cancel()
-		switch {
-		case err != nil:
-			if retryAt.IsZero() {
-				s.o.Logger.Warn("gateway: stream log unavailable; keeping deltas until it is back", "request", t.engineID, "err", err)
-			}
-			retryAt = time.Now().Add(logRetry)
-			return
-		case !open:
-			logClosed = true
-			s.o.Logger.Warn("gateway: stream log was ended by crash recovery", "request", t.engineID)
-		}
-		backlog, retryAt = backlog[:0], time.Time{}
-	}
+	q := s.logw.queue(t.session, t.request)
+	wait := time.NewTimer(sentWait)
+	defer wait.Stop()
 	var final *engine.Final
 	for {
 		ev, err := t.stream.Recv(s.runCtx)
@@ -311,8 +293,16 @@ func (t *turn) run() {
 		}
 		seq++
 		text.WriteString(ev.Text)
-		backlog = append(backlog, logEntry{Seq: seq, Text: ev.Text})
-		flush()
+		// The delta goes to the client once its append is on the wire
+		// to Redis, not once Redis answered (logwriter.go): a kill
+		// right after the send still leaves it in the log.
+		sent := s.logw.push(q, logEntry{Seq: seq, Text: ev.Text})
+		wait.Reset(sentWait)
+		select {
+		case <-sent:
+		case <-wait.C: // Redis unreachable: deltas go on; the log catches up
+		}
+		wait.Stop()
 		t.send(ServerFrame{Type: TypeDelta, Request: t.request, Seq: seq, Text: ev.Text})
 	}
 	if final == nil {
@@ -359,11 +349,7 @@ func (t *turn) run() {
 		msg.Error = ce.Message
 		t.send(errorFrame(ce, t.request))
 	}
-	stored := t.persist(msg, done, seq, func() bool {
-		retryAt = time.Time{}
-		flush()
-		return len(backlog) == 0 || logClosed
-	})
+	stored := t.persist(msg, done, seq, func(ctx context.Context) bool { return s.logw.flush(ctx, q) })
 	if !stored {
 		t.send(errorFrame(unavailable("the reply could not be stored"), t.request))
 	}
@@ -376,17 +362,17 @@ func (t *turn) run() {
 }
 
 // persist stores the end of a turn, retrying while Redis is unreachable,
-// up to PersistTimeout: first the log's backlog (flushed reports whether
-// it is empty now), then the reply, then the log's done record. It reports
+// up to PersistTimeout: first the log's backlog (flushed writes it and
+// reports whether it is empty now), then the reply, then the log's done record. It reports
 // whether the reply was stored.
-func (t *turn) persist(msg Message, done ServerFrame, lastSeq int, flushed func() bool) bool {
+func (t *turn) persist(msg Message, done ServerFrame, lastSeq int, flushed func(context.Context) bool) bool {
 	s := t.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.o.PersistTimeout)
 	defer cancel()
 	backoff := 20 * time.Millisecond
 	for {
 		var err error
-		if !flushed() {
+		if !flushed(ctx) {
 			err = errors.New("stream log backlog not written")
 		} else if err = s.sessions.FinishTurn(ctx, t.tenant.ID, t.user, t.session, msg); err == nil {
 			// The done record lets resumers finish; without it they time

@@ -1,0 +1,382 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The stream log is written behind the socket, not in front of it: a turn
+// queues each delta for the log and sends it to its client without waiting
+// for Redis's answer. One writer appends every turn's queued deltas, in
+// rounds that each take what all turns queued meanwhile (in practice one
+// engine step's deltas) and send it as one pipeline per Redis primary with
+// one replica WAIT; several rounds may be in flight, never two holding the
+// same turn, so each log's appends stay in order.
+//
+// What a turn does wait for is its delta's bytes being handed to the
+// kernel on the log's Redis connection (sentConn sees them go by), a
+// local write that costs microseconds. So a client never holds a delta
+// that is not already on its way to Redis: when the gateway is killed
+// right after a send, Redis still gets the append and crash recovery
+// still finds every delta the client saw.
+
+// sentWait bounds how long a turn waits for its delta to be handed to
+// Redis before sending it anyway (Redis unreachable: deltas go on, rule 6
+// of the protocol).
+const sentWait = 50 * time.Millisecond
+
+// logRounds bounds the rounds in flight.
+const logRounds = 8
+
+// sentMark is closed once a batch's bytes are written to Redis's socket,
+// or its round ended (whatever became of it).
+type sentMark struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func newSentMark() *sentMark { return &sentMark{ch: make(chan struct{})} }
+
+func (m *sentMark) done() { m.once.Do(func() { close(m.ch) }) }
+
+// sentTracker maps the tags of batches in flight to their marks. A tag is
+// an argument of the batch's append (the script ignores it), so the bytes
+// written to the connection carry it.
+type sentTracker struct {
+	prefix string // "lgsent:<random>:", the same length for every tag
+	next   atomic.Uint64
+
+	mu      sync.Mutex // protects pending
+	pending map[string]*sentMark
+}
+
+func newSentTracker() *sentTracker {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return &sentTracker{prefix: "lgsent:" + hex.EncodeToString(b[:]) + ":", pending: map[string]*sentMark{}}
+}
+
+// tagLen is the digits after the prefix: fixed, so a scan knows the end.
+const tagLen = 12
+
+func (t *sentTracker) add(m *sentMark) string {
+	n := strconv.FormatUint(t.next.Add(1)%1e12, 10)
+	tag := t.prefix + string(bytes.Repeat([]byte{'0'}, tagLen-len(n))) + n
+	t.mu.Lock()
+	t.pending[tag] = m
+	t.mu.Unlock()
+	return tag
+}
+
+func (t *sentTracker) drop(tag string) {
+	t.mu.Lock()
+	delete(t.pending, tag)
+	t.mu.Unlock()
+}
+
+// wrote marks the batches whose tags p carries as sent.
+func (t *sentTracker) wrote(p []byte) {
+	pre := []byte(t.prefix)
+	for {
+		i := bytes.Index(p, pre)
+		if i < 0 || len(p) < i+len(pre)+tagLen {
+			return
+		}
+		tag := string(p[i : i+len(pre)+tagLen])
+		p = p[i+len(pre)+tagLen:]
+		t.mu.Lock()
+		m := t.pending[tag]
+		t.mu.Unlock()
+		if m != nil {
+			m.done()
+		}
+	}
+}
+
+// sentConn is a connection of the log's own Redis client that reports
+// what it writes to the tracker.
+type sentConn struct {
+	net.Conn
+	t *sentTracker
+}
+
+func (c *sentConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if n > 0 {
+		c.t.wrote(p[:n])
+	}
+	return n, err
+}
+
+// logClient is a client like rdb (same servers, same options) whose
+// connections report to t; ok is false for a kind of client it cannot
+// copy, whose batches then count as sent only when their round ends.
+func logClient(rdb redis.UniversalClient, t *sentTracker) (c redis.UniversalClient, ok bool) {
+	wrap := func(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &sentConn{Conn: conn, t: t}, nil
+		}
+	}
+	switch rc := rdb.(type) {
+	case *redis.Client:
+		o := *rc.Options()
+		if o.Dialer == nil {
+			return rdb, false
+		}
+		o.Dialer = wrap(o.Dialer)
+		return redis.NewClient(&o), true
+	case *redis.ClusterClient:
+		o := *rc.Options()
+		if o.Dialer == nil {
+			if o.TLSConfig != nil {
+				return rdb, false
+			}
+			d := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 5 * time.Minute}
+			o.Dialer = d.DialContext
+		}
+		o.Dialer = wrap(o.Dialer)
+		return redis.NewClusterClient(&o), true
+	}
+	return rdb, false
+}
+
+// logQueue is one turn's deltas on their way to its stream log.
+type logQueue struct {
+	sid, rid string
+
+	mu       sync.Mutex // protects the fields below
+	entries  []logEntry // not yet in the log, in seq order
+	mark     *sentMark  // of the entries no round has taken yet
+	inflight bool       // a round holds some of the entries
+	closed   bool       // the log ended with a done record (recovery)
+	failing  bool       // the last attempt failed
+	retryAt  time.Time  // after a failure: not before then
+	attempts int        // rounds that included this queue
+	changed  chan struct{}
+}
+
+// logWriter appends every turn's queued deltas to their stream logs.
+type logWriter struct {
+	l   *streamLog // on the log's own client
+	t   *sentTracker
+	log *slog.Logger
+	// timeout bounds one round's writes.
+	timeout time.Duration
+
+	mu    sync.Mutex // protects dirty
+	dirty map[*logQueue]bool
+	wake  chan struct{} // cap 1
+	slots chan struct{} // rounds in flight
+	wg    sync.WaitGroup
+}
+
+func newLogWriter(l *streamLog, t *sentTracker, log *slog.Logger, timeout time.Duration) *logWriter {
+	return &logWriter{l: l, t: t, log: log, timeout: timeout, dirty: map[*logQueue]bool{},
+		wake: make(chan struct{}, 1), slots: make(chan struct{}, logRounds)}
+}
+
+func (w *logWriter) queue(sid, rid string) *logQueue {
+	return &logQueue{sid: sid, rid: rid, changed: make(chan struct{}, 1)}
+}
+
+// push queues e (seqs ascending) for q's log and returns what closes once
+// it is handed to Redis. It never blocks.
+func (w *logWriter) push(q *logQueue, e logEntry) <-chan struct{} {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return closedCh
+	}
+	q.entries = append(q.entries, e)
+	if q.mark == nil {
+		q.mark = newSentMark()
+	}
+	ch := q.mark.ch
+	q.mu.Unlock()
+	w.mark(q)
+	return ch
+}
+
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (w *logWriter) mark(q *logQueue) {
+	w.mu.Lock()
+	w.dirty[q] = true
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *logWriter) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// flush asks for q's backlog to be written now and waits for the attempt:
+// true when nothing is left to write (or the log was ended by recovery),
+// false when the attempt failed or ctx ended.
+func (w *logWriter) flush(ctx context.Context, q *logQueue) bool {
+	for {
+		q.mu.Lock()
+		if len(q.entries) == 0 && !q.inflight || q.closed {
+			q.mu.Unlock()
+			return true
+		}
+		q.retryAt = time.Time{}
+		before := q.attempts
+		q.mu.Unlock()
+		w.mark(q)
+		for {
+			select {
+			case <-q.changed:
+			case <-ctx.Done():
+				return false
+			}
+			q.mu.Lock()
+			tried, failing := q.attempts > before, q.failing
+			q.mu.Unlock()
+			if !tried {
+				continue
+			}
+			if failing {
+				return false
+			}
+			break
+		}
+	}
+}
+
+// run starts rounds until ctx ends, then waits for those in flight.
+func (w *logWriter) run(ctx context.Context) {
+	defer w.wg.Wait()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		case <-timer.C:
+		}
+		next := w.dispatch(ctx)
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		if next.IsZero() {
+			timer.Reset(time.Hour)
+		} else {
+			timer.Reset(time.Until(next))
+		}
+	}
+}
+
+// dispatch starts a round with what every dirty queue not in flight holds,
+// when a round slot is free; it returns when the next retry of a failing
+// queue is due (zero: none).
+func (w *logWriter) dispatch(ctx context.Context) time.Time {
+	select {
+	case w.slots <- struct{}{}:
+	default:
+		return time.Time{} // a round ending pokes the writer
+	}
+	now := time.Now()
+	var next time.Time
+	var batches []logBatch
+	var qs []*logQueue
+	var marks []*sentMark
+	w.mu.Lock()
+	for q := range w.dirty {
+		q.mu.Lock()
+		switch {
+		case q.closed || len(q.entries) == 0:
+			delete(w.dirty, q)
+		case q.inflight:
+			// stays dirty: the next round after this one's end takes it
+		case now.Before(q.retryAt):
+			if next.IsZero() || q.retryAt.Before(next) {
+				next = q.retryAt
+			}
+		default:
+			delete(w.dirty, q)
+			m := q.mark
+			if m == nil {
+				m = newSentMark() // a retry of entries already reported
+			}
+			q.mark, q.inflight = nil, true
+			batches = append(batches, logBatch{sid: q.sid, rid: q.rid, tag: w.t.add(m), entries: q.entries[:len(q.entries):len(q.entries)]})
+			qs = append(qs, q)
+			marks = append(marks, m)
+		}
+		q.mu.Unlock()
+	}
+	w.mu.Unlock()
+	if len(batches) == 0 {
+		<-w.slots
+		return next
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		w.round(ctx, batches, qs, marks)
+		<-w.slots
+		w.poke() // queues that were in flight or waited for a slot
+	}()
+	return next
+}
+
+// round writes batches and records what became of each.
+func (w *logWriter) round(ctx context.Context, batches []logBatch, qs []*logQueue, marks []*sentMark) {
+	wctx, cancel := context.WithTimeout(ctx, w.timeout)
+	res := w.l.appendBatches(wctx, batches)
+	cancel()
+	for i, q := range qs {
+		w.t.drop(batches[i].tag)
+		marks[i].done()
+		r := res[i]
+		q.mu.Lock()
+		q.attempts++
+		q.inflight = false
+		switch {
+		case r.err != nil:
+			if !q.failing {
+				w.log.Warn("gateway: stream log unavailable; keeping deltas until it is back", "session", q.sid, "request", q.rid, "err", r.err)
+			}
+			q.failing, q.retryAt = true, time.Now().Add(logRetry)
+		case !r.open:
+			q.failing, q.closed, q.entries = false, true, nil
+			w.log.Warn("gateway: stream log was ended by crash recovery", "session", q.sid, "request", q.rid)
+		default:
+			q.failing = false
+			q.entries = q.entries[len(batches[i].entries):]
+		}
+		again := len(q.entries) > 0 && !q.closed
+		q.mu.Unlock()
+		if again {
+			w.mu.Lock()
+			w.dirty[q] = true
+			w.mu.Unlock()
+		}
+		select {
+		case q.changed <- struct{}{}:
+		default:
+		}
+	}
+}
