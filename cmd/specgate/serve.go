@@ -206,6 +206,12 @@ func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry
 			return e, "", nil, fmt.Errorf("draft model %s: %w", draftPath, err)
 		}
 		dc := draft.Config()
+		if dc.Vocab != c.Vocab {
+			draft.Close()
+			m.Close()
+			be.Close()
+			return e, "", nil, fmt.Errorf("draft model %s: a vocabulary of %d tokens, the model's has %d (a draft must share the model's tokenizer)", draftPath, dc.Vocab, c.Vocab)
+		}
 		log.Info("draft model loaded", "name", dc.Name, "type", dc.WeightType.String(), "params_M", float64(dc.Params)/1e6, "layers", dc.Layers, "vocab", dc.Vocab)
 		eo.Speculation.Model = draft
 	}

@@ -37,6 +37,14 @@ func TestServeSpecFlags(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "draft model "+missing+": ") {
 		t.Errorf("have exit %d, stderr %q; want 1 and the draft model's path in the error", r.code, r.stderr)
 	}
+	other := filepath.Join(t.TempDir(), "vocab300.gguf")
+	if r := specgate(t, nil, "mkmodel", "--out", other, "--dim", "64", "--heads", "2", "--layers", "1", "--ffn", "128", "--vocab", "300", "--seed", "4"); r.code != 0 {
+		t.Fatalf("mkmodel: %d %s", r.code, r.stderr)
+	}
+	r = specgate(t, nil, "serve", "--addr", "127.0.0.1:0", "--redis", rs.URL(), "--model", model, "--spec", "draft", "--draft-model", other)
+	if want := "draft model " + other + ": a vocabulary of 300 tokens, the model's has 512"; r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("have exit %d, stderr %q; want 1 and %q", r.code, r.stderr, want)
+	}
 }
 
 // TestServeSpeculates: serve with --spec draft and a self-draft drafts
