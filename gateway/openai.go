@@ -39,6 +39,16 @@ package gateway
 //   - Extensions (vLLM's names): "top_k", "min_p", "repetition_penalty",
 //     and "priority" (interactive, standard, batch), which may lower the
 //     tenant's class, never raise it.
+//   - "speculate" (auto, off, ngram, draft), specgate's own, narrows the
+//     tenant's speculative decoding as the socket's params.speculate does
+//     (gateway/PROTOCOL.md): asking for more than the tenant allows
+//     decodes plainly; another value is a 400 with param "speculate".
+//   - usage.completion_tokens_details reports speculative decoding's drafts
+//     in OpenAI's names for predicted outputs: accepted_prediction_tokens
+//     (draft tokens the model took) and rejected_prediction_tokens (those
+//     it verified and threw away), summed over the choices, 0 and 0 without
+//     speculation; streamed with include_usage too. Unlike OpenAI, rejected
+//     tokens are not in completion_tokens: they are never charged.
 //   - "response_format" json_object (a top-level object) and json_schema
 //     become guided decoding.
 //   - A conversation longer than the context is refused with

@@ -96,6 +96,9 @@ func keyResult(t *Tenant, k Key, generated bool, retired []string) *KeyResult {
 //	POST   /admin/v1/tenants/{id}/disable    disable
 //	POST   /admin/v1/tenants/{id}/enable     enable
 //
+// PATCH's "limits" replaces the whole object, speculation policy
+// ("speculate": auto, off, ngram, draft; absent is auto) included.
+//
 // Errors are {"error":{"code":…,"message":…}} with codes bad_request,
 // unauthorized, not_found, conflict, internal.
 func AdminHandler(s *Store, token string) http.Handler {
