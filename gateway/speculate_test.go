@@ -122,6 +122,33 @@ func TestSpeculateOverSocket(t *testing.T) {
 	}
 }
 
+// TestSpeculateSampledOverSocket: a seeded sampled reply is the same text
+// with speculation on or off.
+func TestSpeculateSampledOverSocket(t *testing.T) {
+	e := specEnv(t)
+	c := e.rawLogin("alice")
+	var texts []string
+	drafted := 0
+	for i, mode := range []string{"off", "auto", "off", "draft"} {
+		sid := rawSession(t, c)
+		rid := fmt.Sprint("s", i)
+		c.SendJSON(map[string]any{"type": "chat", "session": sid, "request": rid, "content": "Once upon a time",
+			"params": map[string]any{"max_tokens": 32, "temperature": 0.8, "top_p": 0.95, "seed": 11 + i/2, "speculate": mode}})
+		text, done, errs := c.Collect(rid, 0)
+		if len(errs) > 0 || done.Stats == nil {
+			t.Fatalf("have %+v %+v", done, errs)
+		}
+		texts = append(texts, text)
+		drafted += done.Stats.AcceptedTokens
+	}
+	if texts[0] != texts[1] || texts[2] != texts[3] {
+		t.Errorf("have %q and %q (seed 11), %q and %q (seed 12); want each seed's text with speculation on as off", texts[0], texts[1], texts[2], texts[3])
+	}
+	if drafted == 0 {
+		t.Error("no sampled reply took a draft; want the speculative path exercised")
+	}
+}
+
 // TestSpeculateRefusedOverSocket: an unknown mode is a bad_request for the
 // chat or the session, naming the field, and the socket stays open.
 func TestSpeculateRefusedOverSocket(t *testing.T) {
