@@ -139,13 +139,16 @@ func (t *throughput) perSecond() float64 {
 // never so few that the fixed cost is over a third of the step (when the
 // target is that short, throughput matters more than meeting it), and at
 // most twice the recent average step plus one block's worth (16), so that
-// a fit from few sizes is tried out gradually; 0 before any measure.
+// a fit from few sizes is tried out gradually; at least one token (a
+// machine too busy to run one within the target still runs steps), and 0
+// only before any measure: a step that held every waiting prompt because
+// the target fitted no token took 14 s on a loaded machine.
 func (t *throughput) tokens(target time.Duration) int {
 	if t.per == 0 {
 		return 0
 	}
 	n := max((target.Seconds()-t.fixed)/t.per, 2*t.fixed/t.per)
-	return int(min(n, 2*t.n+16))
+	return max(int(min(n, 2*t.n+16)), 1)
 }
 
 // efficient is the fewest tokens of a step whose fixed cost is at most a

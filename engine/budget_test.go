@@ -31,6 +31,9 @@ func TestThroughput(t *testing.T) {
 		// A fixed cost near the target: steps still hold twice the
 		// fixed cost in token time (but grow from what was seen).
 		{"fixed cost over the target", [][2]int{{100, 14000}, {300, 24000}}, 9000, 50, 2*160 + 16},
+		// A machine so busy that one token takes longer than the
+		// target: steps of one token, not of everything waiting.
+		{"a token over the target", [][2]int{{10, 300000}}, 0, 30000, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -42,7 +45,7 @@ func TestThroughput(t *testing.T) {
 			if !near(r.fixed*1e6, tt.fixed) || !near(r.per*1e6, tt.per) {
 				t.Errorf("have %.1fµs + %.2fµs a token; want %vµs + %vµs", r.fixed*1e6, r.per*1e6, tt.fixed, tt.per)
 			}
-			if have := r.tokens(10 * time.Millisecond); have < tt.tokens*99/100 || have > tt.tokens*101/100 {
+			if have, want := r.tokens(10*time.Millisecond), float64(tt.tokens); float64(have) < want*0.99 || float64(have) > want*1.01 {
 				t.Errorf("have %d tokens in 10ms; want %d", have, tt.tokens)
 			}
 		})

@@ -21,8 +21,9 @@ import (
 
 // closedLoop keeps n streams of requests from mk going until ctx ends:
 // each stream submits the next request when the last one ends. It counts
-// the completion tokens each tenant receives (as they arrive) into tokens.
-func closedLoop(ctx context.Context, wg *sync.WaitGroup, e *engine.Engine, n int, tokens *atomic.Int64, mk func(i, k int) engine.Request) {
+// the completion tokens each tenant receives (as they arrive) into tokens,
+// and the requests that finished into finished (when not nil).
+func closedLoop(ctx context.Context, wg *sync.WaitGroup, e *engine.Engine, n int, tokens, finished *atomic.Int64, mk func(i, k int) engine.Request) {
 	for i := range n {
 		wg.Add(1)
 		go func() {
@@ -37,10 +38,16 @@ func closedLoop(ctx context.Context, wg *sync.WaitGroup, e *engine.Engine, n int
 				}
 				for {
 					ev, err := s.Recv(ctx)
-					if err != nil || ev.Final != nil {
+					if err != nil {
 						break
 					}
 					tokens.Add(int64(len(ev.Tokens)))
+					if ev.Final != nil {
+						if finished != nil {
+							finished.Add(1)
+						}
+						break
+					}
 				}
 			}
 		}()
@@ -63,7 +70,7 @@ func BenchmarkPressureFlood(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var inter atomic.Int64
-	closedLoop(ctx, &wg, e, 80, &inter, func(i, k int) engine.Request {
+	closedLoop(ctx, &wg, e, 80, &inter, nil, func(i, k int) engine.Request {
 		return engine.Request{Tenant: "chat", Priority: engine.Interactive, Prompt: benchPrompt(m, i*1000+k), MaxTokens: 16}
 	})
 	time.Sleep(2 * time.Second) // let the flood fill the engine
@@ -87,8 +94,19 @@ func BenchmarkPressureFlood(b *testing.B) {
 // BenchmarkPressureWeights: two saturating tenants weighted 1:3, 16+16 and
 // 48+48 closed-loop streams. It reports the ratio of completion tokens per
 // second (b over a) over a window after a warm-up.
+//
+// On a machine shared with other work a step can take seconds, and a
+// window of a fixed 20 s then held a handful of steps, whose ratio says
+// nothing. So the warm-up lasts until every stream has finished a request
+// (the ramp-up, when all prompts arrive at once, is over) and the window
+// until it holds minTokens completion tokens, each within a limit.
 func BenchmarkPressureWeights(b *testing.B) {
 	m := benchModel(b)
+	const (
+		minWarmup, maxWarmup = 5 * time.Second, 120 * time.Second
+		minWindow, maxWindow = 20 * time.Second, 120 * time.Second
+		minTokens            = 2000
+	)
 	for _, n := range []int{16, 48} {
 		b.Run(fmt.Sprintf("%d+%d", n, n), func(b *testing.B) {
 			e, err := engine.New(m, engine.Options{})
@@ -98,27 +116,36 @@ func BenchmarkPressureWeights(b *testing.B) {
 			defer e.Close()
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
-			var ta, tb atomic.Int64
+			var ta, tb, fa, fb atomic.Int64
 			for _, t := range []struct {
-				name   string
-				weight float64
-				count  *atomic.Int64
-			}{{"a", 1, &ta}, {"b", 3, &tb}} {
-				closedLoop(ctx, &wg, e, n, t.count, func(i, k int) engine.Request {
+				name          string
+				weight        float64
+				count, finish *atomic.Int64
+			}{{"a", 1, &ta, &fa}, {"b", 3, &tb, &fb}} {
+				closedLoop(ctx, &wg, e, n, t.count, t.finish, func(i, k int) engine.Request {
 					return engine.Request{Tenant: t.name, Limits: engine.TenantLimits{Weight: t.weight},
 						Prompt: benchPrompt(m, i*1000+k), MaxTokens: 32}
 				})
 			}
-			time.Sleep(5 * time.Second)
+			start := time.Now()
+			for time.Since(start) < minWarmup || (fa.Load() < int64(n) || fb.Load() < int64(n)) && time.Since(start) < maxWarmup {
+				time.Sleep(100 * time.Millisecond)
+			}
+			warmup := time.Since(start)
 			a0, b0 := ta.Load(), tb.Load()
 			b.ResetTimer()
-			const window = 20 * time.Second
-			time.Sleep(window)
+			start = time.Now()
+			for time.Since(start) < minWindow || ta.Load()+tb.Load()-a0-b0 < minTokens && time.Since(start) < maxWindow {
+				time.Sleep(100 * time.Millisecond)
+			}
+			window := time.Since(start)
 			a1, b1 := ta.Load(), tb.Load()
 			b.StopTimer()
 			cancel()
 			wg.Wait()
 			da, db := float64(a1-a0), float64(b1-b0)
+			b.ReportMetric(warmup.Seconds(), "warmup_s")
+			b.ReportMetric(window.Seconds(), "window_s")
 			b.ReportMetric(da/window.Seconds(), "a_tok/s")
 			b.ReportMetric(db/window.Seconds(), "b_tok/s")
 			b.ReportMetric(db/max(da, 1), "b/a")
