@@ -20,6 +20,10 @@ const ewmaWeight = 0.3
 // lower envelope is the fastest of (between envWindow and twice that).
 const envWindow = 32
 
+// envMinSteps is how many steps of a size class its point needs to count
+// in the fit, once some size class has had that many.
+const envMinSteps = 8
+
 // envExpiry is how many steps a size class's point outlives the last step
 // of that size.
 const envExpiry = 1000
@@ -75,12 +79,17 @@ func (e *envPoint) add(x, y float64) {
 	e.k++
 }
 
-// point is the fastest step of the window.
-func (e *envPoint) point() (x, y float64) {
-	if e.prev[0] > 0 && e.prev[1]/e.prev[0] < e.cur[1]/e.cur[0] {
-		return e.prev[0], e.prev[1]
+// point is the fastest step of the window, and how many steps the window
+// holds.
+func (e *envPoint) point() (x, y, steps float64) {
+	steps = float64(e.k)
+	if e.prev[0] > 0 {
+		steps += envWindow
+		if e.prev[1]/e.prev[0] < e.cur[1]/e.cur[0] {
+			return e.prev[0], e.prev[1], steps
+		}
 	}
-	return e.cur[0], e.cur[1]
+	return e.cur[0], e.cur[1], steps
 }
 
 // observe adds one forward pass of n tokens that took d. Passes the clock
@@ -101,21 +110,36 @@ func (t *throughput) observe(n int, d time.Duration) {
 	e := &t.env[min(bits.Len(uint(n))-1, len(t.env)-1)]
 	e.add(x, y)
 	e.seen = t.steps
-	// Least squares through the envelope's points.
-	var k, sn, sd, snn, snd float64
+	// Least squares through the envelope's points, each weighted by the
+	// steps it is the fastest of, leaving out sizes seen fewer than
+	// envMinSteps times while others were seen that often: a size seen
+	// once or twice (the prompts of a ramp-up in one step) has not had
+	// its chance at a quiet machine, and one such slow point among the
+	// sizes seen all the time bent the fit to no fixed cost at all.
+	most := 0.0
 	for i := range t.env {
 		p := &t.env[i]
 		if p.seen > 0 && t.steps-p.seen > envExpiry {
 			*p = envPoint{}
 		}
 		if p.seen > 0 {
-			px, py := p.point()
-			k++
-			sn, sd, snn, snd = sn+px, sd+py, snn+px*px, snd+px*py
+			_, _, pw := p.point()
+			most = max(most, pw)
+		}
+	}
+	var k, w, sn, sd, snn, snd float64
+	for i := range t.env {
+		if p := &t.env[i]; p.seen > 0 {
+			px, py, pw := p.point()
+			if pw < min(envMinSteps, most) {
+				continue
+			}
+			k, w = k+1, w+pw
+			sn, sd, snn, snd = sn+pw*px, sd+pw*py, snn+pw*px*px, snd+pw*px*py
 		}
 	}
 	if k >= 2 {
-		sn, sd, snn, snd = sn/k, sd/k, snn/k, snd/k
+		sn, sd, snn, snd = sn/w, sd/w, snn/w, snd/w
 		if v := snn - sn*sn; v > 0.0625*sn*sn {
 			if per := (snd - sn*sd) / v; per > 0 {
 				t.kappa = max(sd-per*sn, 0) / per
