@@ -47,7 +47,7 @@ func (s *Scheduler) Schedule(now time.Time, r Resources) Plan {
 		return compareStr(a.id, b.id)
 	})
 	p.run, p.lv = run, lv
-	p.contended = len(run) >= s.cfg.MaxRunning
+	p.slotBound = len(run) >= s.cfg.MaxRunning
 	target := r.Target
 	if target > r.Tokens {
 		target = 0
@@ -260,7 +260,7 @@ type planner struct {
 	now                    time.Time
 	budget, free, hostFree int
 	share                  bool           // the step is saturated: decodes are shared by weight
-	contended              bool           // more sequences want to run than there are running slots
+	slotBound              bool           // every running slot was taken at the start of the step
 	run                    []*seq         // running at the start of the step, priority order
 	lv                     map[*seq]Class // the level of each of run
 	plan                   Plan
@@ -454,13 +454,12 @@ func (p *planner) pick(skip map[*tenant]bool, last Class) *seq {
 	if best < 0 {
 		return nil
 	}
-	if p.share || p.contended {
+	if p.share || p.slotBound {
 		// A saturated step shares tokens by weight among running
-		// sequences, and when not every waiting request can have a
-		// running slot, each running sequence's decode is what a tenant
-		// gets per step: either way what a tenant needs is running
-		// sequences in proportion to its weight, so the slot goes to the
-		// tenant with the fewest per weight.
+		// sequences, and one whose running slots are all taken runs every
+		// running sequence's decode: either way what a tenant needs is
+		// running sequences in proportion to its weight, so the slot goes
+		// to the tenant with the fewest per weight.
 		var pick *tenant
 		for _, t := range s.rings[best].ts {
 			if ok(t) && len(t.queue[best]) > 0 && (pick == nil || float64(t.running)/t.lim.Weight < float64(pick.running)/pick.lim.Weight) {

@@ -100,7 +100,10 @@ type Config struct {
 	// requests; nor is it preempted for them. So a request leaves the
 	// queue within its distance from the top class times AgingAfter (and
 	// a step): for a running slot or blocks it preempts, if it must, a
-	// sequence of the class it aged into that has not aged itself.
+	// sequence of the class it aged into that has not aged itself. A
+	// request does not age while its tenant has sequences of its class
+	// running (it waits on its own tenant's share), nor a running
+	// sequence while its class ran in the step (it is sharing by weight).
 	AgingAfter time.Duration
 	// Quantum is the tokens a tenant of weight 1 is credited per deficit
 	// round robin round (256). It is also how far ahead of the others a
@@ -169,12 +172,15 @@ type Resources struct {
 	// Target is the tokens a step may hold to meet the latency target
 	// (0: Tokens). When the running sequences' pending tokens do not fit
 	// it and belong to more than one tenant, the step is saturated: it
-	// holds at most Target tokens, shared among tenants by weight (tokens
-	// served over weight, the least served first; within a tenant,
-	// decodes before prefill, the sequence that ran least recently
-	// first). So weights govern throughput whenever the engine is
-	// time-bound, not only when running slots run out. Otherwise every
-	// decode runs, up to Tokens.
+	// holds at most Target tokens, and when Efficient is known at most
+	// the weighted cap described there (never fewer than Efficient),
+	// shared among tenants by weight (tokens served over weight, the
+	// least served first; within a tenant, decodes before prefill, the
+	// sequence that ran least recently first). So weights govern
+	// throughput whenever the engine is time-bound, not only when
+	// running slots run out, and a tenant whose running work is under
+	// its share of the target does not hand the rest of each step to the
+	// others. Otherwise every decode runs, up to Tokens.
 	Target int
 	// Efficient is the fewest tokens a step needs for its fixed cost
 	// (reading the weights, synchronising workers) to be at most a third
