@@ -179,3 +179,21 @@ func TestEngineRoleMetrics(t *testing.T) {
 		t.Error("have a gateway's ws_connections on an engine apart")
 	}
 }
+
+// TestGatewayRoleMetrics: a gateway apart has no model, so its /metrics
+// has its own families and its node, and none of an engine's.
+func TestGatewayRoleMetrics(t *testing.T) {
+	rs := testredis.Start(t)
+	p := startServe(t, rs.URL(), "--role", "gateway", "--instance", "gw-a")
+	mfs := scrapeMetrics(t, p.base)
+	checkFamilies(t, mfs)
+	if v, ok := metricValue(mfs, "specgate_node_info", "node", "gw-a", "role", "gateway"); !ok || v != 1 {
+		t.Errorf("have node_info %v, %v; want 1 for gw-a, role gateway", v, ok)
+	}
+	if _, ok := mfs["specgate_ws_connections"]; !ok {
+		t.Error("have no ws_connections on a gateway")
+	}
+	if _, ok := mfs["specgate_num_requests_running"]; ok {
+		t.Error("have an engine's num_requests_running on a gateway apart")
+	}
+}
