@@ -275,8 +275,9 @@ func generateAll(ctx context.Context, e *engine.Engine, r engine.Request) ([]int
 
 // prompts returns the tokenized prompts for the drafter: story openings
 // for a draft model; for n-gram lookup, chats that quote an earlier turn:
-// the target's own story, then a request to tell it again word for word,
-// so that the reply repeats text the conversation already holds.
+// the target tells a story, is asked to tell it again word for word (its
+// retelling, made here, joins the chat) and is asked once more, so that
+// the reply repeats text the conversation already holds.
 func (b *specBench) prompts(ctx context.Context, plain *engine.Engine) ([][]int32, error) {
 	tok := b.target.Tokenizer()
 	var out [][]int32
@@ -286,12 +287,14 @@ func (b *specBench) prompts(ctx context.Context, plain *engine.Engine) ([][]int3
 			out = append(out, ids)
 			continue
 		}
-		story, _, err := generateAll(ctx, plain, engine.Request{Tenant: "bench", Prompt: ids, MaxTokens: b.tokens})
-		if err != nil {
-			return nil, err
+		chat := "User: Tell me a story that begins: " + p + "\nAssistant: " + p
+		for range 2 {
+			reply, _, err := generateAll(ctx, plain, engine.Request{Tenant: "bench", Prompt: tok.Encode(chat), MaxTokens: b.tokens})
+			if err != nil {
+				return nil, err
+			}
+			chat += tok.Decode(reply) + "\nUser: Please tell the same story again, word for word.\nAssistant: " + p
 		}
-		chat := "User: Tell me a story that begins: " + p + "\nAssistant: " + p + tok.Decode(story) +
-			"\nUser: Please tell the same story again, word for word.\nAssistant: " + p
 		out = append(out, tok.Encode(chat))
 	}
 	return out, nil
