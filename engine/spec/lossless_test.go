@@ -140,24 +140,51 @@ func TestGuidedMask(t *testing.T) {
 		t.Fatal(err)
 	}
 	for dname, d := range drafters(t, p, 2, 128) {
-		t.Run(dname, func(t *testing.T) {
-			r := newRunner(t, p.target, d, 2, 128, &Wide)
-			res, err := r.Run(reqs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range res {
-				if !slices.Equal(res[i].Tokens, want[i].Tokens) {
-					t.Errorf("sequence %d: have %v; want %v", i, res[i].Tokens, want[i].Tokens)
+		for _, shape := range []Shape{Wide, Dynamic(16)} {
+			t.Run(dname+"/"+shape.Name, func(t *testing.T) {
+				r := newRunner(t, p.target, maskChecker{t, d, mask}, 2, 128, &shape)
+				res, err := r.Run(reqs)
+				if err != nil {
+					t.Fatal(err)
 				}
-				for _, tok := range res[i].Tokens {
-					if tok%3 == 0 && tok != p.target.Tokenizer().EOS() {
-						t.Errorf("sequence %d: masked token %d generated", i, tok)
+				for i := range res {
+					if !slices.Equal(res[i].Tokens, want[i].Tokens) {
+						t.Errorf("sequence %d: have %v; want %v", i, res[i].Tokens, want[i].Tokens)
+					}
+					for _, tok := range res[i].Tokens {
+						if tok%3 == 0 && tok != p.target.Tokenizer().EOS() {
+							t.Errorf("sequence %d: masked token %d generated", i, tok)
+						}
 					}
 				}
-			}
-		})
+				if r.Stats().Accepted == 0 {
+					t.Errorf("no draft accepted: the masked drafting ran for nothing")
+				}
+			})
+		}
 	}
+}
+
+// maskChecker fails the test when its drafter proposes a token the
+// (context-free) mask forbids.
+type maskChecker struct {
+	t    *testing.T
+	d    Drafter
+	mask []uint64
+}
+
+func (c maskChecker) Name() string       { return c.d.Name() }
+func (c maskChecker) Rewind(slot, n int) { c.d.Rewind(slot, n) }
+func (c maskChecker) Propose(ctxs []Context, trees []*Tree) error {
+	err := c.d.Propose(ctxs, trees)
+	for _, tr := range trees {
+		for _, tok := range tr.Tokens {
+			if !allowed(c.mask, tok) {
+				c.t.Errorf("drafted masked token %d", tok)
+			}
+		}
+	}
+	return err
 }
 
 // TestPlainRunnerMatchesSequences checks the baseline: the runner without
