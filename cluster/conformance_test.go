@@ -23,13 +23,13 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // slowModel sleeps before each forward pass, so a cancel lands before a
 // reply ends however fast the machine is.
 type slowModel struct {
-	model.Model
+	model.Loaded
 	delay time.Duration
 }
 
 func (m slowModel) Forward(kv kernels.KVCache, b *model.Batch) (kernels.Tensor, error) {
 	time.Sleep(m.delay)
-	return m.Model.Forward(kv, b)
+	return m.Loaded.Forward(kv, b)
 }
 
 // newEngine starts an engine on stories260K, slowed by delay per step.

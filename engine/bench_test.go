@@ -21,19 +21,19 @@ import (
 // benchModel loads the model the engine benchmarks run on: the file named by
 // SPECGATE_BENCH_MODEL, else the ~100M-parameter Q8_0 model that `make
 // bench` writes to var/models, else the same shape written now.
-func benchModel(b *testing.B) model.Model { return benchModelContext(b, 0) }
+func benchModel(b *testing.B) model.Loaded { return benchModelContext(b, 0) }
 
 // benchModelContext is benchModel for a context of at least ctx tokens:
 // when the model found is shorter, the same shape is written now with that
 // context.
-func benchModelContext(b *testing.B, ctx int) model.Model {
+func benchModelContext(b *testing.B, ctx int) model.Loaded {
 	b.Helper()
 	be, err := kernels.Open("cpu", kernels.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { be.Close() })
-	load := func(path string) model.Model {
+	load := func(path string) model.Loaded {
 		m, err := model.Load(path, be)
 		if err != nil {
 			b.Fatal(err)
@@ -53,7 +53,7 @@ func benchModelContext(b *testing.B, ctx int) model.Model {
 	return load(synth.Setup(b, synth.Options{Layers: 12, Dim: 768, Heads: 12, FFN: 2048, Vocab: 32000, Type: kernels.Q8_0, Context: max(ctx, 512)}))
 }
 
-func benchPrompt(m model.Model, i int) []int32 {
+func benchPrompt(m model.Loaded, i int) []int32 {
 	return m.Tokenizer().Encode(fmt.Sprintf("Story %d: once upon a time there", i))
 }
 

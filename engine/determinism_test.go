@@ -14,7 +14,7 @@ import (
 	"github.com/specgate/specgate/kernels"
 )
 
-func loadModel(tb testing.TB, name string) model.Model {
+func loadModel(tb testing.TB, name string) model.Loaded {
 	tb.Helper()
 	be, err := kernels.Open("cpu", kernels.Options{Threads: 2})
 	if err != nil {

@@ -23,7 +23,7 @@ import (
 	_ "github.com/specgate/specgate/kernels/cpu"
 )
 
-func loadStories(tb testing.TB) model.Model {
+func loadStories(tb testing.TB) model.Loaded {
 	tb.Helper()
 	path := testmodels.Path(tb, testmodels.Stories260K)
 	be, err := kernels.Open("cpu", kernels.Options{Threads: 2})

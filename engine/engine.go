@@ -149,11 +149,12 @@ func newEngine(m model.Model, o Options) (*Engine, error) {
 			return nil, fmt.Errorf("engine: draft model KV cache: %w", err)
 		}
 	}
-	tok := m.Tokenizer()
-	if tok == nil {
+	text, ok := m.(model.Text)
+	if !ok || text.Tokenizer() == nil {
 		return nil, errors.New("engine: model has no tokenizer")
 	}
-	src := m.ChatTemplate()
+	tok := text.Tokenizer()
+	src := text.ChatTemplate()
 	if o.ChatTemplate != "" {
 		src = o.ChatTemplate
 	}

@@ -34,7 +34,7 @@ const personSchema = `{
   "required": ["name", "age", "ok"]
 }`
 
-func loadSynth(tb testing.TB) model.Model {
+func loadSynth(tb testing.TB) model.Loaded {
 	tb.Helper()
 	be, err := kernels.Open("cpu", kernels.Options{Threads: 2})
 	if err != nil {
@@ -70,7 +70,7 @@ func TestGuidedJSONSchemaModels(t *testing.T) {
 	sch := compileSchema(t, personSchema)
 	for _, mt := range []struct {
 		name string
-		load func(testing.TB) model.Model
+		load func(testing.TB) model.Loaded
 	}{{"stories260K", loadStories}, {"synth", loadSynth}} {
 		t.Run(mt.name, func(t *testing.T) {
 			m := mt.load(t)

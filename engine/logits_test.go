@@ -67,7 +67,7 @@ var (
 	_ kernels.Backend = (*hostSampling)(nil)
 )
 
-func loadOn(tb testing.TB, be kernels.Backend) model.Model {
+func loadOn(tb testing.TB, be kernels.Backend) model.Loaded {
 	tb.Helper()
 	m, err := model.Load(testmodels.Path(tb, testmodels.Stories260K), be)
 	if err != nil {

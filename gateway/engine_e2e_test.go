@@ -14,13 +14,13 @@ import (
 
 // storiesEngine loads stories260K on the CPU backend and starts an engine
 // on it, both closed when t ends.
-func storiesEngine(t *testing.T) (model.Model, *engine.Engine) {
+func storiesEngine(t *testing.T) (model.Loaded, *engine.Engine) {
 	t.Helper()
 	return storiesEngineWith(t, engine.Options{})
 }
 
 // storiesEngineWith is storiesEngine with engine options.
-func storiesEngineWith(t *testing.T, o engine.Options) (model.Model, *engine.Engine) {
+func storiesEngineWith(t *testing.T, o engine.Options) (model.Loaded, *engine.Engine) {
 	t.Helper()
 	be, err := kernels.Open("cpu", kernels.Options{})
 	if err != nil {

@@ -26,7 +26,7 @@ type specBench struct {
 	shape                  string // --shape
 	fixed                  *spec.Shape
 	tokens, rounds, warmup int
-	target, draft          model.Model
+	target, draft          model.Loaded
 	kvType                 engine.KVType
 }
 

@@ -114,7 +114,7 @@ func runGenerate(ctx context.Context, args []string) error {
 
 // loadModel opens a backend and loads path on it, its KV caches of type
 // kvType; closeModel releases both.
-func loadModel(backend string, threads int, path string, kvType engine.KVType) (m model.Model, closeModel func(), err error) {
+func loadModel(backend string, threads int, path string, kvType engine.KVType) (m model.Loaded, closeModel func(), err error) {
 	be, err := kernels.Open(backend, kernels.Options{Threads: threads})
 	if err != nil {
 		return nil, nil, err

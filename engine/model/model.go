@@ -45,13 +45,12 @@ func (c Config) KVSpec(blocks, blockSize int, dt kernels.DType) kernels.KVSpec {
 	return kernels.KVSpec{Layers: c.Layers, Blocks: blocks, BlockSize: blockSize, Width: c.KVWidth(), DType: dt}
 }
 
-// Model is a loaded model: its weights on a backend and its tokenizer.
+// Model is what runs batches: weights on a backend and a forward pass.
 // Forward is not safe for concurrent use: one goroutine drives a model.
+// The text side of a model file (Text) is an optional interface, so a
+// runner that only feeds token ids, such as a draft model, needs none.
 type Model interface {
 	Config() Config
-	Tokenizer() *tokenizer.Tokenizer
-	// ChatTemplate is tokenizer.chat_template from the file ("" if none).
-	ChatTemplate() string
 	// Backend is the backend the weights live on.
 	Backend() kernels.Backend
 	// NewKV allocates a paged KV cache of the given number of blocks,
@@ -75,6 +74,28 @@ type Model interface {
 	Forward(kv kernels.KVCache, b *Batch) (kernels.Tensor, error)
 	// Close releases the model file (not the backend).
 	Close() error
+}
+
+// Text is an optional Model interface: the tokenizer and chat template
+// a model file carries. The engine needs it of the model it serves.
+type Text interface {
+	Tokenizer() *tokenizer.Tokenizer
+	// ChatTemplate is tokenizer.chat_template from the file ("" if none).
+	ChatTemplate() string
+}
+
+// TokenizerOf returns m's tokenizer, or nil when m has no Text.
+func TokenizerOf(m Model) *tokenizer.Tokenizer {
+	if t, ok := m.(Text); ok {
+		return t.Tokenizer()
+	}
+	return nil
+}
+
+// Loaded is a model loaded from a file: a Model with its Text.
+type Loaded interface {
+	Model
+	Text
 }
 
 // ForwardHost runs m.Forward and copies the logits to out
@@ -106,7 +127,7 @@ func DefaultKVType(b kernels.Backend) kernels.DType {
 
 // Constructor builds a model of one architecture from an open GGUF file.
 // The model owns f from then on and closes it.
-type Constructor func(f *gguf.File, b kernels.Backend) (Model, error)
+type Constructor func(f *gguf.File, b kernels.Backend) (Loaded, error)
 
 var (
 	archMu sync.Mutex // protects archs
@@ -140,7 +161,7 @@ func Archs() []string {
 }
 
 // Load opens a GGUF file and builds its model on b.
-func Load(path string, b kernels.Backend) (Model, error) {
+func Load(path string, b kernels.Backend) (Loaded, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)

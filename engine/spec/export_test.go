@@ -42,7 +42,7 @@ func BadAcceptance(tb testing.TB) {
 // CPU backend, with plain prompts and prompts that repeat themselves.
 type Pair struct {
 	Name             string
-	Target, Draft    model.Model
+	Target, Draft    model.Loaded
 	Prompts, Repeats [][]int32
 }
 
@@ -58,13 +58,13 @@ func SynthPair(tb testing.TB) Pair { return exported(synthPair(tb)) }
 
 // PlainGreedy is the reference greedy decoding through model.Sequences;
 // its outputs keep a final end-of-generation token.
-func PlainGreedy(tb testing.TB, m model.Model, prompts [][]int32, max int) [][]int32 {
+func PlainGreedy(tb testing.TB, m model.Loaded, prompts [][]int32, max int) [][]int32 {
 	return plainGreedy(tb, m, prompts, max)
 }
 
 // ExactJoint is the target's exact distribution of the first k
 // completion tokens, keyed by Key.
-func ExactJoint(t *testing.T, m model.Model, prompt []int32, params sample.Params, k int) map[string]float64 {
+func ExactJoint(t *testing.T, m model.Loaded, prompt []int32, params sample.Params, k int) map[string]float64 {
 	return exactJoint(t, m, prompt, params, k)
 }
 
@@ -79,7 +79,7 @@ func ChiSquare(counts map[string]int, want map[string]float64, n int) (stat, cri
 
 // StoriesChainsOnly is the TinyStories 260K model on a CPU backend that
 // hides its tree ops: speculation verifies chains only.
-func StoriesChainsOnly(tb testing.TB) model.Model {
+func StoriesChainsOnly(tb testing.TB) model.Loaded {
 	// Embedding only the interface hides the CPU backend's tree ops.
 	return loadOn(tb, testmodelsStories(tb), struct{ kernels.Backend }{openBackend(tb)})
 }

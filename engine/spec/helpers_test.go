@@ -27,7 +27,7 @@ func openBackend(tb testing.TB) kernels.Backend {
 }
 
 // loadOn loads the model at path on be.
-func loadOn(tb testing.TB, path string, be kernels.Backend) model.Model {
+func loadOn(tb testing.TB, path string, be kernels.Backend) model.Loaded {
 	tb.Helper()
 	m, err := model.Load(path, be)
 	if err != nil {
@@ -41,7 +41,7 @@ func loadOn(tb testing.TB, path string, be kernels.Backend) model.Model {
 // vocabulary (its weights at Q4_0), on one CPU backend.
 type pair struct {
 	name          string
-	target, draft model.Model
+	target, draft model.Loaded
 	prompts       [][]int32 // plain prompts
 	repeats       [][]int32 // prompts that repeat earlier context
 }
@@ -116,7 +116,7 @@ func synthPairOf(tb testing.TB, o synth.Options) pair {
 // plainGreedy is the reference: plain greedy decoding with model.Sequences,
 // one token per step, stopping after max tokens or an end-of-generation
 // token (kept), as Runner does.
-func plainGreedy(tb testing.TB, m model.Model, prompts [][]int32, max int) [][]int32 {
+func plainGreedy(tb testing.TB, m model.Loaded, prompts [][]int32, max int) [][]int32 {
 	tb.Helper()
 	ctx := 0
 	for _, p := range prompts {
@@ -170,7 +170,7 @@ func maxInt(a, b int) int {
 
 // newRunner builds a runner over p's target with drafter d and a fixed
 // shape (or the default dispatcher when shape is nil).
-func newRunner(tb testing.TB, m model.Model, d Drafter, seqs, ctx int, shape *Shape) *Runner {
+func newRunner(tb testing.TB, m model.Loaded, d Drafter, seqs, ctx int, shape *Shape) *Runner {
 	tb.Helper()
 	cfg := Config{Seqs: seqs, Context: ctx, Drafter: d}
 	if shape != nil {

@@ -257,7 +257,7 @@ func (r *Runner) pick(s *runSeq, logits []float32, ctx []int32) int32 {
 // commit appends toks (truncated at the token budget and after an
 // end-of-generation token) to s and reports how many it kept.
 func (r *Runner) commit(s *runSeq, toks []int32) int {
-	tk := r.m.Tokenizer()
+	tk := model.TokenizerOf(r.m)
 	kept := 0
 	for _, t := range toks {
 		if s.done {

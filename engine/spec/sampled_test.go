@@ -215,7 +215,7 @@ func TestVerifyCoupledDistribution(t *testing.T) {
 // completion tokens under params (penalty-free, so per-token Probs after
 // the context is the whole story), enumerating every prefix with nonzero
 // probability.
-func exactJoint(t *testing.T, m model.Model, prompt []int32, params sample.Params, k int) map[string]float64 {
+func exactJoint(t *testing.T, m model.Loaded, prompt []int32, params sample.Params, k int) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
 	samp := sample.New(params)

@@ -41,13 +41,13 @@ func main() {
 
 // slowModel sleeps before each forward pass so tests can act mid-stream.
 type slowModel struct {
-	model.Model
+	model.Loaded
 	delay time.Duration
 }
 
 func (m slowModel) Forward(kv kernels.KVCache, b *model.Batch) (kernels.Tensor, error) {
 	time.Sleep(m.delay)
-	return m.Model.Forward(kv, b)
+	return m.Loaded.Forward(kv, b)
 }
 
 // quietRedis drops go-redis's own log lines (a failed dial per retry while

@@ -41,7 +41,7 @@ func openSource(t *testing.T, name string) *gguf.File {
 }
 
 // inflated writes src inflated with o and loads it.
-func inflated(t *testing.T, src *gguf.File, o inflate.Options) model.Model {
+func inflated(t *testing.T, src *gguf.File, o inflate.Options) model.Loaded {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "inflated.gguf")
 	if err := inflate.WriteFile(path, src, o); err != nil {
@@ -50,7 +50,7 @@ func inflated(t *testing.T, src *gguf.File, o inflate.Options) model.Model {
 	return load(t, path)
 }
 
-func load(t *testing.T, path string) model.Model {
+func load(t *testing.T, path string) model.Loaded {
 	t.Helper()
 	be, err := kernels.Open("cpu", kernels.Options{Threads: 1})
 	if err != nil {
@@ -66,7 +66,7 @@ func load(t *testing.T, path string) model.Model {
 }
 
 // greedy continues prompt for n tokens, one sequence alone.
-func greedy(t *testing.T, m model.Model, prompt []int32, n int) []int32 {
+func greedy(t *testing.T, m model.Loaded, prompt []int32, n int) []int32 {
 	t.Helper()
 	s, err := model.NewSequences(m, 1, len(prompt)+n)
 	if err != nil {
@@ -86,7 +86,7 @@ func greedy(t *testing.T, m model.Model, prompt []int32, n int) []int32 {
 	return out
 }
 
-func encode(m model.Model) [][]int32 {
+func encode(m model.Loaded) [][]int32 {
 	var ps [][]int32
 	for _, p := range prompts {
 		ps = append(ps, m.Tokenizer().Encode(p))

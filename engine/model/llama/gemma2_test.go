@@ -82,7 +82,7 @@ func dequantizeFile(t *testing.T, src, dst string) {
 	}
 }
 
-func loadPath(t *testing.T, path string, be kernels.Backend) model.Model {
+func loadPath(t *testing.T, path string, be kernels.Backend) model.Loaded {
 	t.Helper()
 	m, err := model.Load(path, be)
 	if err != nil {

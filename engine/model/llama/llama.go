@@ -113,7 +113,7 @@ type Model struct {
 	s scratch
 }
 
-var _ model.Model = (*Model)(nil)
+var _ model.Loaded = (*Model)(nil)
 
 // scratch holds activations sized for the largest batch seen so far; a
 // forward pass works on row-slices of it, so steady-state decoding does not
@@ -127,7 +127,7 @@ type scratch struct {
 }
 
 // New builds a model from an open GGUF file. It takes ownership of f.
-func New(f *gguf.File, be kernels.Backend) (model.Model, error) {
+func New(f *gguf.File, be kernels.Backend) (model.Loaded, error) {
 	arch, _ := f.String("general.architecture")
 	name, _ := f.String("general.name")
 	key := func(k string) string { return arch + "." + k }

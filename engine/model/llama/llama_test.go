@@ -52,7 +52,7 @@ func readJSONL[T any](t *testing.T, path string) []T {
 	return out
 }
 
-func load(t testing.TB, name string, threads int) model.Model {
+func load(t testing.TB, name string, threads int) model.Loaded {
 	t.Helper()
 	be, err := kernels.Open("cpu", kernels.Options{Threads: threads})
 	if err != nil {
@@ -68,7 +68,7 @@ func load(t testing.TB, name string, threads int) model.Model {
 }
 
 // greedy prefills prompt in one pass and then decodes n tokens one at a time.
-func greedy(t testing.TB, m model.Model, prompt []int32, n int) []int32 {
+func greedy(t testing.TB, m model.Loaded, prompt []int32, n int) []int32 {
 	t.Helper()
 	s, err := model.NewSequences(m, 1, len(prompt)+n)
 	if err != nil {

@@ -93,7 +93,7 @@ const nearTie = 0.01
 // within tol, then, feeding the reference's greedy ids, each step's top
 // five within 10·tol and its argmax wherever the reference's top two are
 // tie or more apart. With stop, the path ends at the first step under tie.
-func checkSynthRef(t *testing.T, m model.Model, ref synthRef, tol, tie float64, stop bool) {
+func checkSynthRef(t *testing.T, m model.Loaded, ref synthRef, tol, tie float64, stop bool) {
 	t.Helper()
 	ids := m.Tokenizer().Encode(ref.Prompt)
 	if !equal(ids, ref.PromptIDs) {

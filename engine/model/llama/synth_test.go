@@ -9,7 +9,7 @@ import (
 	"github.com/specgate/specgate/kernels"
 )
 
-func loadSynth(t *testing.T, o synth.Options) model.Model {
+func loadSynth(t *testing.T, o synth.Options) model.Loaded {
 	t.Helper()
 	be, err := kernels.Open("cpu", kernels.Options{Threads: 2})
 	if err != nil {
@@ -60,7 +60,7 @@ func TestSynthTypes(t *testing.T) {
 	})
 }
 
-func lastLogits(t *testing.T, m model.Model, prompt []int32) []float32 {
+func lastLogits(t *testing.T, m model.Loaded, prompt []int32) []float32 {
 	t.Helper()
 	s, err := model.NewSequences(m, 1, len(prompt))
 	if err != nil {
@@ -78,7 +78,7 @@ func lastLogits(t *testing.T, m model.Model, prompt []int32) []float32 {
 	return append([]float32(nil), l...)
 }
 
-func checkBatchExact(t *testing.T, m model.Model, prompts [][]int32) {
+func checkBatchExact(t *testing.T, m model.Loaded, prompts [][]int32) {
 	t.Helper()
 	const n = 12
 	alone := make([][]int32, len(prompts))
