@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/internal/testmodels"
 	"github.com/specgate/specgate/kernels"
 )
@@ -516,4 +517,62 @@ func TestDispatcherSlowRetries(t *testing.T) {
 		t.Errorf("have %d re-tries of a 2x slower option, %d of a 16x slower one; want fewer of the slower, ≤ 6", a, b)
 	}
 	t.Logf("re-tries in 3000 steps: 2x slower %d, 16x slower %d", a, b)
+}
+
+// TestSampledDynamicSameAsPlain: a sampled request's draws are keyed by
+// (seed, position), so with speculation on its output must be its output
+// with speculation off, token for token, whatever tree was drafted: here
+// dynamic trees from both drafters, whose sampled drafts carry the
+// draft's distributions, over many seeds at once.
+func TestSampledDynamicSameAsPlain(t *testing.T) {
+	p := storiesPair(t)
+	const n, maxTok = 16, 24
+	reqs := make([]Request, n)
+	for i := range reqs {
+		reqs[i] = Request{Prompt: p.repeats[i%len(p.repeats)], MaxTokens: maxTok,
+			Params: sample.Params{Temperature: 0.8, TopP: 0.95, Seed: uint64(100 + i)}}
+	}
+	want, err := newRunner(t, p.target, nil, n, 128, &Off).Run(reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(t *testing.T, d Drafter, shape Shape) (same int, r *Runner) {
+		r = newRunner(t, p.target, d, n, 128, &shape)
+		res, err := r.Run(reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range res {
+			if slices.Equal(res[i].Tokens, want[i].Tokens) {
+				same++
+			}
+		}
+		return same, r
+	}
+	// The test can fail: taking drafts unverified changes outputs.
+	t.Run("bad_rule", func(t *testing.T) {
+		BadAcceptance(t)
+		d, err := NewDraftModel(p.draft, n, 128)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if same, _ := run(t, d, Dynamic(8)); same == n {
+			t.Errorf("unverified drafts: all %d outputs as without speculation; want the test to notice", n)
+		}
+	})
+	for dname, d := range drafters(t, p, n, 128) {
+		for _, shape := range []Shape{Dynamic(8), Dynamic(24)} {
+			t.Run(dname+"/"+shape.Name, func(t *testing.T) {
+				same, r := run(t, d, shape)
+				if same != n {
+					t.Errorf("have %d of %d outputs as without speculation; want all", same, n)
+				}
+				st := r.Stats()
+				if st.Accepted == 0 {
+					t.Errorf("no draft accepted: the test exercises nothing")
+				}
+				t.Logf("%.2f tokens per step", float64(st.Tokens)/float64(max(st.SeqSteps, 1)))
+			})
+		}
+	}
 }
