@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"math"
@@ -60,6 +61,16 @@ func runServe(ctx context.Context, args []string) error {
 	drafter, err := speculation(*specMode, *draftModel)
 	if err != nil {
 		return err
+	}
+	if *rf.role == roleGateway {
+		// A gateway has no engine: drafting is the engine processes'
+		// choice, and a flag that would do nothing is an operator's
+		// mistake worth saying.
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "spec" || f.Name == "draft-model" })
+		if given {
+			return errors.New("--spec and --draft-model belong to the engines: with --role=gateway, give them to the --role=engine processes")
+		}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 

@@ -24,6 +24,8 @@ func TestServeSpecFlags(t *testing.T) {
 		{[]string{"--spec", "eagle"}, `--spec "eagle": want off, ngram, draft or auto`},
 		{[]string{"--spec", "ngram", "--draft-model", "d.gguf"}, "--draft-model drafts only with --spec draft or auto, not --spec ngram"},
 		{[]string{"--spec", "off", "--draft-model", "d.gguf"}, "not --spec off"},
+		{[]string{"--role", "gateway", "--spec", "off"}, "--spec and --draft-model belong to the engines"},
+		{[]string{"--role", "gateway", "--draft-model", "d.gguf"}, "with --role=gateway, give them to the --role=engine processes"},
 	} {
 		r := specgate(t, env, append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...)...)
 		if r.code != 1 || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, "redis") {
