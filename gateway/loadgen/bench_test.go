@@ -38,11 +38,13 @@ var (
 // streams (200) decoding at once over loopback. The fake engine emits one
 // delta to every live stream per step, like the real step loop, and writes
 // the emit time into the delta's text; the client is this package's load
-// generator. Included: the gateway reading the event, appending it to the
-// Redis stream log (one round trip), queueing, batching and writing the
-// frame; the kernel's loopback; the client's read. The clients, Redis and
-// the gateway share the machine's cores, so on a small machine this is an
-// upper bound. One iteration is a whole run; use -benchtime=1x:
+// generator. Included: the gateway reading the event, handing its stream
+// log append to Redis's connection (batched with the other streams', not
+// waiting for Redis's answer), queueing, batching and writing the frame;
+// the kernel's loopback; the client's read. The clients, Redis and the
+// gateway share the machine's cores, so on a small or busy machine this is
+// an upper bound: the step's deltas arrive together and queue for CPU. One
+// iteration is a whole run; use -benchtime=1x:
 //
 //	go test ./gateway/loadgen -run '^$' -bench DeltaOverhead -benchtime 1x
 func BenchmarkDeltaOverhead(b *testing.B) {
