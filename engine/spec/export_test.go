@@ -8,34 +8,12 @@ import (
 	"github.com/specgate/specgate/kernels"
 )
 
-// acceptAny is a known-bad acceptance walk: at every node it takes the
-// first draft child whatever the target says, as a verifier that skipped
-// the comparison would.
-func acceptAny(t *Tree, after func(node int32) int32) (path []int32, bonus int32) {
-	cur := Root
-	for {
-		want := after(cur)
-		next := Root
-		for i := cur + 1; int(i) < len(t.Tokens); i++ {
-			if t.Parent[i] == cur {
-				next = i
-				break
-			}
-		}
-		if next == Root {
-			return path, want
-		}
-		path = append(path, next)
-		cur = next
-	}
-}
-
-// BadAcceptance makes every Step verify with acceptAny until tb ends, so
+// BadAcceptance makes every Step take drafts unverified until tb ends, so
 // that a test can show the lossless suites catch a wrong acceptance rule.
 // Tests using it must not run in parallel.
 func BadAcceptance(tb testing.TB) {
-	walk = acceptAny
-	tb.Cleanup(func() { walk = VerifyWalk })
+	unverified = true
+	tb.Cleanup(func() { unverified = false })
 }
 
 // Pair is pair for the external tests: a target and its Q4_0 draft on one

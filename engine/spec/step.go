@@ -406,11 +406,15 @@ func (st *Step) verify(h Host, i int, q *Seq) (path []int32, next int32) {
 	}
 	// Only the nodes on the walk are evaluated: a sampled request's
 	// Target costs a pass over the vocabulary.
-	return walk(t, func(node int32) int32 {
+	after := func(node int32) int32 {
 		row := q.Row
 		if node >= 0 {
 			row = q.node0 + int(node)
 		}
 		return h.Target(i, row, node, ctxOf(node))
-	})
+	}
+	if unverified {
+		return walkUnverified(t, after)
+	}
+	return VerifyWalk(t, after)
 }

@@ -51,6 +51,30 @@ func VerifyWalk(t *Tree, after func(node int32) int32) (path []int32, bonus int3
 	}
 }
 
-// walk is the acceptance walk Step verifies with. Tests swap in a
-// known-bad one to show that the lossless suites catch it.
-var walk = VerifyWalk
+// unverified, set only by tests, makes Step take drafts unverified
+// (walkUnverified): the known-bad rule the lossless suites must catch. A
+// flag, not a function variable: an indirect call would move the verify
+// closures to the heap on every step.
+var unverified bool
+
+// walkUnverified is a known-bad acceptance walk: at every node it takes
+// the first draft child whatever the target says, as a verifier that
+// skipped the comparison would.
+func walkUnverified(t *Tree, after func(node int32) int32) (path []int32, bonus int32) {
+	cur := Root
+	for {
+		want := after(cur)
+		next := Root
+		for i := cur + 1; int(i) < len(t.Tokens); i++ {
+			if t.Parent[i] == cur {
+				next = i
+				break
+			}
+		}
+		if next == Root {
+			return path, want
+		}
+		path = append(path, next)
+		cur = next
+	}
+}
