@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -72,8 +73,9 @@ const switchMargin = 0.05
 // concurrent use.
 type Dispatcher struct {
 	tiers []tierState
-	// Alpha is the weight of a new observation in the averages; zero
-	// means 0.2.
+	// Alpha is the weight of a new observation in the averages of an
+	// option observed every step; an option last observed k steps of
+	// its tier ago gives it 1-(1-Alpha)^k. Zero means 0.2.
 	Alpha float64
 	// Explore is how many steps pass between re-tries of a non-best
 	// option; zero means 16, negative never re-tries.
@@ -90,6 +92,7 @@ type tierState struct {
 	best    int // the option played last; -1 before warm-up ends
 	retry   int // the option re-tried last (round robin)
 	last    int // the option Pick returned last
+	obs     int // observations in the tier so far
 }
 
 type option struct {
@@ -100,6 +103,7 @@ type option struct {
 	// wait is the current re-try interval in steps and next the step of
 	// the next re-try, while the option is not the best.
 	wait, next int
+	seen       int // the tier's observation count when this one was last observed
 }
 
 // NewDispatcher returns a dispatcher over tiers (nil: DefaultTiers()).
@@ -214,12 +218,15 @@ func (d *Dispatcher) pick(t *tierState) int {
 }
 
 // slowness is how many times slower than the leader o measures, at least
-// 1 and at most 64.
+// 1 and at most 16. Off is never slowed down: it is the baseline every
+// other option must beat, and one unlucky measurement of it (a burst of
+// load elsewhere on the machine) must not keep it from being checked
+// again.
 func slowness(leader, o option) float64 {
-	if o.rate <= 0 {
+	if o.rate <= 0 || o.shape.Off() {
 		return 1
 	}
-	return min(max(leader.rate/o.rate, 1), 64)
+	return min(max(leader.rate/o.rate, 1), 16)
 }
 
 // Observe records a step run with shape s over batch sequences that
@@ -247,12 +254,19 @@ func (d *Dispatcher) Observe(batch int, s Shape, tokens int, elapsed time.Durati
 	o := &t.options[at]
 	rate := float64(tokens) / elapsed.Seconds()
 	acc := float64(tokens-batch) / float64(batch)
-	if o.n == 0 {
-		o.rate, o.acc = rate, acc
-	} else {
-		o.rate += a * (rate - o.rate)
-		o.acc += a * (acc - o.acc)
+	t.obs++
+	// The averages age by the tier's steps, not by the option's own: an
+	// option re-tried after many steps of others was measured under
+	// other traffic and load, so its new observation mostly replaces
+	// the old estimate rather than nudging it, and a stale estimate
+	// cannot keep a loser looking better than a leader measured now.
+	w := 1.0
+	if o.n > 0 {
+		w = 1 - math.Pow(1-a, float64(t.obs-o.seen))
 	}
+	o.rate += w * (rate - o.rate)
+	o.acc += w * (acc - o.acc)
+	o.seen = t.obs
 	o.n++
 }
 
