@@ -17,7 +17,7 @@ status=0
 echo "== device"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "(nvidia-smi not found)"
 
-echo "== tests (conformance vs reference, tree attention, host tier, masks, sampling, graphs, greedy vs CPU)"
+echo "== tests (conformance vs reference incl. the Sampler ops, tree attention, host tier, masks, sampling, graphs, greedy vs CPU)"
 if SPECGATE_TEST_MODELS=$models CI=true "$test" -test.v -test.count=1 >>"$log" 2>&1; then
 	:
 else
