@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,7 +48,11 @@ var listeningRE = regexp.MustCompile(`(?:msg=listening url=|msg="engine serving 
 func startServe(t *testing.T, redisURL string, extra ...string) *serveProc {
 	t.Helper()
 	model := testmodels.Path(t, filepath.Join("synth", "synth-llama-f32.gguf"))
-	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--model", model, "--redis", redisURL, "--threads", "1"}, extra...)
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--redis", redisURL}
+	if i := slices.Index(extra, "--role"); i < 0 || i+1 == len(extra) || extra[i+1] != roleGateway {
+		args = append(args, "--model", model, "--threads", "1") // a gateway refuses engine flags
+	}
+	args = append(args, extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
 	stderr, err := cmd.StderrPipe()

@@ -63,13 +63,8 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	if *rf.role == roleGateway {
-		// A gateway has no engine: drafting is the engine processes'
-		// choice, and a flag that would do nothing is an operator's
-		// mistake worth saying.
-		given := false
-		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "spec" || f.Name == "draft-model" })
-		if given {
-			return errors.New("--spec and --draft-model belong to the engines: with --role=gateway, give them to the --role=engine processes")
+		if err := refuseEngineFlags(fs); err != nil {
+			return err
 		}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -157,6 +152,33 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	return serveGateway(ctx, log, gw, ln, *dev, *shutdownTimeout)
+}
+
+// engineFlags are serve's flags that configure the model and the engine.
+var engineFlags = map[string]bool{
+	"model": true, "backend": true, "threads": true, "kv-mb": true, "host-kv-mb": true,
+	"max-batch-tokens": true, "max-running": true, "quantum": true, "aging": true,
+	"kv-type": true, "spec": true, "draft-model": true,
+}
+
+// refuseEngineFlags names the engine flags given on fs. A gateway has no
+// engine: such a flag would do nothing there, an operator's mistake
+// (meant for the --role=engine processes) worth saying rather than
+// ignoring. Environment defaults ($MODEL) are not flags given and pass.
+func refuseEngineFlags(fs *flag.FlagSet) error {
+	var given []string
+	fs.Visit(func(f *flag.Flag) {
+		if engineFlags[f.Name] {
+			given = append(given, "--"+f.Name)
+		}
+	})
+	switch len(given) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%s belongs to the engines: with --role=gateway, give it to the --role=engine processes", given[0])
+	}
+	return fmt.Errorf("%s belong to the engines: with --role=gateway, give them to the --role=engine processes", strings.Join(given, ", "))
 }
 
 // servedEngine is the engine of roles all and engine.

@@ -24,8 +24,9 @@ func TestServeSpecFlags(t *testing.T) {
 		{[]string{"--spec", "eagle"}, `--spec "eagle": want off, ngram, draft or auto`},
 		{[]string{"--spec", "ngram", "--draft-model", "d.gguf"}, "--draft-model drafts only with --spec draft or auto, not --spec ngram"},
 		{[]string{"--spec", "off", "--draft-model", "d.gguf"}, "not --spec off"},
-		{[]string{"--role", "gateway", "--spec", "off"}, "--spec and --draft-model belong to the engines"},
-		{[]string{"--role", "gateway", "--draft-model", "d.gguf"}, "with --role=gateway, give them to the --role=engine processes"},
+		{[]string{"--role", "gateway", "--spec", "off"}, "--spec belongs to the engines: with --role=gateway, give it to the --role=engine processes"},
+		{[]string{"--role", "gateway", "--draft-model", "d.gguf"}, "--draft-model belongs to the engines"},
+		{[]string{"--role", "gateway", "--spec", "ngram", "--model", "m.gguf"}, "--model, --spec belong to the engines: with --role=gateway, give them to the --role=engine processes"},
 	} {
 		r := specgate(t, env, append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...)...)
 		if r.code != 1 || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, "redis") {
@@ -46,6 +47,43 @@ func TestServeSpecFlags(t *testing.T) {
 	r = specgate(t, nil, "serve", "--addr", "127.0.0.1:0", "--redis", rs.URL(), "--model", model, "--spec", "draft", "--draft-model", other)
 	if want := "draft model " + other + ": a vocabulary of 300 tokens, the model's has 512"; r.code != 1 || !strings.Contains(r.stderr, want) {
 		t.Errorf("have exit %d, stderr %q; want 1 and %q", r.code, r.stderr, want)
+	}
+}
+
+// TestServeGatewayRefusesEngineFlags: a gateway has no engine, so each
+// flag that configures one is refused by name before Redis is dialled,
+// where an engine process takes the same flag and goes on to dial Redis.
+// $MODEL in the environment is no flag given and does not trip a gateway.
+func TestServeGatewayRefusesEngineFlags(t *testing.T) {
+	env := []string{"REDIS_URL=redis://127.0.0.1:1/"}
+	for _, tc := range []struct{ flag, value string }{
+		{"model", "m.gguf"},
+		{"backend", "cpu"},
+		{"threads", "2"},
+		{"kv-mb", "64"},
+		{"host-kv-mb", "64"},
+		{"max-batch-tokens", "64"},
+		{"max-running", "4"},
+		{"quantum", "16"},
+		{"aging", "1s"},
+		{"kv-type", "f16"},
+		{"spec", "ngram"},
+		{"draft-model", "d.gguf"},
+	} {
+		arg := "--" + tc.flag
+		r := specgate(t, env, "serve", "--addr", "127.0.0.1:0", "--role", "gateway", arg, tc.value)
+		want := arg + " belongs to the engines: with --role=gateway, give it to the --role=engine processes"
+		if r.code != 1 || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "redis") {
+			t.Errorf("serve --role gateway %s %s: have exit %d, stderr %q; want 1 and %q before Redis is dialled", arg, tc.value, r.code, r.stderr, want)
+		}
+		r = specgate(t, env, "serve", "--addr", "127.0.0.1:0", "--role", "engine", arg, tc.value)
+		if r.code != 1 || strings.Contains(r.stderr, "belongs to the engines") || !strings.Contains(r.stderr, "redis") {
+			t.Errorf("serve --role engine %s %s: have exit %d, stderr %q; want the flag taken and Redis dialled", arg, tc.value, r.code, r.stderr)
+		}
+	}
+	r := specgate(t, append(env, "MODEL=m.gguf"), "serve", "--addr", "127.0.0.1:0", "--role", "gateway")
+	if r.code != 1 || strings.Contains(r.stderr, "belongs to the engines") || !strings.Contains(r.stderr, "redis") {
+		t.Errorf("serve --role gateway with $MODEL: have exit %d, stderr %q; want $MODEL ignored and Redis dialled", r.code, r.stderr)
 	}
 }
 
