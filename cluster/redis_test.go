@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -296,6 +298,61 @@ func TestCancel(t *testing.T) {
 	_, final := readAll(t, s)
 	if final.FinishReason != engine.FinishCancelled || final.Usage.CompletionTokens >= 1000 {
 		t.Fatalf("have %+v; want cancelled early", final)
+	}
+	waitPending(t, rdb, prefix)
+}
+
+// nanLogprobs is a fakeEngine whose token at gives a NaN log probability,
+// as a model with a broken row would.
+type nanLogprobs struct {
+	*fakeEngine
+	at int
+}
+
+func (g nanLogprobs) Generate(ctx context.Context, r engine.Request) (engine.Events, error) {
+	st, err := g.fakeEngine.Generate(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return nanEvents{st, g.at}, nil
+}
+
+type nanEvents struct {
+	engine.Events
+	at int
+}
+
+func (s nanEvents) Recv(ctx context.Context) (engine.Event, error) {
+	ev, err := s.Events.Recv(ctx)
+	for _, tok := range ev.Tokens {
+		lp := float32(-0.5)
+		if int(tok) == s.at {
+			lp = float32(math.NaN())
+		}
+		ev.Logprobs = append(ev.Logprobs, engine.TokenLogprob{Token: tok, Piece: "x", Logprob: lp})
+	}
+	return ev, err
+}
+
+// TestUnencodableLogprobs: log probabilities that JSON cannot carry end
+// the request with an internal error that says why, after the deltas
+// before them, rather than reaching the client without them; the request
+// is not left for another engine to fail the same way.
+func TestUnencodableLogprobs(t *testing.T) {
+	rdb := testredis.Client(t)
+	prefix := testredis.Prefix(t)
+	startEngine(t, fastEngine(rdb, prefix, "e1", nanLogprobs{newFakeEngine(time.Millisecond), 3}))
+	c := fastClient(t, rdb, prefix)
+	waitEngines(t, c, 1)
+	s, err := c.Submit(context.Background(), engine.Request{ID: "r1", Tenant: "acme", Session: "s", MaxTokens: 5, Logprobs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, final := readAll(t, s)
+	var ee *engine.Error
+	if want := fakeText(1, 2); text != want || final == nil || final.FinishReason != engine.FinishError ||
+		!errors.As(final.Err, &ee) || ee.Code != engine.CodeInternal || !strings.Contains(ee.Message, "encode the log probabilities of delta 3") {
+		t.Fatalf("have %q, %+v; want %q and an internal error naming delta 3's log probabilities", text, final, want)
 	}
 	waitPending(t, rdb, prefix)
 }

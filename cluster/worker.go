@@ -575,13 +575,22 @@ func (w *worker) run(runCtx context.Context, j *job) {
 // written delta carries the tokens behind its text.
 func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Events, replayed int) {
 	var pend engine.Event
+	// badDelta is set when a delta cannot be encoded: the request ends
+	// with an error here, since another engine would only fail the same.
+	var badDelta error
 	flush := func() error {
 		if len(pend.Tokens) == 0 && pend.Text == "" {
 			return nil
 		}
 		fields := []any{"k", kindDelta, "s", strconv.Itoa(pend.Seq), "x", pend.Text, "t", encodeTokens(pend.Tokens)}
 		if len(pend.Logprobs) > 0 {
-			b, _ := json.Marshal(pend.Logprobs)
+			// JSON has no NaN or infinity: a model that gives one must
+			// not lose the logprobs the client asked for in silence.
+			b, err := json.Marshal(pend.Logprobs)
+			if err != nil {
+				badDelta = fmt.Errorf("cluster: encode the log probabilities of delta %d: %w", pend.Seq, err)
+				return badDelta
+			}
 			fields = append(fields, "l", string(b))
 		}
 		cancelled, err := w.appendEntry(runCtx, j, fence, false, fields...)
@@ -593,6 +602,13 @@ func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Eve
 			j.cancel() // the stream now ends with "cancelled"
 		}
 		return nil
+	}
+	fail := func() {
+		if badDelta != nil {
+			w.finish(runCtx, j, fence, &engine.Final{FinishReason: engine.FinishError, Err: &engine.Error{Code: engine.CodeInternal, Message: badDelta.Error()}}, replayed)
+			return
+		}
+		j.cancel()
 	}
 	for {
 		ev, err := st.Recv(runCtx)
@@ -607,7 +623,7 @@ func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Eve
 		}
 		if ev.Final != nil {
 			if err := flush(); err != nil {
-				j.cancel()
+				fail()
 				return
 			}
 			w.finish(runCtx, j, fence, ev.Final, replayed)
@@ -621,7 +637,7 @@ func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Eve
 			continue
 		}
 		if err := flush(); err != nil {
-			j.cancel()
+			fail()
 			return
 		}
 	}
