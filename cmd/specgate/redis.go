@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -58,19 +57,13 @@ func redisHint(from string) string {
 	return "start it with deploy/redis.sh, or set REDIS_URL to a running server"
 }
 
-// openRedis connects and checks the server answers, so a wrong address is
-// one clear error at start rather than a failure at the first chat.
+// openRedis connects and checks the server answers (redisurl.Open); an
+// unreachable server's error says what to do about it, which depends on
+// where the URL came from.
 func openRedis(ctx context.Context, url, from string) (redis.UniversalClient, error) {
-	c, err := redisurl.Parse(url)
-	if err != nil {
-		return nil, err
+	rdb, err := redisurl.Open(ctx, url)
+	if errors.Is(err, redisurl.ErrUnreachable) {
+		return nil, fmt.Errorf("%w (%s)", err, redisHint(from))
 	}
-	rdb := c.NewClient()
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		rdb.Close()
-		return nil, fmt.Errorf("cannot reach Redis (%s) at %s (%s): %w", c.Kind, strings.Join(c.Addrs(), ","), redisHint(from), err)
-	}
-	return rdb, nil
+	return rdb, err
 }

@@ -343,6 +343,10 @@ func passwords(raw string) []string {
 	return out
 }
 
+// ErrUnreachable is Open's error when the URL parses but the server does
+// not answer: a caller may add where the URL came from and what to do.
+var ErrUnreachable = errors.New("cannot reach Redis")
+
 // Open parses raw, connects and checks that the server answers, so a wrong
 // address is one clear error at start rather than a failure at the first
 // request.
@@ -356,7 +360,7 @@ func Open(ctx context.Context, raw string) (redis.UniversalClient, error) {
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("cannot reach Redis (%s) at %s: %w", c.Kind, strings.Join(c.Addrs(), ","), err)
+		return nil, fmt.Errorf("%w (%s) at %s: %w", ErrUnreachable, c.Kind, strings.Join(c.Addrs(), ","), err)
 	}
 	return rdb, nil
 }
