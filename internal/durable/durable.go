@@ -62,9 +62,6 @@ func New(rdb redis.UniversalClient, o Options) *Writer {
 	return &Writer{rdb: rdb, replicas: o.Replicas, timeout: o.Timeout, known: map[string]replicaCount{}}
 }
 
-// Replicas is how many replicas a write waits for at most.
-func (w *Writer) Replicas() int { return w.replicas }
-
 // ErrNotReplicated says a write reached fewer replicas than required.
 var ErrNotReplicated = errors.New("durable: write not on enough replicas")
 
