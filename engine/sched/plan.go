@@ -70,48 +70,76 @@ func (s *Scheduler) Schedule(now time.Time, r Resources) Plan {
 // is not saturated. It is saturated when the running sequences' pending
 // tokens belong to more than one tenant and do not fit target tokens (the
 // engine is time-bound), or fill at least an efficient step (efficient
-// tokens: the machine, not the demand, bounds throughput). Its budget is
-// then the most tokens in which every tenant can still take its weighted
-// share (see Resources.Efficient), never fewer than efficient and never
-// more than target; a fractional cap is carried to the next step.
+// tokens: the machine, not the demand, bounds throughput). Weights share
+// a class among its tenants; classes go by priority. So the budget is the
+// pending tokens of the classes above the first class whose work belongs
+// to more than one tenant, plus the most tokens in which every tenant of
+// that class can still take its weighted share (see Resources.Efficient);
+// never fewer than efficient and never more than target. A fractional cap
+// is carried to the next step. When no class has more than one tenant, a
+// time-bound step holds the target and is shared as before.
 //
 // Capping a time-bound step at the weighted share too, not only at the
 // target, is what makes weights hold when a heavy tenant's running work
 // is less than its share of the target: otherwise the light tenant takes
 // the rest of every step and its share follows the target, not its weight.
+// Taking it over one class only is what keeps a lone batch request under
+// an interactive flood from shrinking every step to two tokens: its
+// tenant's weight counts against its own class, not the flood's.
 func (p *planner) weightedCap(target, efficient int) int {
 	// Tenants in run order, so that the sums do not depend on map order.
-	pend := map[*tenant]int{}
-	var ts []*tenant
+	type key struct {
+		t *tenant
+		c Class
+	}
+	pend := map[key]int{}
+	var tenants [numClasses][]*tenant
+	var classDemand [numClasses]int
+	seen := map[*tenant]bool{}
 	demand := 0
 	for _, q := range p.run {
 		if d := q.total - q.kv; d > 0 {
-			if _, ok := pend[q.t]; !ok {
-				ts = append(ts, q.t)
+			k := key{q.t, q.class}
+			if _, ok := pend[k]; !ok {
+				tenants[q.class] = append(tenants[q.class], q.t)
 			}
-			pend[q.t] += d
+			pend[k] += d
+			classDemand[q.class] += d
 			demand += d
+			seen[q.t] = true
 		}
 	}
 	timeBound := target > 0 && demand > target
-	if len(ts) < 2 || !timeBound && (efficient <= 0 || demand < efficient) {
+	if len(seen) < 2 || !timeBound && (efficient <= 0 || demand < efficient) {
 		return 0
 	}
-	if timeBound && efficient <= 0 {
-		// Without a cost model there is no telling what a shorter step
-		// costs: the target it is.
+	above, c := 0, math.Inf(1)
+	for cl := range numClasses {
+		ts := tenants[cl]
+		if len(ts) < 2 {
+			above += classDemand[cl]
+			continue
+		}
+		w := 0.0
+		for _, t := range ts {
+			w += t.lim.Weight
+		}
+		for _, t := range ts {
+			c = math.Min(c, float64(pend[key{t, Class(cl)}])*w/t.lim.Weight)
+		}
+		break
+	}
+	if math.IsInf(c, 1) || timeBound && efficient <= 0 {
+		// No class is shared among tenants, or there is no cost model
+		// to tell what a shorter step costs: a time-bound step holds
+		// the target, and otherwise nothing is held back.
 		p.s.carry = 0
-		return target
+		if timeBound {
+			return target
+		}
+		return 0
 	}
-	w := 0.0
-	for _, t := range ts {
-		w += t.lim.Weight
-	}
-	c := math.Inf(1)
-	for _, t := range ts {
-		c = math.Min(c, float64(pend[t])*w/t.lim.Weight)
-	}
-	c += p.s.carry
+	c += float64(above) + p.s.carry
 	n := math.Floor(c)
 	p.s.carry = c - n
 	switch {

@@ -390,6 +390,31 @@ func TestAgingAcrossTenantsOfAClass(t *testing.T) {
 	golden(t, "aging_across_tenants", m.trace[:min(len(m.trace), 20)])
 }
 
+func TestWeightsShareAClass(t *testing.T) {
+	// An interactive tenant's 32 decodes and one batch request of another
+	// tenant, equal weights, a time-bound step (target 16, efficient 4):
+	// weights share a class, classes go by priority, so the step holds the
+	// target. An equal share across the two tenants would cap every step
+	// at two tokens, one of them the batch decode (four, floored at the
+	// efficient step): the flood's throughput cut to a quarter.
+	m := newSim(t, Config{}, 100000, 0, 512)
+	m.target, m.efficient = 16, 4
+	for i := range 32 {
+		m.submit(fmt.Sprint("i", i), "chat", Interactive, 1, 1000, Limits{})
+	}
+	m.submit("batch", "bulk", Batch, 1, 1000, Limits{})
+	for range 60 {
+		m.run()
+	}
+	m.served = map[string]int{}
+	for range 10 {
+		m.run()
+	}
+	if total := m.served["chat"] + m.served["bulk"]; total != 10*16 {
+		t.Errorf("have %v over 10 steps; want 160 tokens (the target, 16 a step)", m.served)
+	}
+}
+
 func TestSaturatedStepIsWorkConserving(t *testing.T) {
 	// b (weight 3) has two decodes, a (weight 1) eight; a step of 8
 	// tokens gives b all it can use and a the rest rather than idle.
