@@ -169,7 +169,9 @@ func (e *Engine) draft(p *stepPlan) {
 		st.decs = append(st.decs, q)
 		st.seqs = append(st.seqs, s)
 	}
-	st.step.Plan(st.decs, &p.batch, specHost{e})
+	// Every sequence the engine holds counts toward the dispatcher's
+	// tier, waiting ones included: they are what a tree would delay.
+	st.step.Plan(st.decs, len(e.seqs), &p.batch, specHost{e})
 }
 
 // commitDrafts is the commit phase's speculative call: the spec step

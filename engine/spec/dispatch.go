@@ -15,8 +15,8 @@ type Policy struct {
 	// Off disables speculation for the tenant's requests.
 	Off bool
 	// MaxBatch, when above zero, disables speculation for the tenant's
-	// requests in steps whose batch holds more sequences (the tenant's
-	// "batch class under load").
+	// requests while the engine holds more sequences, running or waiting
+	// (the tenant's "batch class under load").
 	MaxBatch int
 }
 

@@ -284,7 +284,7 @@ func (r *Runner) decode() error {
 		s.q.Row, s.q.Left = k, s.req.MaxTokens-s.gen
 		b.Add(s.q.Tokens[n], int32(n), r.slotOf(s, n), s.q.Table, true)
 	}
-	r.step.Plan(r.decs, b, runnerHost{r})
+	r.step.Plan(r.decs, len(r.decs), b, runnerHost{r})
 	if err := r.forward(); err != nil {
 		return err
 	}

@@ -217,7 +217,13 @@ func cutTree(t *Tree, k int) {
 // runs its sequence's last token), and adds their nodes to b after every
 // row already there, setting b.Tree when a tree branches. h grows block
 // tables for the nodes; a tree is cut to the room it gets.
-func (st *Step) Plan(decs []*Seq, b *model.Batch, h Host) {
+//
+// active is how many sequences the caller holds, running or waiting (at
+// least len(decs)). The dispatcher's tier is chosen by it, not by the
+// decodes this step happens to carry: a busy engine whose steps are cut
+// short by a latency budget would otherwise look idle and grow trees while
+// the rest of its sequences wait.
+func (st *Step) Plan(decs []*Seq, active int, b *model.Batch, h Host) {
 	st.decs, st.runs = decs, st.runs[:0]
 	st.start = st.clock()
 	for _, q := range decs {
@@ -228,13 +234,14 @@ func (st *Step) Plan(decs []*Seq, b *model.Batch, h Host) {
 		st.shape = Off
 		return
 	}
-	st.shape = st.disp.Pick(len(decs))
+	active = max(active, len(decs))
+	st.shape = st.disp.Pick(active)
 	if st.sc == nil {
 		st.shape = mainChain(st.shape)
 	}
 	st.ctxs, st.trees = st.ctxs[:0], st.trees[:0]
 	for i, q := range decs {
-		sh := q.Policy.Shape(st.shape, len(decs))
+		sh := q.Policy.Shape(st.shape, active)
 		// A draft deeper than the tokens left to generate is wasted.
 		if sh.Off() || sh.MaxDepth >= q.Left {
 			continue

@@ -93,7 +93,7 @@ func TestStepBranchingTree(t *testing.T) {
 	b.Add(3, 2, 5*4+2, q.Table, true)
 	q.Row = 0
 	h := &scriptHost{after: map[int32]int32{Root: 11, 1: 12, 2: 40}, tables: [][]int32{q.Table}}
-	st.Plan([]*Seq{q}, &b, h)
+	st.Plan([]*Seq{q}, 1, &b, h)
 	if !q.Drafting() || b.Len() != 5 || len(b.Logits) != 5 {
 		t.Fatalf("have drafting %v, %d rows, %d logits rows; want the root and 4 nodes", q.Drafting(), b.Len(), len(b.Logits))
 	}
@@ -137,5 +137,37 @@ func TestStepBranchingTree(t *testing.T) {
 	}
 	if q.Drafting() || q.Tree().Len() != 0 {
 		t.Errorf("after Commit: drafting %v, tree %v; want both cleared", q.Drafting(), q.Tree().Tokens)
+	}
+}
+
+// TestStepTierByActive: the dispatcher's tier follows how many sequences
+// the engine holds, not how many decodes a step carries, so a busy engine
+// whose step holds one decode does not draft as if it were idle.
+func TestStepTierByActive(t *testing.T) {
+	for _, tc := range []struct {
+		active int
+		draft  bool
+	}{
+		{active: 1, draft: true},
+		{active: 4, draft: true},
+		{active: 5, draft: false},
+		{active: 32, draft: false},
+	} {
+		d := &fixedDrafter{}
+		d.tree.Add(10, -1, nil)
+		disp := NewDispatcher([]Tier{{MaxBatch: 4, Shapes: []Shape{Chain(1)}}, {Shapes: nil}})
+		disp.Explore = -1
+		st, err := NewStep(StepConfig{Drafter: d, Dispatcher: disp, Backend: &treeBackend{}, BlockSize: 4, Slots: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := &Seq{Tokens: []int32{1, 2, 3}, Table: []int32{5, 7}, Left: 10}
+		var b model.Batch
+		b.Add(3, 2, 5*4+2, q.Table, true)
+		h := &scriptHost{tables: [][]int32{q.Table}}
+		st.Plan([]*Seq{q}, tc.active, &b, h)
+		if q.Drafting() != tc.draft {
+			t.Errorf("active %d: drafting %v; want %v", tc.active, q.Drafting(), tc.draft)
+		}
 	}
 }
