@@ -41,8 +41,14 @@ var (
 func (s *SessionStore) altsKey(id string) string { return s.ks.Branches(id) }
 
 // branchLib is the Lua shared by the branch scripts: findTurn (1-based
-// position of the live user message of a request) and stash (moves the
-// live tail from pos, with the branch points inside it, into a version).
+// position of the live user message of a request), stash (moves the
+// live tail from pos, with the branch points inside it, into a version)
+// and busy (the live path's last turn is still generating: its reply
+// would land on the wrong version). busy reads the last turn's request
+// record, reqPrefix..request, a key of the session's hash slot that the
+// caller cannot name before the script has read the list: checked
+// anywhere but in the script that moves the branches, two tabs could
+// both find the session idle and one move the other's running turn.
 const branchLib = `
 local function findTurn(msgs, request)
   for i = #msgs, 1, -1 do
@@ -67,6 +73,13 @@ local function stash(altsKey, msgs, pos)
   if n == 0 then deeper = cjson.decode('{}') end
   return {msgs = tail, alts = deeper}
 end
+local function busy(reqPrefix, msgs)
+  local last = msgs[#msgs]
+  if not last then return false end
+  local ok, m = pcall(cjson.decode, last)
+  if not ok or m.role ~= 'user' or type(m.request) ~= 'string' or m.request == '' then return false end
+  return redis.call('HGET', reqPrefix .. m.request, 'state') == 'running'
+end
 local function cut(msgsKey, pos)
   if pos <= 1 then redis.call('DEL', msgsKey) else redis.call('LTRIM', msgsKey, 0, pos - 2) end
 end
@@ -76,14 +89,16 @@ end
 // that turn and all after it become a stored version, and a new user
 // message (content ARGV[4], or the old one's when empty) starts the new
 // version. Returns the new history, or 0 (not found), -1 (duplicate
-// request), -2 (no such turn).
+// request), -2 (no such turn), -4 (busy).
 //
 // KEYS: sess, msgs, req (the new request), alts. ARGV: tenant, user,
 // replaced request, content, now ms, session id, record TTL ms, new
-// request. (The user's index is another slot: the caller touches it.)
+// request, request-record key prefix. (The user's index is another slot:
+// the caller touches it.)
 var replaceScript = redis.NewScript(ownerCheck + branchLib + `
 if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
 local msgs = redis.call('LRANGE', KEYS[2], 0, -1)
+if busy(ARGV[9], msgs) then return -4 end
 local pos, old = findTurn(msgs, ARGV[3])
 if not pos then return -2 end
 local field = tostring(pos - 1)
@@ -107,11 +122,13 @@ return redis.call('LRANGE', KEYS[2], 0, -1)
 
 // switchScript makes version ARGV[4] of the branch point at the turn of
 // request ARGV[3] the live one. Returns 1, or 0 (not found), -2 (no such
-// turn), -3 (no such version).
+// turn), -3 (no such version), -4 (busy).
 //
-// KEYS: sess, msgs, alts. ARGV: tenant, user, request, version, now ms.
+// KEYS: sess, msgs, alts. ARGV: tenant, user, request, version, now ms,
+// request-record key prefix.
 var switchScript = redis.NewScript(ownerCheck + branchLib + `
 local msgs = redis.call('LRANGE', KEYS[2], 0, -1)
+if busy(ARGV[6], msgs) then return -4 end
 local pos = findTurn(msgs, ARGV[3])
 if not pos then return -2 end
 local field = tostring(pos - 1)
@@ -167,30 +184,6 @@ end
 return 1
 `)
 
-// checkIdle refuses branch operations while the session's last turn is
-// generating: its reply would land on the wrong version.
-func (s *SessionStore) checkIdle(ctx context.Context, sid string) error {
-	last, err := s.rdb.LIndex(ctx, s.msgsKey(sid), -1).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("gateway: read session: %w", err)
-	}
-	var m Message
-	if json.Unmarshal([]byte(last), &m) != nil || m.Role != "user" || m.Request == "" {
-		return nil
-	}
-	st, err := s.requestState(ctx, sid, m.Request)
-	if err != nil {
-		return err
-	}
-	if st == "running" {
-		return ErrBusy
-	}
-	return nil
-}
-
 // StartReplaceTurn starts a turn that replaces the turn of request
 // replaced (regenerate when content is "", edit otherwise); the replaced
 // turn and those after it stay as a sibling branch. It returns the new
@@ -201,13 +194,10 @@ func (s *SessionStore) StartReplaceTurn(ctx context.Context, tenant, user, sid, 
 	} else if !ok {
 		return nil, ErrNotFound
 	}
-	if err := s.checkIdle(ctx, sid); err != nil {
-		return nil, err
-	}
 	now := s.now().UnixMilli()
 	res, err := s.w.Run(ctx, replaceScript,
 		[]string{s.sessKey(sid), s.msgsKey(sid), s.reqKey(sid, request), s.altsKey(sid)},
-		tenant, user, replaced, content, now, sid, s.logTTL.Milliseconds(), request).Result()
+		tenant, user, replaced, content, now, sid, s.logTTL.Milliseconds(), request, s.reqKey(sid, "")).Result()
 	if err != nil {
 		return nil, fmt.Errorf("gateway: replace turn: %w", err)
 	}
@@ -217,6 +207,8 @@ func (s *SessionStore) StartReplaceTurn(ctx context.Context, tenant, user, sid, 
 			return nil, ErrNotFound
 		case -1:
 			return nil, ErrDuplicateRequest
+		case -4:
+			return nil, ErrBusy
 		}
 		return nil, ErrNoTurn
 	}
@@ -233,13 +225,10 @@ func (s *SessionStore) SwitchBranch(ctx context.Context, tenant, user, sid, requ
 	} else if !ok {
 		return ErrNotFound
 	}
-	if err := s.checkIdle(ctx, sid); err != nil {
-		return err
-	}
 	now := s.now().UnixMilli()
 	n, err := s.w.Run(ctx, switchScript,
 		[]string{s.sessKey(sid), s.msgsKey(sid), s.altsKey(sid)},
-		tenant, user, request, branch, now).Int()
+		tenant, user, request, branch, now, s.reqKey(sid, "")).Int()
 	if err != nil {
 		return fmt.Errorf("gateway: switch branch: %w", err)
 	}
@@ -250,6 +239,8 @@ func (s *SessionStore) SwitchBranch(ctx context.Context, tenant, user, sid, requ
 		return ErrNoTurn
 	case -3:
 		return ErrNoBranch
+	case -4:
+		return ErrBusy
 	}
 	return s.touch(ctx, tenant, user, sid, now)
 }

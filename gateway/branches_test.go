@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"reflect"
 	"testing"
@@ -265,4 +266,98 @@ func TestRegenerateKeepsCachedPrefix(t *testing.T) {
 		t.Errorf("have stored %+v; want the reply's usage and stats kept", v.Messages[3])
 	}
 	t.Logf("regenerate: %d of %d prompt tokens cached", done2.Usage.CachedTokens, done2.Usage.PromptTokens)
+}
+
+// Two tabs regenerate or edit at once: the script that moves the
+// branches also checks that the session is idle, so whichever comes
+// second, while the first reply runs, gets a busy error frame and stores
+// nothing, and the session holds the one new turn, not a running reply
+// moved onto a stored version.
+func TestConcurrentReplacesOneTurn(t *testing.T) {
+	e := newEnv(t, nil, "", nil)
+	tab1, tab2 := e.login("alice"), e.login("alice")
+	for round := range 3 {
+		e.gen.gate = nil
+		sid := tab1.createSession("t")
+		tab1.chatOK(map[string]any{"session": sid, "request": "r1", "content": "hello"})
+		tab1.chatOK(map[string]any{"session": sid, "request": "r2", "content": "world"})
+
+		// Tab 1 regenerates the second turn, tab 2 edits the first, at
+		// once; replies wait at the gate so the first is still running.
+		e.gen.gate = make(chan struct{})
+		tab1.send(map[string]any{"type": "chat", "session": sid, "request": "a", "replace": "r2"})
+		tab2.send(map[string]any{"type": "chat", "session": sid, "request": "b", "replace": "r1", "content": "hi"})
+		var winner, loser *wsClient
+		var won string
+		deadline := time.Now().Add(5 * time.Second)
+		for winner == nil && time.Now().Before(deadline) {
+			for _, c := range []struct {
+				tab, other *wsClient
+				request    string
+			}{{tab1, tab2, "a"}, {tab2, tab1, "b"}} {
+				if st, _ := e.srv.Sessions().requestState(context.Background(), sid, c.request); st == "running" && winner == nil {
+					winner, loser, won = c.tab, c.other, c.request
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if winner == nil {
+			t.Fatalf("round %d: neither replace started", round)
+		}
+		lost := map[string]string{"a": "b", "b": "a"}[won]
+		f, err := loser.tryRead(3 * time.Second)
+		if err != nil || f.Type != TypeError || f.Request != lost || f.Reason != "busy" || !f.Temporary {
+			t.Fatalf("round %d: %s won; have %+v, %v for %s; want a temporary busy error frame", round, won, f, err, lost)
+		}
+		close(e.gen.gate)
+		if _, _, done, errs := winner.collect(won); len(errs) > 0 || done.FinishReason != engine.FinishStop {
+			t.Fatalf("round %d: %s: have %v, done %+v; want its reply", round, won, errs, done)
+		}
+		if st, _ := e.srv.Sessions().requestState(context.Background(), sid, lost); st != "" {
+			t.Errorf("round %d: the refused %s has a request record %q", round, lost, st)
+		}
+		v := tab1.getSession(sid)
+		want := []turnView{{"user", "hello", "r1"}, {"assistant", fakeReply("hello"), "r1"}, {"user", "world", "a"}, {"assistant", fakeReply("world"), "a"}}
+		branch := []BranchInfo{{At: 2, Request: "a", Count: 2, Current: 1}}
+		if won == "b" {
+			want = []turnView{{"user", "hi", "b"}, {"assistant", fakeReply("hi"), "b"}}
+			branch = []BranchInfo{{At: 0, Request: "b", Count: 2, Current: 1}}
+		}
+		if !reflect.DeepEqual(turns(v), want) || !reflect.DeepEqual(v.Branches, branch) {
+			t.Fatalf("round %d: %s won; have %+v %+v; want %+v %+v", round, won, turns(v), v.Branches, want, branch)
+		}
+	}
+}
+
+// The branch scripts themselves refuse while the live path's last turn
+// runs, whatever the caller checked before: run as the second of two
+// racing tabs would run them, after the first started its turn.
+func TestBranchScriptsRefuseWhileRunning(t *testing.T) {
+	e := newEnv(t, nil, "", nil)
+	c := e.login("alice")
+	sid := c.createSession("t")
+	c.chatOK(map[string]any{"session": sid, "request": "r1", "content": "hello"})
+	s := e.srv.Sessions()
+	ctx := context.Background()
+	if _, err := s.StartTurn(ctx, "acme", "alice", sid, "r2", "world"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	n, err := s.w.Run(ctx, replaceScript, []string{s.sessKey(sid), s.msgsKey(sid), s.reqKey(sid, "r3"), s.altsKey(sid)},
+		"acme", "alice", "r1", "", now, sid, s.logTTL.Milliseconds(), "r3", s.reqKey(sid, "")).Int()
+	if err != nil || n != -4 {
+		t.Errorf("replace: have %d, %v; want -4 (busy)", n, err)
+	}
+	n, err = s.w.Run(ctx, switchScript, []string{s.sessKey(sid), s.msgsKey(sid), s.altsKey(sid)},
+		"acme", "alice", "r1", 0, now, s.reqKey(sid, "")).Int()
+	if err != nil || n != -4 {
+		t.Errorf("switch: have %d, %v; want -4 (busy)", n, err)
+	}
+	if _, err := s.StartReplaceTurn(ctx, "acme", "alice", sid, "r4", "r1", "hi"); !errors.Is(err, ErrBusy) {
+		t.Errorf("StartReplaceTurn: have %v; want ErrBusy", err)
+	}
+	v := c.getSession(sid)
+	if want := []turnView{{"user", "hello", "r1"}, {"assistant", fakeReply("hello"), "r1"}, {"user", "world", "r2"}}; !reflect.DeepEqual(turns(v), want) || len(v.Branches) != 0 {
+		t.Errorf("have %+v %+v; want the session untouched", turns(v), v.Branches)
+	}
 }
