@@ -597,37 +597,59 @@ func (e *Engine) renderFitting(msgs []Message, tools []json.RawMessage, fit int)
 	if p, _, err := keep(last); err == nil {
 		step = max(fit-(len(p)-len(e.tok.Encode(cm[last].Content))-markup), 1)
 	}
-	from := 0
-	for k := 1; from < last; k++ {
-		// The cut for k: the first cut point past k steps of history.
-		// When it is the one just tried, the next k's is next: never
-		// merely the next message, which would move the cut by one
-		// exchange next turn rather than by a step.
-		prev, c := from, 0
-		for c < last && (at[c] < k*step || !cut(c)) {
-			c++
+	if last == 0 {
+		return prompt, 0, nil, nil // one message: nothing to leave out
+	}
+	for {
+		// The cuts, in the order of k: for each k, the first cut point
+		// past k steps of history, each taken once (when the cut for k is
+		// the one before, the next k's is next: never merely the next
+		// message, which would move the cut by one exchange next turn
+		// rather than by a step). Found without rendering: at grows with
+		// i, so the cut for k never comes before the cut for k-1.
+		var cuts []int
+		for k, c := 1, 0; c < last; {
+			for c < last && (at[c] < k*step || !cut(c)) {
+				c++
+			}
+			if len(cuts) == 0 || c != cuts[len(cuts)-1] {
+				cuts = append(cuts, c)
+			}
+			// The cut stays c while k steps are at most at[c].
+			k = max(k+1, at[c]/step+1)
 		}
-		if c == prev {
+		// The first cut whose prompt fits, by bisection: a later cut
+		// keeps fewer messages, so a shorter prompt. The last cut is the
+		// last message.
+		lo, hi := 0, len(cuts)
+		var fitting []int32
+		var fitDropped int
+		for lo < hi {
+			mid := (lo + hi) / 2
+			p, dropped, err := keep(cuts[mid])
+			if err != nil {
+				return nil, 0, nil, err
+			}
+			if len(p) <= fit {
+				hi, fitting, fitDropped = mid, p, dropped
+			} else {
+				lo = mid + 1
+			}
+		}
+		if hi < len(cuts) {
+			return fitting, fitDropped, prompt, nil
+		}
+		if anchor >= 0 {
+			// Too long with the anchor: give it up too.
+			anchor = -1
 			continue
 		}
-		from = c
-		p, dropped, err := keep(from)
+		p, dropped, err := keep(last)
 		if err != nil {
 			return nil, 0, nil, err
 		}
-		if len(p) <= fit {
-			return p, dropped, prompt, nil
-		}
-		if from == last && anchor >= 0 {
-			// Too long with the anchor: give it up too.
-			anchor, from, k = -1, 0, 0
-			continue
-		}
-		if from == last {
-			return p, dropped, prompt, nil
-		}
+		return p, dropped, prompt, nil
 	}
-	return prompt, 0, nil, nil
 }
 
 // NativeTools reports whether the chat template renders Request.Tools and
