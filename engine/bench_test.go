@@ -242,11 +242,11 @@ func BenchmarkPrefixCacheTTFT(b *testing.B) {
 
 	// Promotion is one CopyBlocks call over the history's blocks.
 	blocks := len(history) / 16
-	dev, err := m.NewKV(blocks, 16)
+	dev, err := model.NewKV(m, blocks, 16)
 	if err != nil {
 		b.Fatal(err)
 	}
-	host, err := m.NewKV(blocks, 16)
+	host, err := model.NewKV(m, blocks, 16)
 	if err != nil {
 		b.Fatal(err)
 	}

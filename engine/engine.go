@@ -143,9 +143,9 @@ func newEngine(m model.Model, o Options) (*Engine, error) {
 	}
 	// The engine makes both tiers through the backend, in the shape the
 	// model reports; a draft model makes its own cache, so it is told
-	// the type.
-	if d := o.Speculation.Model; o.Speculation.Drafter == DraftModel && d != nil {
-		if err := d.SetKVType(o.KVType.DType(d.Backend())); err != nil {
+	// the type (one without the setting takes the backend's default).
+	if d, ok := o.Speculation.Model.(model.KVTyper); ok && o.Speculation.Drafter == DraftModel {
+		if err := d.SetKVType(o.KVType.DType(o.Speculation.Model.Backend())); err != nil {
 			return nil, fmt.Errorf("engine: draft model KV cache: %w", err)
 		}
 	}

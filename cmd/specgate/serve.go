@@ -268,7 +268,7 @@ func serveEngine(ctx context.Context, log *slog.Logger, reg *prometheus.Registry
 	}
 	e.probe = cluster.NewKVProbe(e.eng)
 	o := e.eng.Options()
-	log.Info("KV cache", "type", m.KVType().String(), "block_size", o.BlockSize, "device_blocks", o.KVBlocks, "host_blocks", o.HostKVBlocks)
+	log.Info("KV cache", "type", model.KVTypeOf(m).String(), "block_size", o.BlockSize, "device_blocks", o.KVBlocks, "host_blocks", o.HostKVBlocks)
 	log.Info("speculation", "drafter", eo.Speculation.Drafter)
 	return e, notice, func() {
 		e.eng.Close()

@@ -47,22 +47,14 @@ func (c Config) KVSpec(blocks, blockSize int, dt kernels.DType) kernels.KVSpec {
 
 // Model is what runs batches: weights on a backend and a forward pass.
 // Forward is not safe for concurrent use: one goroutine drives a model.
-// The text side of a model file (Text) is an optional interface, so a
-// runner that only feeds token ids, such as a draft model, needs none.
+// The text side of a model file (Text) and its KV element type setting
+// (KVTyper) are optional interfaces, so a runner that only feeds token
+// ids, such as a draft model, needs neither; a KV cache is made through
+// the backend in the shape Config reports (Config.KVSpec, NewKV).
 type Model interface {
 	Config() Config
 	// Backend is the backend the weights live on.
 	Backend() kernels.Backend
-	// NewKV allocates a paged KV cache of the given number of blocks,
-	// holding elements of type KVType.
-	NewKV(blocks, blockSize int) (kernels.KVCache, error)
-	// KVType is the element type of the caches NewKV makes: at first
-	// DefaultKVType(Backend()).
-	KVType() kernels.DType
-	// SetKVType sets the element type of the caches NewKV makes from then
-	// on (caches made before keep theirs). It fails for a type the
-	// backend does not store (kernels.SupportsKV).
-	SetKVType(dt kernels.DType) error
 	// Forward runs b through the model, writing its K/V to kv at b.Slots,
 	// and returns the next-token logits of the rows b.Logits names, where
 	// the backend computed them: an F32 tensor of len(b.Logits) rows of
@@ -92,10 +84,39 @@ func TokenizerOf(m Model) *tokenizer.Tokenizer {
 	return nil
 }
 
-// Loaded is a model loaded from a file: a Model with its Text.
+// KVTyper is an optional Model interface: the element type the caches
+// for the model are made with (NewKV), kept with the model so one setting
+// reaches every runner built on it.
+type KVTyper interface {
+	// KVType is the element type: at first DefaultKVType(Backend()).
+	KVType() kernels.DType
+	// SetKVType sets it from then on (caches made before keep theirs).
+	// It fails for a type the backend does not store
+	// (kernels.SupportsKV).
+	SetKVType(dt kernels.DType) error
+}
+
+// KVTypeOf returns m's KV element type: its KVType, or
+// DefaultKVType(m.Backend()) when m has no KVTyper.
+func KVTypeOf(m Model) kernels.DType {
+	if t, ok := m.(KVTyper); ok {
+		return t.KVType()
+	}
+	return DefaultKVType(m.Backend())
+}
+
+// NewKV allocates, through m's backend, a paged KV cache in m's shape of
+// the given number of blocks, holding elements of type KVTypeOf(m).
+func NewKV(m Model, blocks, blockSize int) (kernels.KVCache, error) {
+	return m.Backend().NewKV(m.Config().KVSpec(blocks, blockSize, KVTypeOf(m)))
+}
+
+// Loaded is a model loaded from a file: a Model with its Text and its KV
+// element type setting.
 type Loaded interface {
 	Model
 	Text
+	KVTyper
 }
 
 // ForwardHost runs m.Forward and copies the logits to out

@@ -24,7 +24,7 @@ type Sequences struct {
 func NewSequences(m Model, n, ctx int) (*Sequences, error) {
 	const bs = 16
 	per := (ctx + bs - 1) / bs
-	kv, err := m.NewKV(n*per, bs)
+	kv, err := NewKV(m, n*per, bs)
 	if err != nil {
 		return nil, fmt.Errorf("model: KV for %d × %d tokens: %w", n, ctx, err)
 	}

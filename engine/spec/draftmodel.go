@@ -75,7 +75,7 @@ func NewDraftModel(m model.Model, slots, ctx int) (*DraftModel, error) {
 		return nil, fmt.Errorf("spec: draft model for %d slots of %d tokens", slots, ctx)
 	}
 	per := (ctx + MaxTreeNodes + bs - 1) / bs
-	kv, err := m.NewKV(slots*per, bs)
+	kv, err := model.NewKV(m, slots*per, bs)
 	if err != nil {
 		return nil, fmt.Errorf("spec: draft KV: %w", err)
 	}

@@ -126,7 +126,7 @@ func NewRunner(m model.Model, cfg Config) (*Runner, error) {
 	}
 	const bs = 16
 	per := (cfg.Context + MaxTreeNodes + 1 + bs - 1) / bs
-	kv, err := m.NewKV(cfg.Seqs*per, bs)
+	kv, err := model.NewKV(m, cfg.Seqs*per, bs)
 	if err != nil {
 		return nil, fmt.Errorf("spec: KV: %w", err)
 	}

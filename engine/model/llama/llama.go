@@ -395,15 +395,11 @@ func (m *Model) Backend() kernels.Backend        { return m.be }
 // the model must not be used afterwards.
 func (m *Model) Close() error { return m.file.Close() }
 
-// NewKV allocates a paged KV cache for this model, of its KV type.
-func (m *Model) NewKV(blocks, blockSize int) (kernels.KVCache, error) {
-	return m.be.NewKV(m.cfg.KVSpec(blocks, blockSize, m.kvType))
-}
-
-// KVType is the element type of the caches NewKV makes.
+// KVType is the element type of the caches model.NewKV makes for m.
 func (m *Model) KVType() kernels.DType { return m.kvType }
 
-// SetKVType sets the element type of the caches NewKV makes from now on.
+// SetKVType sets the element type of the caches model.NewKV makes for m
+// from now on.
 func (m *Model) SetKVType(dt kernels.DType) error {
 	if !kernels.SupportsKV(m.be, dt) {
 		return fmt.Errorf("llama: the %s backend does not store a %v KV cache", m.be.Name(), dt)

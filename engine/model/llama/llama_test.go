@@ -227,7 +227,7 @@ func TestBatchingIsExact(t *testing.T) {
 
 func TestForwardRejectsBadBatches(t *testing.T) {
 	m := load(t, testmodels.Stories260K, 1)
-	kv, err := m.NewKV(2, 16)
+	kv, err := model.NewKV(m, 2, 16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func TestKVType(t *testing.T) {
 		if err := m.SetKVType(dt); err != nil {
 			t.Fatal(err)
 		}
-		kv, err := m.NewKV(2, 16)
+		kv, err := model.NewKV(m, 2, 16)
 		if err != nil {
 			t.Fatal(err)
 		}
