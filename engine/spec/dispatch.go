@@ -37,8 +37,9 @@ type Tier struct {
 }
 
 // DefaultTiers: when one sequence leaves the hardware idle, dynamic trees
-// of 4 to 32 nodes beside the static bushy tree and a chain (where a tree
-// node costs nearly a plain step, as on a CPU, the small budgets win); as
+// of 4 to 32 nodes beside the static bushy tree and chains of 2 to 4
+// (where a tree node costs nearly a plain step, as on a CPU, only the
+// small budgets and short chains win); as
 // the batch fills the hardware, smaller budgets and shorter chains; and
 // plain decoding for large batches, where a forward pass is already
 // compute-bound and extra draft tokens cost as much as they could win.
@@ -48,7 +49,7 @@ type Tier struct {
 // costs) choose the budget.
 func DefaultTiers() []Tier {
 	return []Tier{
-		{MaxBatch: 1, Shapes: []Shape{Dynamic(32), Dynamic(16), Dynamic(8), Dynamic(4), Bushy, Chain(4)}},
+		{MaxBatch: 1, Shapes: []Shape{Dynamic(32), Dynamic(16), Dynamic(8), Dynamic(4), Bushy, Chain(4), Chain(3), Chain(2)}},
 		{MaxBatch: 4, Shapes: []Shape{Dynamic(16), Dynamic(8), Dynamic(4), Wide, Chain(4), Chain(2)}},
 		{MaxBatch: 8, Shapes: []Shape{Dynamic(8), Dynamic(4), Chain(4), Chain(2)}},
 		{MaxBatch: 16, Shapes: []Shape{Chain(2)}},
