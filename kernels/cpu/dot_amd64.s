@@ -202,6 +202,58 @@
 	DECQ    R11 \
 	JNZ     label
 
+// The Q8_0 kernels keep, for each output, the eight lanes of canon.go
+// (lane l: values 4l..4l+3 of every block), as ggml's AVX2 dot product
+// does: VPMADDUBSW then VPMADDWD by ones leave exactly those sums in the
+// int32 lanes, so no horizontal add is needed until the end.
+
+// Q8LANE fuses one activation block x (its scale at dx) times the weight
+// block (Y5 signed, Y6 absolute, Y4 d_w in every lane) into the lanes L;
+// T and D are scratch; Y15 holds int16 ones.
+#define Q8LANE(x, dx, T, D, L) \
+	VMOVDQU      x, T \
+	VPSIGNB      Y5, T, T \
+	VPMADDUBSW   T, Y6, T \
+	VPMADDWD     Y15, T, T \
+	VCVTDQ2PS    T, T \
+	VBROADCASTSS dx, D \
+	VMULPS       Y4, D, D \
+	VFMADD231PS  D, T, L
+
+// HSUMQ8x4 reduces the lanes of Y0-Y3 to [Σ0, Σ1, Σ2, Σ3] in X4, each in
+// hsumQ8's order: a row's halves added lane by lane (rows 0 and 2 side by
+// side, then 1 and 3), each half's lanes 2-3 added to 0-1, then those two.
+// Y5-Y7 are clobbered.
+#define HSUMQ8x4 \
+	VPERM2F128 $0x20, Y2, Y0, Y4 \
+	VPERM2F128 $0x31, Y2, Y0, Y5 \
+	VADDPS     Y5, Y4, Y4 \
+	VPERM2F128 $0x20, Y3, Y1, Y6 \
+	VPERM2F128 $0x31, Y3, Y1, Y7 \
+	VADDPS     Y7, Y6, Y6 \
+	VSHUFPS    $0x4e, Y4, Y4, Y5 \
+	VADDPS     Y5, Y4, Y4 \
+	VSHUFPS    $0x4e, Y6, Y6, Y7 \
+	VADDPS     Y7, Y6, Y6 \
+	VHADDPS    Y6, Y4, Y4 \
+	VEXTRACTF128 $1, Y4, X5 \
+	VSHUFPS    $0x88, X5, X4, X4
+
+// Q8ROW fuses the activation block (Y14, its scale in every lane of Y13)
+// times the Q8_0 weight block (its F16 scale at d, quants at q) into the
+// lanes L; T, A and D (DX its low half) are scratch.
+#define Q8ROW(d, q, T, A, DX, D, L) \
+	VPBROADCASTW d, DX \
+	VCVTPH2PS    DX, D \
+	VMULPS       Y13, D, D \
+	VMOVDQU      q, A \
+	VPSIGNB      A, Y14, T \
+	VPSIGNB      A, A, A \
+	VPMADDUBSW   T, A, T \
+	VPMADDWD     Y15, T, T \
+	VCVTDQ2PS    T, T \
+	VFMADD231PS  D, T, L
+
 // func dotF32AVX(a, b *float32, n int) float32
 // Chunk c of eight goes to accumulator c mod 2 (canon.go), then the same
 // horizontal tree as HSUM4.
@@ -300,41 +352,56 @@ f32x4done:
 	VZEROUPPER
 	RET
 
-// func dotQ8R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
+// func dotQ8R4AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
 // out[r] = the dot product of Q8_0 weight row r (rows rb bytes apart) with
-// one quantized activation row, for r < 8·ngroups; nb ≥ 1, ngroups ≥ 1.
-TEXT ·dotQ8R8AVX(SB), NOSPLIT, $0-56
-	R8SETUP
+// one quantized activation row, for r < 4·ngroups; nb ≥ 1, ngroups ≥ 1.
+// Four rows at a time share each activation block's load; each row has its
+// own lanes (Y0-Y3), so a row's result is the same whichever group, or
+// kernel, computes it.
+TEXT ·dotQ8R4AVX(SB), NOSPLIT, $0-56
+	MOVQ     w+0(FP), R12
+	MOVQ     rb+8(FP), R8
+	LEAQ     (R8)(R8*2), R9
+	MOVQ     out+40(FP), BX
+	MOVQ     ngroups+48(FP), R11
+	VPCMPEQW Y15, Y15, Y15
+	VPSRLW   $15, Y15, Y15
 
-q8r8group:
-	R8GROUP
+q8r4group:
+	MOVQ   R12, SI
+	MOVQ   xq+16(FP), DI
+	MOVQ   xd+24(FP), DX
+	MOVQ   nb+32(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
 
-q8r8block:
-	VMOVDQU (DI), Y14
-	QR8(2(SI), Y0, Y8)
-	QR8(2(SI)(R8*1), Y1, Y9)
-	QR8(2(SI)(R8*2), Y2, Y10)
-	QR8(2(SI)(R9*1), Y3, Y11)
-	QR8(2(R10), Y4, Y8)
-	QR8(2(R10)(R8*1), Y5, Y9)
-	QR8(2(R10)(R8*2), Y6, Y10)
-	QR8(2(R10)(R9*1), Y7, Y11)
-	R8FOLD
-	R8SCALE
-	R8PREFETCH
+q8r4block:
+	VMOVDQU      (DI), Y14
+	VBROADCASTSS (DX), Y13
+	Q8ROW((SI), 2(SI), Y4, Y5, X6, Y6, Y0)
+	Q8ROW((SI)(R8*1), 2(SI)(R8*1), Y7, Y8, X9, Y9, Y1)
+	Q8ROW((SI)(R8*2), 2(SI)(R8*2), Y10, Y11, X12, Y12, Y2)
+	Q8ROW((SI)(R9*1), 2(SI)(R9*1), Y4, Y5, X6, Y6, Y3)
 	ADDQ $34, SI
-	ADDQ $34, R10
 	ADDQ $32, DI
 	ADDQ $4, DX
 	DECQ CX
-	JNZ  q8r8block
+	JNZ  q8r4block
 
-	R8NEXT(q8r8group)
+	HSUMQ8x4
+	VMOVUPS X4, (BX)
+	ADDQ    $16, BX
+	LEAQ    (R12)(R8*4), R12
+	DECQ    R11
+	JNZ     q8r4group
 	VZEROUPPER
 	RET
 
 // func dotQ4R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
-// dotQ8R8AVX for Q4_0 weight rows.
+// out[r] = the dot product of Q4_0 weight row r (rows rb bytes apart) with
+// one quantized activation row, for r < 8·ngroups; nb ≥ 1, ngroups ≥ 1.
 TEXT ·dotQ4R8AVX(SB), NOSPLIT, $0-56
 	R8SETUP
 	Q4CONSTS11
@@ -367,22 +434,33 @@ q4r8block:
 	RET
 
 // func dotQ8x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
+// Activation row j's eight lanes in Y(j) (canon.go: each lane the sum of
+// four products, scaled and fused once per block).
 TEXT ·dotQ8x4AVX(SB), NOSPLIT, $0-40
 	QX4SETUP
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
 
 q8x4loop:
 	VPBROADCASTW (SI), X4
-	VCVTPH2PS    X4, X4
+	VCVTPH2PS    X4, Y4
 	VMOVDQU      2(SI), Y5
 	VPSIGNB      Y5, Y5, Y6
-	QX4ROWS
+	Q8LANE((DI), 0(DX), Y7, Y8, Y0)
+	Q8LANE((DI)(R8*1), 4(DX), Y9, Y10, Y1)
+	Q8LANE((DI)(R8*2), 8(DX), Y11, Y12, Y2)
+	Q8LANE((DI)(R10*1), 12(DX), Y13, Y14, Y3)
 	ADDQ $34, SI
 	ADDQ $32, DI
 	ADDQ $16, DX
 	DECQ CX
 	JNZ  q8x4loop
 
-	QX4STORE
+	HSUMQ8x4
+	MOVQ    out+32(FP), AX
+	VMOVUPS X4, (AX)
+	VZEROUPPER
 	RET
 
 // func dotQ4x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
