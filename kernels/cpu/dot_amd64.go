@@ -51,7 +51,7 @@ func dotF32AVX(a, b *float32, n int) float32
 func dotF32x4AVX(w, x *float32, stride, n int, out *[4]float32)
 
 //go:noescape
-func dotQ8R4AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
+func dotQ8RowsAVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, nrows int)
 
 //go:noescape
 func dotQ4R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
@@ -108,7 +108,16 @@ func dotQ8Asm(w []byte, xq []int8, xd []float32) float32 {
 }
 
 func dotQ8RowsAsm(w []byte, rb int, xq []int8, xd []float32, out []float32) {
-	rowsGrouped(dotQ8R4AVX, 4, q8Bytes, w, rb, xq, xd, out)
+	n, nb := len(out), len(xd)
+	if n == 0 {
+		return
+	}
+	if nb == 0 {
+		clear(out)
+		return
+	}
+	_, _ = w[(n-1)*rb+nb*q8Bytes-1], xq[nb*32-1]
+	dotQ8RowsAVX(&w[0], rb, &xq[0], &xd[0], nb, &out[0], n)
 }
 
 func dotQ4Asm(w []byte, xq []int8, xd []float32) float32 {
