@@ -199,17 +199,16 @@
 // does: VPMADDUBSW then VPMADDWD by ones leave exactly those sums in the
 // int32 lanes, so no horizontal add is needed until the end.
 
-// Q8LANE fuses one activation block x (its scale at dx) times the weight
-// block (Y5 signed, Y6 absolute, Y4 d_w in every lane) into the lanes L;
-// T and D are scratch; Y15 holds int16 ones.
-#define Q8LANE(x, dx, T, D, L) \
+// Q8LANE fuses one activation block x times the weight block (Y5 signed,
+// Y6 absolute) into the lanes L, scaled by the float32 at d (d_w·d_x); T
+// and D are scratch; Y15 holds int16 ones.
+#define Q8LANE(x, d, T, D, L) \
 	VMOVDQU      x, T \
 	VPSIGNB      Y5, T, T \
 	VPMADDUBSW   T, Y6, T \
 	VPMADDWD     Y15, T, T \
 	VCVTDQ2PS    T, T \
-	VBROADCASTSS dx, D \
-	VMULPS       Y4, D, D \
+	VBROADCASTSS d, D \
 	VFMADD231PS  D, T, L
 
 // HSUMQ8x4 reduces the lanes of Y0-Y3 to [Σ0, Σ1, Σ2, Σ3] in X4, each in
@@ -432,8 +431,11 @@ q4r8block:
 
 // func dotQ8x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
 // Activation row j's eight lanes in Y(j) (canon.go: each lane the sum of
-// four products, scaled and fused once per block).
-TEXT ·dotQ8x4AVX(SB), NOSPLIT, $0-40
+// four products, scaled and fused once per block). The four rows' scales
+// d_w·d_x are formed with one multiply and read back from the frame one
+// broadcast each, which takes the multiplies off the vector units the
+// integer products load most.
+TEXT ·dotQ8x4AVX(SB), NOSPLIT, $16-40
 	QX4SETUP
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -441,13 +443,15 @@ TEXT ·dotQ8x4AVX(SB), NOSPLIT, $0-40
 
 q8x4loop:
 	VPBROADCASTW (SI), X4
-	VCVTPH2PS    X4, Y4
+	VCVTPH2PS    X4, X4
+	VMULPS       (DX), X4, X4
+	VMOVUPS      X4, (SP)
 	VMOVDQU      2(SI), Y5
 	VPSIGNB      Y5, Y5, Y6
-	Q8LANE((DI), 0(DX), Y7, Y8, Y0)
-	Q8LANE((DI)(R8*1), 4(DX), Y9, Y10, Y1)
-	Q8LANE((DI)(R8*2), 8(DX), Y11, Y12, Y2)
-	Q8LANE((DI)(R10*1), 12(DX), Y13, Y14, Y3)
+	Q8LANE((DI), 0(SP), Y7, Y8, Y0)
+	Q8LANE((DI)(R8*1), 4(SP), Y9, Y10, Y1)
+	Q8LANE((DI)(R8*2), 8(SP), Y11, Y12, Y2)
+	Q8LANE((DI)(R10*1), 12(SP), Y13, Y14, Y3)
 	ADDQ $34, SI
 	ADDQ $32, DI
 	ADDQ $16, DX
