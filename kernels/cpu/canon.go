@@ -10,17 +10,7 @@ import "math"
 // exactly that sequence of roundings, whatever lane, row or tile its output
 // falls in:
 //
-//   - Q8_0 weights against a Q8_0 activation row, as ggml's CPU dot
-//     product computes it (so logits match llama.cpp's, not only come
-//     near them): eight float32 lanes, lane l for values 4l..4l+3 of
-//     every block. For each block b in order, lane l's integer sum of its
-//     four products (exact), the scale d_b = d_w·d_x (one float32
-//     rounding) and lane_l = fma(float32(sum), d_b, lane_l) from +0; at
-//     the end the lanes are reduced as ((v0+v4)+(v2+v6)) +
-//     ((v1+v5)+(v3+v7)) (hsumQ8). On random-weight models of many layers
-//     a last-bit difference in a dot product grows to a visible change of
-//     the logits, so a near order is not enough.
-//   - Q4_0 weights against a Q8_0 activation row: for
+//   - Quantized weights (Q8_0, Q4_0) against a Q8_0 activation row: for
 //     each block b in order, the integer dot product s_b (exact in int32,
 //     and exact as a float32: |s_b| < 2²⁴), the scale d_b = d_w·d_x (one
 //     float32 rounding) and acc = fma(s_b, d_b, acc), one rounding, from
@@ -71,28 +61,7 @@ func hsum8(v *[8]float32) float32 {
 	return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))
 }
 
-// hsumQ8 reduces a Q8_0 dot product's eight lanes in ggml's order: the
-// high half added to the low one, then the upper pair of that to the lower
-// pair, then the two.
-func hsumQ8(v *[8]float32) float32 {
-	return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]))
-}
-
-// q8Lanes is one Q8_0 block's step of a Q8_0 dot product: the block's
-// 32 weights q (int8 as stored) times the activations x into the lanes.
-func q8Lanes(acc *[8]float32, q []byte, x []int8, dw, dx float32) {
-	q, x = q[:32], x[:32]
-	d := float32(dw * dx)
-	for l := range 8 {
-		var s int32
-		for i := 4 * l; i < 4*l+4; i++ {
-			s += int32(int8(q[i])) * int32(x[i])
-		}
-		acc[l] = fma32(float32(s), d, acc[l])
-	}
-}
-
-// qblock is one block's step of a Q4_0 dot product.
+// qblock is one block's step of a quantized dot product.
 func qblock(acc float32, s int32, dw, dx float32) float32 {
 	return fma32(float32(s), dw*dx, acc)
 }

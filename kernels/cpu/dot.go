@@ -124,16 +124,26 @@ const (
 	q4Bytes = 2 + kernels.QK/2
 )
 
-// The quantized Go kernels are the canonical arithmetic (canon.go): Q8_0
-// in eight lanes, Q4_0 per block an exact integer sum, then qblock.
+// The quantized Go kernels are the canonical arithmetic (canon.go): per
+// block an exact integer sum, then qblock.
 
 func dotQ8Go(w []byte, xq []int8, xd []float32) float32 {
-	var acc [8]float32
+	var acc float32
 	for b, dx := range xd {
 		blk := w[b*q8Bytes : (b+1)*q8Bytes]
-		q8Lanes(&acc, blk[2:], xq[b*32:], f16(blk), dx)
+		acc = qblock(acc, q8BlockSum(blk, xq[b*32:b*32+32]), f16(blk), dx)
 	}
-	return hsumQ8(&acc)
+	return acc
+}
+
+func q8BlockSum(blk []byte, x []int8) int32 {
+	q := blk[2 : 2+32]
+	x = x[:32]
+	var s int32
+	for i := range 32 {
+		s += int32(int8(q[i])) * int32(x[i])
+	}
+	return s
 }
 
 func dotQ8RowsGo(w []byte, rb int, xq []int8, xd []float32, out []float32) {
@@ -144,16 +154,14 @@ func dotQ8RowsGo(w []byte, rb int, xq []int8, xd []float32, out []float32) {
 
 func dotQ8x4Go(w []byte, xq []int8, xd []float32, nb int, out *[4]float32) {
 	k := nb * 32
-	var acc [4][8]float32
+	var s [4]float32
 	for b := range nb {
 		blk := w[b*q8Bytes : (b+1)*q8Bytes]
 		for j := range 4 {
-			q8Lanes(&acc[j], blk[2:], xq[j*k+b*32:], f16(blk), xd[4*b+j])
+			s[j] = qblock(s[j], q8BlockSum(blk, xq[j*k+b*32:]), f16(blk), xd[4*b+j])
 		}
 	}
-	for j := range 4 {
-		out[j] = hsumQ8(&acc[j])
-	}
+	*out = s
 }
 
 func dotQ4Go(w []byte, xq []int8, xd []float32) float32 {

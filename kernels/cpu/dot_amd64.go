@@ -51,7 +51,7 @@ func dotF32AVX(a, b *float32, n int) float32
 func dotF32x4AVX(w, x *float32, stride, n int, out *[4]float32)
 
 //go:noescape
-func dotQ8RowsAVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, nrows int)
+func dotQ8R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
 
 //go:noescape
 func dotQ4R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
@@ -108,16 +108,7 @@ func dotQ8Asm(w []byte, xq []int8, xd []float32) float32 {
 }
 
 func dotQ8RowsAsm(w []byte, rb int, xq []int8, xd []float32, out []float32) {
-	n, nb := len(out), len(xd)
-	if n == 0 {
-		return
-	}
-	if nb == 0 {
-		clear(out)
-		return
-	}
-	_, _ = w[(n-1)*rb+nb*q8Bytes-1], xq[nb*32-1]
-	dotQ8RowsAVX(&w[0], rb, &xq[0], &xd[0], nb, &out[0], n)
+	rowsR8(dotQ8R8AVX, q8Bytes, w, rb, xq, xd, out)
 }
 
 func dotQ4Asm(w []byte, xq []int8, xd []float32) float32 {
@@ -127,16 +118,16 @@ func dotQ4Asm(w []byte, xq []int8, xd []float32) float32 {
 }
 
 func dotQ4RowsAsm(w []byte, rb int, xq []int8, xd []float32, out []float32) {
-	rowsGrouped(dotQ4R8AVX, 8, q4Bytes, w, rb, xq, xd, out)
+	rowsR8(dotQ4R8AVX, q4Bytes, w, rb, xq, xd, out)
 }
 
-// rowsGrouped runs a kernel of gs rows a group (gs ≤ 8) over len(out)
-// weight rows: whole groups in one call; a last partial group as the gs
-// rows ending at the last (results kept for the new ones), or, with fewer
-// than gs rows in all, each row alone in every lane (stride 0). Rows never
-// mix, so a row's result is the same in any of these.
-func rowsGrouped(kern func(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int),
-	gs, blockBytes int, w []byte, rb int, xq []int8, xd []float32, out []float32) {
+// rowsR8 runs an eight-row kernel over len(out) weight rows: whole groups
+// of eight in one call; a last partial group as the eight rows ending at
+// the last (results kept for the new ones), or, with fewer than eight rows
+// in all, each row alone as all eight lanes (stride 0). Lanes never mix,
+// so a row's result is the same in any of these.
+func rowsR8(kern func(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int),
+	blockBytes int, w []byte, rb int, xq []int8, xd []float32, out []float32) {
 	n, nb := len(out), len(xd)
 	if n == 0 {
 		return
@@ -146,18 +137,18 @@ func rowsGrouped(kern func(w *byte, rb int, xq *int8, xd *float32, nb int, out *
 		return
 	}
 	_, _ = w[(n-1)*rb+nb*blockBytes-1], xq[nb*32-1]
-	g := n / gs
+	g := n / 8
 	if g > 0 {
 		kern(&w[0], rb, &xq[0], &xd[0], nb, &out[0], g)
 	}
-	t := n - gs*g
+	t := n - 8*g
 	if t == 0 {
 		return
 	}
 	var o [8]float32
 	if g > 0 {
-		kern(&w[(n-gs)*rb], rb, &xq[0], &xd[0], nb, &o[0], 1)
-		copy(out[gs*g:], o[gs-t:gs])
+		kern(&w[(n-8)*rb], rb, &xq[0], &xd[0], nb, &o[0], 1)
+		copy(out[8*g:], o[8-t:])
 		return
 	}
 	for r := range n {

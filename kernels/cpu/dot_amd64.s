@@ -96,17 +96,25 @@
 	VMOVD        AX, X13 \
 	VPBROADCASTD X13, Y13
 
-// The Q4_0 batch-1 kernel takes eight weight rows at a time, one lane each:
+// The batch-1 kernels take eight weight rows at a time, one lane each:
 // every row's block sum is formed exactly in integers and folded, like the
-// Q4_0 x4 and tile kernels do, into its own accumulator lane once per block
+// x4 and tile kernels do, into its own accumulator lane once per block
 // (canon.go), so a row's result does not depend on which kernel ran it.
 // Weight row i of the group is at SI + i·R8 for i < 4 and R10 + (i−4)·R8
 // after (R9 = 3·R8); DI is the activation block, DX its scale, Y14 the
 // block's 32 int8 values, Y15 int16 ones, Y13 the eight results.
 
-// QR4 leaves in V the eight int32 partial sums of the Q4_0 weight block at
-// wq (XV is V's low half) times the activation block; T is scratch, Y12
-// holds bytes of 0x0F and Y11 bytes of 8.
+// QR8 leaves in V the eight int32 partial sums of the Q8_0 weight block at
+// wq times the activation block; T is scratch.
+#define QR8(wq, V, T) \
+	VMOVDQU    wq, V \
+	VPSIGNB    V, Y14, T \
+	VPSIGNB    V, V, V \
+	VPMADDUBSW T, V, V \
+	VPMADDWD   Y15, V, V
+
+// QR4 is QR8 for the Q4_0 block at wq (XV is V's low half); Y12 holds
+// bytes of 0x0F and Y11 bytes of 8.
 #define QR4(wq, XV, V, XT, T) \
 	VMOVDQU     wq, XV \
 	VPSRLW      $4, XV, XT \
@@ -193,67 +201,6 @@
 	LEAQ    (R12)(R8*8), R12 \
 	DECQ    R11 \
 	JNZ     label
-
-// The Q8_0 kernels keep, for each output, the eight lanes of canon.go
-// (lane l: values 4l..4l+3 of every block), as ggml's AVX2 dot product
-// does: VPMADDUBSW then VPMADDWD by ones leave exactly those sums in the
-// int32 lanes, so no horizontal add is needed until the end.
-
-// Q8LANE fuses one activation block x times the weight block (Y5 signed,
-// Y6 absolute) into the lanes L, scaled by the float32 at d (d_w·d_x); T
-// and D are scratch; Y15 holds int16 ones.
-#define Q8LANE(x, d, T, D, L) \
-	VMOVDQU      x, T \
-	VPSIGNB      Y5, T, T \
-	VPMADDUBSW   T, Y6, T \
-	VPMADDWD     Y15, T, T \
-	VCVTDQ2PS    T, T \
-	VBROADCASTSS d, D \
-	VFMADD231PS  D, T, L
-
-// HSUMQ8x4 reduces the lanes of Y0-Y3 to [Σ0, Σ1, Σ2, Σ3] in X4, each in
-// hsumQ8's order: a row's halves added lane by lane (rows 0 and 2 side by
-// side, then 1 and 3), each half's lanes 2-3 added to 0-1, then those two.
-// Y5-Y7 are clobbered.
-#define HSUMQ8x4 \
-	VPERM2F128 $0x20, Y2, Y0, Y4 \
-	VPERM2F128 $0x31, Y2, Y0, Y5 \
-	VADDPS     Y5, Y4, Y4 \
-	VPERM2F128 $0x20, Y3, Y1, Y6 \
-	VPERM2F128 $0x31, Y3, Y1, Y7 \
-	VADDPS     Y7, Y6, Y6 \
-	VSHUFPS    $0x4e, Y4, Y4, Y5 \
-	VADDPS     Y5, Y4, Y4 \
-	VSHUFPS    $0x4e, Y6, Y6, Y7 \
-	VADDPS     Y7, Y6, Y6 \
-	VHADDPS    Y6, Y4, Y4 \
-	VEXTRACTF128 $1, Y4, X5 \
-	VSHUFPS    $0x88, X5, X4, X4
-
-// Q8HSUM1 reduces the lanes of Y (X its low half) into the low lane of
-// R in hsumQ8's order; T is scratch.
-#define Q8HSUM1(Y, X, R, T) \
-	VEXTRACTF128 $1, Y, R \
-	VADDPS       X, R, R \
-	VMOVHLPS     R, R, T \
-	VADDPS       T, R, R \
-	VMOVSHDUP    R, T \
-	VADDSS       T, R, R
-
-// Q8ROW fuses the activation block (Y14, its scale in every lane of Y13)
-// times the Q8_0 weight block (its F16 scale at d, quants at q) into the
-// lanes L; T, A and D (DX its low half) are scratch.
-#define Q8ROW(d, q, T, A, DX, D, L) \
-	VPBROADCASTW d, DX \
-	VCVTPH2PS    DX, D \
-	VMULPS       Y13, D, D \
-	VMOVDQU      q, A \
-	VPSIGNB      A, Y14, T \
-	VPSIGNB      A, A, A \
-	VPMADDUBSW   T, A, T \
-	VPMADDWD     Y15, T, T \
-	VCVTDQ2PS    T, T \
-	VFMADD231PS  D, T, L
 
 // func dotF32AVX(a, b *float32, n int) float32
 // Chunk c of eight goes to accumulator c mod 2 (canon.go), then the same
@@ -353,51 +300,41 @@ f32x4done:
 	VZEROUPPER
 	RET
 
-// func dotQ8RowsAVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, nrows int)
+// func dotQ8R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
 // out[r] = the dot product of Q8_0 weight row r (rows rb bytes apart) with
-// one quantized activation row, for r < nrows; nb ≥ 1, nrows ≥ 1. A row
-// at a time, its lanes in Y0, as ggml does: measured on a two-core AVX2
-// host, decoding a 100M-parameter model, two or four rows side by side
-// (sharing the activation loads, each with its own lanes) took 40-65%
-// more CPU time than one, the weights then streaming from memory as
-// several streams.
-TEXT ·dotQ8RowsAVX(SB), NOSPLIT, $0-56
-	MOVQ     w+0(FP), R12
-	MOVQ     rb+8(FP), R8
-	MOVQ     out+40(FP), BX
-	MOVQ     nrows+48(FP), R11
-	VPCMPEQW Y15, Y15, Y15
-	VPSRLW   $15, Y15, Y15
+// one quantized activation row, for r < 8·ngroups; nb ≥ 1, ngroups ≥ 1.
+TEXT ·dotQ8R8AVX(SB), NOSPLIT, $0-56
+	R8SETUP
 
-q8r1row:
-	MOVQ   R12, SI
-	MOVQ   xq+16(FP), DI
-	MOVQ   xd+24(FP), DX
-	MOVQ   nb+32(FP), CX
-	VXORPS Y0, Y0, Y0
+q8r8group:
+	R8GROUP
 
-q8r1block:
-	VMOVDQU      (DI), Y14
-	VBROADCASTSS (DX), Y13
-	Q8ROW((SI), 2(SI), Y4, Y5, X6, Y6, Y0)
+q8r8block:
+	VMOVDQU (DI), Y14
+	QR8(2(SI), Y0, Y8)
+	QR8(2(SI)(R8*1), Y1, Y9)
+	QR8(2(SI)(R8*2), Y2, Y10)
+	QR8(2(SI)(R9*1), Y3, Y11)
+	QR8(2(R10), Y4, Y8)
+	QR8(2(R10)(R8*1), Y5, Y9)
+	QR8(2(R10)(R8*2), Y6, Y10)
+	QR8(2(R10)(R9*1), Y7, Y11)
+	R8FOLD
+	R8SCALE
+	R8PREFETCH
 	ADDQ $34, SI
+	ADDQ $34, R10
 	ADDQ $32, DI
 	ADDQ $4, DX
 	DECQ CX
-	JNZ  q8r1block
+	JNZ  q8r8block
 
-	Q8HSUM1(Y0, X0, X1, X2)
-	VMOVSS       X1, (BX)
-	ADDQ         $4, BX
-	ADDQ         R8, R12
-	DECQ         R11
-	JNZ          q8r1row
+	R8NEXT(q8r8group)
 	VZEROUPPER
 	RET
 
 // func dotQ4R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
-// out[r] = the dot product of Q4_0 weight row r (rows rb bytes apart) with
-// one quantized activation row, for r < 8·ngroups; nb ≥ 1, ngroups ≥ 1.
+// dotQ8R8AVX for Q4_0 weight rows.
 TEXT ·dotQ4R8AVX(SB), NOSPLIT, $0-56
 	R8SETUP
 	Q4CONSTS11
@@ -430,38 +367,22 @@ q4r8block:
 	RET
 
 // func dotQ8x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
-// Activation row j's eight lanes in Y(j) (canon.go: each lane the sum of
-// four products, scaled and fused once per block). The four rows' scales
-// d_w·d_x are formed with one multiply and read back from the frame one
-// broadcast each, which takes the multiplies off the vector units the
-// integer products load most.
-TEXT ·dotQ8x4AVX(SB), NOSPLIT, $16-40
+TEXT ·dotQ8x4AVX(SB), NOSPLIT, $0-40
 	QX4SETUP
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
 
 q8x4loop:
 	VPBROADCASTW (SI), X4
 	VCVTPH2PS    X4, X4
-	VMULPS       (DX), X4, X4
-	VMOVUPS      X4, (SP)
 	VMOVDQU      2(SI), Y5
 	VPSIGNB      Y5, Y5, Y6
-	Q8LANE((DI), 0(SP), Y7, Y8, Y0)
-	Q8LANE((DI)(R8*1), 4(SP), Y9, Y10, Y1)
-	Q8LANE((DI)(R8*2), 8(SP), Y11, Y12, Y2)
-	Q8LANE((DI)(R10*1), 12(SP), Y13, Y14, Y3)
+	QX4ROWS
 	ADDQ $34, SI
 	ADDQ $32, DI
 	ADDQ $16, DX
 	DECQ CX
 	JNZ  q8x4loop
 
-	HSUMQ8x4
-	MOVQ    out+32(FP), AX
-	VMOVUPS X4, (AX)
-	VZEROUPPER
+	QX4STORE
 	RET
 
 // func dotQ4x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)

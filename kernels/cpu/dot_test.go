@@ -209,6 +209,7 @@ func TestTileKernels(t *testing.T) {
 		tileGo func([]byte, int, tileAct, int, *[tileOut]float32)
 	}
 	ks := []kern{
+		{kernels.Q8_0, dotQ8Go, q8TileGo},
 		{kernels.Q4_0, dotQ4Go, q4TileGo},
 	}
 	for _, k := range ks {

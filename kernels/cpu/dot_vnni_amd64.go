@@ -7,21 +7,35 @@ import (
 )
 
 // haveVNNI reports whether this CPU runs the tiled AVX-512 VNNI kernels in
-// dot_vnni_amd64.s (Q4_0 only: a tile's lanes are activation rows, while a
-// Q8_0 output keeps eight lanes of its own, canon.go). They use 256-bit (VL) forms only: Zen 4 splits 512-bit
+// dot_vnni_amd64.s. They use 256-bit (VL) forms only: Zen 4 splits 512-bit
 // ops in two, and eight activation rows fill a 256-bit accumulator.
 var haveVNNI = haveAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
 	cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI
 
 func setVNNI() {
-	q4TileStore = q4TileStoreAsm
+	q8TileStore, q4TileStore = q8TileStoreAsm, q4TileStoreAsm
 }
+
+//go:noescape
+func q8Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int)
 
 //go:noescape
 func q4Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int, xc *int32)
 
 //go:noescape
+func q8Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int)
+
+//go:noescape
 func q4Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int, xc *int32)
+
+func q8TileStoreAsm(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
+	checkTileStore(w, stride, q8Bytes, a, nb, groups, out, ostride, nrows, ntiles)
+	if groups == 1 {
+		q8Tile8VNNI(&w[0], stride, &a.xp[0], &a.xd[0], nb, &out[0], ostride, nrows, ntiles)
+		return
+	}
+	q8Tile16VNNI(&w[0], stride, &a.xp[0], &a.xd[0], nb, &out[0], ostride, nrows, ntiles)
+}
 
 func q4TileStoreAsm(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
 	checkTileStore(w, stride, q4Bytes, a, nb, groups, out, ostride, nrows, ntiles)

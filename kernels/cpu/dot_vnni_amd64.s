@@ -321,6 +321,28 @@
 	DECQ         CX \
 	JZ           done
 
+// func q8Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int)
+TEXT ·q8Tile8VNNI(SB), NOSPLIT, $152-72
+	TTILES
+
+q8t8tile:
+	TSETUP
+
+q8t8loop:
+	TPREFETCH
+	TCORR(2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1))
+	Q8GROUPS(TEVEN, TODD)
+	TSCALES
+	TNEXT($34, q8t8loop)
+
+	TOUT
+	TSTORE8(q8t8next)
+
+q8t8next:
+	TNEXTTILE(q8t8tile)
+	VZEROUPPER
+	RET
+
 // func q4Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int, xc *int32)
 TEXT ·q4Tile8VNNI(SB), NOSPLIT, $152-80
 	TTILES
@@ -476,6 +498,27 @@ q4t8next:
 	VMOVAPS Y28, Y10 \
 	VMOVAPS Y29, Y11 \
 	TSTORE8(done)
+
+// func q8Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int)
+TEXT ·q8Tile16VNNI(SB), NOSPLIT, $152-72
+	TTILES
+
+q8t16tile:
+	T16SETUP
+
+q8t16loop:
+	TPREFETCH
+	T16CORR(2(SI), 2(SI)(R8*1), 2(SI)(R8*2), 2(SI)(R9*1))
+	Q8GROUPS(T16GROUP, T16GROUP)
+	T16SCALES
+	TNEXT($34, q8t16loop)
+
+	T16STORE(q8t16next)
+
+q8t16next:
+	TNEXTTILE(q8t16tile)
+	VZEROUPPER
+	RET
 
 // func q4Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int, xc *int32)
 TEXT ·q4Tile16VNNI(SB), NOSPLIT, $152-80

@@ -118,7 +118,9 @@ func (t *rowTask) run(wk, lo, hi int) {
 	case opRMSNorm:
 		for r := lo; r < hi; r++ {
 			x, d := t.x.row(r), t.dst.row(r)
-			scaleMul(d[:len(x)], x, t.w, rmsScale(x, t.eps))
+			ss := float64(dotF32(x, x))
+			s := float32(1 / math.Sqrt(ss/float64(len(x))+float64(t.eps)))
+			scaleMul(d[:len(x)], x, t.w, s)
 		}
 	case opSwiGLU:
 		for r := lo; r < hi; r++ {
@@ -223,18 +225,4 @@ func expf(x float32) float32 {
 	p = p*r + 5.0000001201e-1
 	p = p*r*r + r + 1
 	return p * math.Float32frombits(uint32(int32(n)+127)<<23)
-}
-
-// rmsScale returns 1/sqrt(mean(x²)+eps) as ggml computes it: each square
-// rounded to float32 and added in order in float64, the mean rounded to
-// float32, the root and the quotient in float32. A model of many layers
-// turns a last-bit difference here into a visible change of its logits, so
-// matching llama.cpp's logits takes this exact sequence, not a near one.
-func rmsScale(x []float32, eps float32) float32 {
-	var ss float64
-	for _, v := range x {
-		ss += float64(float32(v * v))
-	}
-	mean := float32(ss / float64(len(x)))
-	return 1 / float32(math.Sqrt(float64(mean+eps)))
 }

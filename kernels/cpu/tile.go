@@ -45,20 +45,22 @@ const (
 // ran at nearly twice the x4 kernels' cost.
 var tileMinRows = 4
 
-// q4TileStore, when not nil, computes ntiles tiles of four
+// q8TileStore and q4TileStore, when not nil, compute ntiles tiles of four
 // weight rows (the rows stride bytes apart, starting at w) against groups
 // (1 or 2) consecutive eight-row activation tiles of nb blocks (a) and
 // store activation row l's results for weight row c at out[l·ostride+c],
 // for l < nrows and c < 4·ntiles. Nil means MatMul uses the x4 kernels
-// instead. Q8_0 has no tiles: its outputs keep eight lanes each
-// (canon.go), which a tile's lanes, one per activation row, cannot.
-var q4TileStore tileStoreFunc
+// instead.
+var q8TileStore, q4TileStore tileStoreFunc
+
+// q8TileSigned says q8TileStore reads the signed layout (the AVX2 kernels),
+// not u = x+128 (the VNNI ones).
+var q8TileSigned bool
 
 // signedTiles reports whether the tile kernels for dt read the signed
-// layout: today the Q4_0 ones; the u = x+128 layout (tile.go's header)
-// is what a kernel with signed weights would read.
+// layout.
 func signedTiles(dt kernels.DType) bool {
-	return dt == kernels.Q4_0
+	return dt == kernels.Q4_0 || dt == kernels.Q8_0 && q8TileSigned
 }
 
 type tileStoreFunc func(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int)
@@ -150,9 +152,27 @@ func spreadTile(a tileAct, l int, q []int8, d []float32) {
 	}
 }
 
-// q4TileGo sets out[8j+l] to the dot product of Q4_0 weight row j (the
+// q8TileGo sets out[8j+l] to the dot product of Q8_0 weight row j (the
 // rows stride bytes apart, starting at w) with row l of an eight-row
-// activation tile in the signed layout: the reference for q4TileStore.
+// activation tile: the reference for q8TileStore.
+func q8TileGo(w []byte, stride int, a tileAct, nb int, out *[tileOut]float32) {
+	var s [tileOut]float32
+	var v [32]int32
+	for j := range tileW {
+		wr := w[j*stride:]
+		for b := range nb {
+			blk := wr[b*q8Bytes : (b+1)*q8Bytes]
+			for i, c := range blk[2 : 2+32] {
+				v[i] = int32(int8(c))
+			}
+			tileBlockDot(&s, j, &v, a, b, f16(blk), false)
+		}
+	}
+	*out = s
+}
+
+// q4TileGo is q8TileGo for Q4_0 weights, with the activations in the
+// signed layout.
 func q4TileGo(w []byte, stride int, a tileAct, nb int, out *[tileOut]float32) {
 	var s [tileOut]float32
 	var v [32]int32
@@ -208,27 +228,31 @@ const (
 	tilesAsm                 // the VNNI tile kernels, else the AVX2 ones, where the CPU has them
 )
 
-// useTiles sets q4TileStore for mode and reports whether
+// useTiles sets q8TileStore and q4TileStore for mode and reports whether
 // tiled kernels are now in use. Like useAsm it must not be called while a backend
 // is running.
 func useTiles(mode tileMode) bool {
-	q4TileStore = nil
+	q8TileStore, q4TileStore = nil, nil
+	q8TileSigned = false
 	tileMinRows = 4
 	switch {
 	case mode == tilesGo:
-		q4TileStore = tileStoreGo(q4TileGo)
+		q8TileStore, q4TileStore = tileStoreGo(q8TileGo), tileStoreGo(q4TileGo)
 	case mode == tilesAsm && haveVNNI:
 		setVNNI()
 	case mode == tilesAsm && haveAsm:
 		setTilesAVX2()
 	}
-	return q4TileStore != nil
+	return q8TileStore != nil
 }
 
 // tileStoreKernel returns the storing tiled kernel for weight type dt, or
 // nil.
 func tileStoreKernel(dt kernels.DType) tileStoreFunc {
-	if dt == kernels.Q4_0 {
+	switch dt {
+	case kernels.Q8_0:
+		return q8TileStore
+	case kernels.Q4_0:
 		return q4TileStore
 	}
 	return nil

@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// The AVX2 tile kernel behind tile_avx2_amd64.go (Q4_0): one 4×8 tile (four
+// The AVX2 tile kernels behind tile_avx2_amd64.go: one 4×8 tile (four
 // weight rows against the eight rows of an activation group) per call, in
 // the signed tile layout (tile.go: row l's four int8 of 4-byte group g at
 // 32g+4l of each block's 256 bytes). A lane of an accumulator is an
@@ -11,7 +11,10 @@
 // result once per block (canon.go).
 //
 // Without VPDPBUSD, a 4-byte group is VPMADDUBSW (unsigned × signed bytes
-// to int16 pairs) and VPMADDWD by ones (pairs to int32). Q4_0 nibbles (0-15, the value plus 8) are unsigned as they are; their
+// to int16 pairs) and VPMADDWD by ones (pairs to int32). Q8_0 weights are
+// signed: their absolute values are the unsigned operand and their signs
+// move onto the activations (VPSIGNB), so a pair is at most 2·128·127.
+// Q4_0 nibbles (0-15, the value plus 8) are unsigned as they are; their
 // pairs (at most 2·15·127) are summed over a block's eight groups in int16
 // before widening, and the offset of 8 is taken off through xc.
 //
@@ -20,7 +23,7 @@
 // the rest scratch. SI is weight row 0's current block, rows R8 bytes
 // apart (R9 = 3·R8); DI the activations' current block, DX its eight
 // scales, CX the blocks left. The frame holds the four rows' current
-// blocks' nibbles, 32 bytes a row.
+// blocks prepared: |w| for Q8_0, the nibbles for Q4_0, 32 bytes a row.
 
 // T2SETUP loads the arguments and clears the results.
 #define T2SETUP \
@@ -36,6 +39,29 @@
 	VXORPS   Y11, Y11, Y11 \
 	VPCMPEQW Y15, Y15, Y15 \
 	VPSRLW   $15, Y15, Y15
+
+// T2ABS stores |w| of the Q8_0 block at q in the frame at dst.
+#define T2ABS(q, dst) \
+	VMOVDQU q, Y12 \
+	VPABSB  Y12, Y12 \
+	VMOVDQU Y12, dst
+
+// T2Q8 adds 4-byte group g (at xo) of weight row j (its signed bytes at w,
+// absolute ones at a) times the eight rows to A.
+#define T2Q8(w, a, A) \
+	VPBROADCASTD w, Y5 \
+	VPBROADCASTD a, Y6 \
+	VPSIGNB      Y5, Y4, Y7 \
+	VPMADDUBSW   Y7, Y6, Y7 \
+	VPMADDWD     Y15, Y7, Y7 \
+	VPADDD       Y7, A, A
+
+#define T2Q8GROUP(g) \
+	VMOVDQU g*32(DI), Y4 \
+	T2Q8(2+g*4(SI), g*4(SP), Y0) \
+	T2Q8(2+g*4(SI)(R8*1), 32+g*4(SP), Y1) \
+	T2Q8(2+g*4(SI)(R8*2), 64+g*4(SP), Y2) \
+	T2Q8(2+g*4(SI)(R9*1), 96+g*4(SP), Y3)
 
 // T2SCALE fuses row j's block sum A (int32), times d_w (the F16 at d)
 // times the rows' scales (Y12), into F.
@@ -60,6 +86,38 @@
 	VMOVUPS Y10, 64(AX) \
 	VMOVUPS Y11, 96(AX) \
 	VZEROUPPER
+
+// func q8Tile4x8AVX(w *byte, stride int, xp *byte, xd *float32, nb int, o *[32]float32)
+// o[8j+l] = weight row j's dot product with activation row l; nb ≥ 1.
+TEXT ·q8Tile4x8AVX(SB), NOSPLIT, $128-48
+	T2SETUP
+
+q8t2block:
+	T2ABS(2(SI), (SP))
+	T2ABS(2(SI)(R8*1), 32(SP))
+	T2ABS(2(SI)(R8*2), 64(SP))
+	T2ABS(2(SI)(R9*1), 96(SP))
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	T2Q8GROUP(0)
+	T2Q8GROUP(1)
+	T2Q8GROUP(2)
+	T2Q8GROUP(3)
+	T2Q8GROUP(4)
+	T2Q8GROUP(5)
+	T2Q8GROUP(6)
+	T2Q8GROUP(7)
+	T2SCALES
+	ADDQ $34, SI
+	ADDQ $256, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  q8t2block
+
+	T2STORE
+	RET
 
 // T2NIBS stores the 32 nibbles of the Q4_0 block at q (low nibbles are
 // elements 0-15) in the frame at dst; Y14 holds bytes of 0x0F.

@@ -98,8 +98,11 @@ func TestTileStoreKernels(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(15, 16))
 	const maxTiles = 3
-	for _, dt := range []kernels.DType{kernels.Q4_0} {
-		asm, ref := tileStoreKernel(dt), tileStoreGo(q4TileGo)
+	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
+		asm, ref := tileStoreKernel(dt), tileStoreGo(q8TileGo)
+		if dt == kernels.Q4_0 {
+			ref = tileStoreGo(q4TileGo)
+		}
 		for _, nb := range []int{1, 2, 5, 24} {
 			rb := nb * dt.BlockBytes()
 			stride := rb + 5
