@@ -143,11 +143,18 @@ func TestScrapeAfterRequests(t *testing.T) {
 			}
 		}
 	}
-	for eng.Snapshot().Load() != 0 && ctx.Err() == nil {
-		time.Sleep(time.Millisecond) // published just after the last final
-	}
-
+	// The last final reaches us during its step; the step's report
+	// reaches the collector when the step ends, so wait for that (the
+	// snapshot is stored before the observer is called, so an idle
+	// snapshot alone does not say the counts are in).
 	after := scrape(t, url)
+	for ctx.Err() == nil {
+		if v, _ := value(after, "specgate_request_success_total", nil); eng.Snapshot().Load() == 0 && int(v) == len(reqs) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+		after = scrape(t, url)
+	}
 	for name, mf := range after {
 		if !strings.HasPrefix(name, prom.Prefix) {
 			t.Errorf("%s: want the prefix %s", name, prom.Prefix)
