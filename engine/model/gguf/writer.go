@@ -483,3 +483,27 @@ func arrayOf[T any](c *countWriter, t uint32, s []T) {
 		writeScalar(c, e)
 	}
 }
+
+// FileType returns general.file_type (llama.cpp's LLAMA_FTYPE_*) for a
+// file whose weights are mostly dt: the common types (K-quants as their
+// _M mixes); others give 0, "mostly F32", which readers use only as a
+// label.
+func FileType(dt kernels.DType) uint32 {
+	switch dt {
+	case kernels.F16:
+		return 1
+	case kernels.Q4_0:
+		return 2
+	case kernels.Q8_0:
+		return 7
+	case kernels.Q4_K:
+		return 15
+	case kernels.Q5_K:
+		return 17
+	case kernels.Q6_K:
+		return 18
+	case kernels.BF16:
+		return 32
+	}
+	return 0
+}

@@ -265,7 +265,7 @@ func NewWriter(src *gguf.File, o Options) (*gguf.Writer, error) {
 	w.SetString("general.description", fmt.Sprintf(
 		"NOT A TRAINED MODEL: %s (%d layers, width %d) padded with zero-output heads, units and layers to %d layers, width %d, FFN %d, noise %g; it computes the source's function up to that noise",
 		name, s.sLayers, s.sDim, s.layers, s.dim, s.ffn, o.Noise))
-	w.SetUint32("general.file_type", fileType(o.Type))
+	w.SetUint32("general.file_type", gguf.FileType(o.Type))
 	if o.Type.BlockElems() > 1 {
 		w.SetUint32("general.quantization_version", 2)
 	}
@@ -312,29 +312,6 @@ func WriteFile(path string, src *gguf.File, o Options) error {
 		return fmt.Errorf("inflate: %w", err)
 	}
 	return nil
-}
-
-// fileType returns general.file_type (llama.cpp's LLAMA_FTYPE_*) for the
-// weight type: the common ones; others say "mostly F32", which readers use
-// only as a label.
-func fileType(dt kernels.DType) uint32 {
-	switch dt {
-	case kernels.F16:
-		return 1
-	case kernels.Q4_0:
-		return 2
-	case kernels.Q8_0:
-		return 7
-	case kernels.Q4_K:
-		return 15 // Q4_K_M
-	case kernels.Q5_K:
-		return 17 // Q5_K_M
-	case kernels.Q6_K:
-		return 18
-	case kernels.BF16:
-		return 32
-	}
-	return 0
 }
 
 func tensorSeed(seed int64, i int, name string) [2]uint64 {

@@ -130,22 +130,6 @@ func (o *Options) validate() error {
 	return nil
 }
 
-// fileType returns general.file_type (llama.cpp's LLAMA_FTYPE_*) for the
-// weight type.
-func fileType(dt kernels.DType) uint32 {
-	switch dt {
-	case kernels.F16:
-		return 1
-	case kernels.Q4_0:
-		return 2
-	case kernels.Q8_0:
-		return 7
-	case kernels.BF16:
-		return 32
-	}
-	return 0
-}
-
 // tensor describes one weight and how to draw it.
 type tensor struct {
 	name string
@@ -204,7 +188,7 @@ func NewWriter(o Options) (*gguf.Writer, error) {
 	w.SetUint32("llama.attention.head_count_kv", uint32(o.KVHeads))
 	w.SetFloat32("llama.rope.freq_base", o.RopeBase)
 	w.SetFloat32("llama.attention.layer_norm_rms_epsilon", RMSEpsilon)
-	w.SetUint32("general.file_type", fileType(o.Type))
+	w.SetUint32("general.file_type", gguf.FileType(o.Type))
 	w.SetUint32("llama.vocab_size", uint32(o.Vocab))
 	w.SetUint32("llama.rope.dimension_count", uint32(o.Dim/o.Heads))
 	switch o.Tokenizer {

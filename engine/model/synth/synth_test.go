@@ -62,7 +62,7 @@ func checkModel(t *testing.T, f *gguf.File, o Options) {
 		"llama.attention.head_count_kv": uint64(o.KVHeads),
 		"llama.rope.dimension_count":    uint64(headDim),
 		"llama.vocab_size":              uint64(o.Vocab),
-		"general.file_type":             uint64(fileType(o.Type)),
+		"general.file_type":             uint64(gguf.FileType(o.Type)),
 	}
 	for k, want := range uints {
 		v, _ := f.Value(k)
