@@ -232,12 +232,13 @@ func slowness(leader, o option) float64 {
 
 // Observe records a step run with shape s over batch sequences that
 // committed tokens tokens (accepted drafts plus one per sequence) in
-// elapsed time. The pick Pick returned last gets the credit when s is it
+// elapsed time, picked by Pick(load): load chooses the tier, as it did
+// for the pick. The pick Pick returned last gets the credit when s is it
 // or its main chain (a caller that verifies only chains cut it so), so a
 // budget is measured by what it yields on the caller's backend; another s
 // counts for the option of its name.
-func (d *Dispatcher) Observe(batch int, s Shape, tokens int, elapsed time.Duration) {
-	t := d.tier(batch)
+func (d *Dispatcher) Observe(load, batch int, s Shape, tokens int, elapsed time.Duration) {
+	t := d.tier(load)
 	if t == nil || elapsed <= 0 || batch <= 0 {
 		return
 	}

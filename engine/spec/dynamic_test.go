@@ -301,7 +301,7 @@ func TestDispatcherBudgets(t *testing.T) {
 			}
 			// Whole tokens over 100 steps' time: the rate without
 			// rounding noise.
-			d.Observe(tc.batch, played, int(math.Round(100*tok)), 100*cost(tc.batch, s))
+			d.Observe(tc.batch, tc.batch, played, int(math.Round(100*tok)), 100*cost(tc.batch, s))
 		}
 		best, n := "", 0
 		for k, v := range picks {
@@ -508,7 +508,7 @@ func TestDispatcherSlowRetries(t *testing.T) {
 				n++
 				el = slow
 			}
-			d.Observe(1, s, 1, el)
+			d.Observe(1, 1, s, 1, el)
 		}
 		return n
 	}

@@ -125,6 +125,7 @@ type Step struct {
 
 	// Per step.
 	decs   []*Seq
+	active int // the load Plan picked the shape for
 	shape  Shape
 	start  time.Time
 	runs   []int // decodes with a tree in the batch
@@ -235,6 +236,7 @@ func (st *Step) Plan(decs []*Seq, active int, b *model.Batch, h Host) {
 		return
 	}
 	active = max(active, len(decs))
+	st.active = active
 	st.shape = st.disp.Pick(active)
 	if st.sc == nil {
 		st.shape = mainChain(st.shape)
@@ -387,7 +389,7 @@ func (st *Step) Commit(h Host, plain int) StepReport {
 		q.tree.Reset()
 	}
 	if st.drafter != nil {
-		st.disp.Observe(len(st.decs), st.shape, rep.Tokens, st.clock().Sub(st.start))
+		st.disp.Observe(st.active, len(st.decs), st.shape, rep.Tokens, st.clock().Sub(st.start))
 	}
 	st.decs, st.runs = nil, st.runs[:0]
 	return rep

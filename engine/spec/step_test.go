@@ -3,6 +3,7 @@ package spec
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/kernels"
@@ -169,5 +170,35 @@ func TestStepTierByActive(t *testing.T) {
 		if q.Drafting() != tc.draft {
 			t.Errorf("active %d: drafting %v; want %v", tc.active, q.Drafting(), tc.draft)
 		}
+	}
+}
+
+// TestStepObservesThePickedTier: a step picked for a load is measured in
+// the tier it was picked from, not in the tier of the decodes it carried.
+func TestStepObservesThePickedTier(t *testing.T) {
+	d := &fixedDrafter{}
+	d.tree.Add(10, -1, nil)
+	disp := NewDispatcher([]Tier{{MaxBatch: 1, Shapes: []Shape{Chain(1)}}, {MaxBatch: 4, Shapes: []Shape{Chain(1)}}, {Shapes: nil}})
+	disp.Explore = -1
+	now := time.Unix(0, 0)
+	clock := func() time.Time { now = now.Add(time.Millisecond); return now }
+	st, err := NewStep(StepConfig{Drafter: d, Dispatcher: disp, Backend: &treeBackend{}, BlockSize: 4, Slots: 1, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &Seq{Tokens: []int32{1, 2, 3}, Table: []int32{5, 7}, Left: 10}
+	var b model.Batch
+	b.Add(3, 2, 5*4+2, q.Table, true)
+	h := &scriptHost{after: map[int32]int32{Root: 10, 0: 11}, tables: [][]int32{q.Table}}
+	st.Plan([]*Seq{q}, 3, &b, h)
+	if !q.Drafting() {
+		t.Fatal("no draft at load 3")
+	}
+	st.Commit(h, 0)
+	if s := disp.Stats(3); s[0].Steps != 1 {
+		t.Errorf("the load-3 tier's chain has %d steps observed; want 1", s[0].Steps)
+	}
+	if s := disp.Stats(1); s[0].Steps != 0 {
+		t.Errorf("the load-1 tier's chain has %d steps observed; want 0 (the step was not picked there)", s[0].Steps)
 	}
 }

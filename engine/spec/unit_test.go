@@ -125,9 +125,9 @@ func TestDispatcher(t *testing.T) {
 	for range 4 {
 		s := d.Pick(1)
 		if s.Off() {
-			d.Observe(1, s, 1, time.Millisecond)
+			d.Observe(1, 1, s, 1, time.Millisecond)
 		} else {
-			d.Observe(1, s, 3, 2*time.Millisecond)
+			d.Observe(1, 1, s, 3, 2*time.Millisecond)
 		}
 	}
 	picks := map[string]int{}
@@ -145,7 +145,7 @@ func TestDispatcher(t *testing.T) {
 		if !s.Off() {
 			el = 3 * time.Millisecond // one token (no drafts accepted), slower
 		}
-		d.Observe(1, s, 1, el)
+		d.Observe(1, 1, s, 1, el)
 	}
 	off := 0
 	for range 16 {
@@ -168,9 +168,9 @@ func TestDispatcherBacksOff(t *testing.T) {
 			s := d.Pick(1)
 			picks[s.Name]++
 			if s.Off() {
-				d.Observe(1, s, 1, time.Millisecond)
+				d.Observe(1, 1, s, 1, time.Millisecond)
 			} else {
-				d.Observe(1, s, 1, chainTime)
+				d.Observe(1, 1, s, 1, chainTime)
 			}
 		}
 		return picks
