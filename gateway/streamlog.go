@@ -44,8 +44,9 @@ type logEntry struct {
 // and a log that ends with a done record (crash recovery finalized the
 // turn) takes nothing more and answers 0. The TTL is renewed with every
 // batch, so a log outlives its request by ttl. KEYS: the log. ARGV: max
-// length, ttl ms, a tag the script ignores (the log writer's, see
-// sentConn), then seq and text of each delta.
+// length, ttl ms, seq and text of each delta, then a tag the script
+// ignores (the log writer's, see sentConn). The tag comes last so that a
+// write carrying it has carried every byte of the command before it.
 var appendScript = redis.NewScript(`
 local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local last = 0
@@ -53,7 +54,7 @@ if #top > 0 then
   if top[1][2][1] == 'done' then return 0 end
   last = tonumber(string.match(top[1][1], '^(%d+)'))
 end
-for i = 4, #ARGV, 2 do
+for i = 3, #ARGV - 1, 2 do
   if tonumber(ARGV[i]) > last then
     redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], ARGV[i] .. '-0', 'd', ARGV[i + 1])
   end
@@ -230,49 +231,40 @@ func (l *streamLog) appendBatches(ctx context.Context, bs []logBatch) []logResul
 	return res
 }
 
-// appendGroup pipelines the batches idx, whose logs share a primary.
+// appendGroup pipelines the batches idx, whose logs share a primary. It
+// sends the script's body (EVAL), never only its hash: the log writer
+// releases a batch's deltas to clients once the command's bytes are
+// written, so a NOSCRIPT answer (a fresh or newly promoted primary) would
+// have let clients see deltas that Redis then did not append. Redis keeps
+// the compiled script; the body costs bytes on the wire, not a compile.
 func (l *streamLog) appendGroup(ctx context.Context, bs []logBatch, idx []int, res []logResult) {
-	for attempt := 0; ; attempt++ {
-		cmds := make([]*redis.Cmd, len(idx))
-		err := l.w.Pipelined(ctx, l.key(bs[idx[0]].sid, bs[idx[0]].rid), func(p redis.Pipeliner) {
-			for j, i := range idx {
-				cmds[j] = appendScript.EvalSha(ctx, p, []string{l.key(bs[i].sid, bs[i].rid)}, l.appendArgs(bs[i].tag, bs[i].entries)...)
-			}
-		})
-		noScript := false
-		for _, c := range cmds {
-			noScript = noScript || c != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT")
-		}
-		if noScript && attempt == 0 {
-			if lerr := appendScript.Load(ctx, l.rdb).Err(); lerr != nil {
-				err = fmt.Errorf("load the append script: %w", lerr)
-			} else {
-				continue // appends are idempotent by seq: the rerun adds nothing twice
-			}
-		}
+	cmds := make([]*redis.Cmd, len(idx))
+	err := l.w.Pipelined(ctx, l.key(bs[idx[0]].sid, bs[idx[0]].rid), func(p redis.Pipeliner) {
 		for j, i := range idx {
-			var n int
-			cerr := err
-			if cmds[j] != nil {
-				if n, cerr = cmds[j].Int(); cerr == nil {
-					cerr = err
-				}
-			}
-			if cerr != nil {
-				res[i].err = fmt.Errorf("gateway: append deltas %d.. of %s: %w", bs[i].entries[0].Seq, bs[i].rid, cerr)
-				continue
-			}
-			res[i].open = n == 1
+			cmds[j] = appendScript.Eval(ctx, p, []string{l.key(bs[i].sid, bs[i].rid)}, l.appendArgs(bs[i].tag, bs[i].entries)...)
 		}
-		return
+	})
+	for j, i := range idx {
+		var n int
+		cerr := err
+		if cmds[j] != nil {
+			if n, cerr = cmds[j].Int(); cerr == nil {
+				cerr = err
+			}
+		}
+		if cerr != nil {
+			res[i].err = fmt.Errorf("gateway: append deltas %d.. of %s: %w", bs[i].entries[0].Seq, bs[i].rid, cerr)
+			continue
+		}
+		res[i].open = n == 1
 	}
 }
 
 func (l *streamLog) appendArgs(tag string, deltas []logEntry) []any {
 	args := make([]any, 0, 3+2*len(deltas))
-	args = append(args, l.maxLen, l.ttl.Milliseconds(), tag)
+	args = append(args, l.maxLen, l.ttl.Milliseconds())
 	for _, d := range deltas {
 		args = append(args, d.Seq, d.Text)
 	}
-	return args
+	return append(args, tag)
 }

@@ -97,3 +97,13 @@ func TestLogWriterSeesAppendsGoOut(t *testing.T) {
 		t.Fatalf("have log %+v, %v; want the one delta", es, err)
 	}
 }
+
+// TestAppendArgsTagLast: the log writer's tag is the append's last
+// argument, so the write that carries it has carried the deltas too.
+func TestAppendArgsTagLast(t *testing.T) {
+	l := &streamLog{maxLen: 100, ttl: time.Minute}
+	args := l.appendArgs("lgsent:tag", []logEntry{{Seq: 1, Text: "a"}, {Seq: 2, Text: "b"}})
+	if len(args) != 7 || args[len(args)-1] != "lgsent:tag" {
+		t.Fatalf("have args %v; want max length, ttl, two seq/text pairs, then the tag", args)
+	}
+}
