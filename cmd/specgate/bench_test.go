@@ -74,6 +74,9 @@ func TestBenchSpecLines(t *testing.T) {
 			if err := sb.run(context.Background(), &out, []int{1, 3}); err != nil {
 				t.Fatal(err)
 			}
+			if sb.mismatches != 0 {
+				t.Errorf("%d streams decoded differently with speculation; want none (greedy)", sb.mismatches)
+			}
 			lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 			if len(lines) != 2 {
 				t.Fatalf("have %d lines %q; want one per batch size", len(lines), lines)

@@ -28,6 +28,9 @@ type specBench struct {
 	tokens, rounds, warmup int
 	target, draft          model.Loaded
 	kvType                 engine.KVType
+	// mismatches counts streams whose speculative output differed from
+	// plain decoding's (greedy, so lossless speculation makes it 0).
+	mismatches int
 }
 
 // check validates the flags before any model is loaded.
@@ -176,6 +179,7 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 				}
 				for i := range pr.outs {
 					if !slices.Equal(pr.outs[i], sr.outs[i]) {
+						b.mismatches++
 						fmt.Fprintf(os.Stderr, "WARNING: b=%d stream %d: speculative output differs from plain (lossless greedy decoding must not)\n", n, i)
 						break
 					}
