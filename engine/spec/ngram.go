@@ -112,18 +112,23 @@ type ngramIndex struct {
 // sync makes the index hold history followed by tokens, keeping what it
 // already holds of them.
 func (ix *ngramIndex) sync(history, tokens []int32) {
-	common := 0
 	n := len(history) + len(tokens)
-	for common < len(ix.hay) && common < n {
-		want := int32(0)
-		if common < len(history) {
-			want = history[common]
-		} else {
-			want = tokens[common-len(history)]
+	at := func(p int) int32 {
+		if p < len(history) {
+			return history[p]
 		}
-		if ix.hay[common] != want {
-			break
-		}
+		return tokens[p-len(history)]
+	}
+	common := 0
+	// While a slot is held its conversation only grows, so the index is
+	// a prefix of it: checking the last indexed token keeps a step's cost
+	// to the new tokens, not the conversation. A mismatch (a slot reused
+	// without a rewind) falls back to the full comparison; a wrong index
+	// could only cost acceptance, never change a token.
+	if k := len(ix.hay); k > 0 && k <= n && ix.hay[k-1] == at(k-1) {
+		common = k
+	}
+	for common < len(ix.hay) && common < n && ix.hay[common] == at(common) {
 		common++
 	}
 	for p := len(ix.hay) - 1; p >= common; p-- {
