@@ -156,6 +156,7 @@ func (e *Engine) draft(p *stepPlan) {
 		q.Tokens, q.Table = s.tokens, s.table
 		q.Left = s.max - s.generated()
 		q.Policy = st.policy(s)
+		q.Class = int(s.req.Priority)
 		q.Params = s.req.Sample
 		q.Mask = nil
 		if m := s.matcher; m != nil {

@@ -122,9 +122,11 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 	plainOpts, specOpts := o, o
 	plainOpts.Speculation = engine.Speculation{Drafter: engine.DraftOff}
 	specOpts.Speculation = engine.Speculation{Drafter: b.kind, Model: b.draft}
+	disp := spec.NewDispatcher(nil)
 	if b.fixed != nil {
-		specOpts.Speculation.Dispatcher = spec.Fixed(*b.fixed)
+		disp = spec.Fixed(*b.fixed)
 	}
+	specOpts.Speculation.Dispatcher = disp
 	// Both engines drive the one target model; they never run at once.
 	plain, err := engine.New(b.target, plainOpts)
 	if err != nil {
@@ -196,6 +198,16 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 		fmt.Fprintf(w, "spec b=%d plain=%.1f spec=%.1f speedup=%.2f accepted_per_step=%.2f\n", n, pt, st, st/pt, aps)
 		if s.drafted > 0 {
 			fmt.Fprintf(os.Stderr, "  b=%d: %d draft tokens verified, %d accepted (%.0f%%)\n", n, s.drafted, s.accepted, 100*float64(s.accepted)/float64(s.drafted))
+		}
+		if b.fixed == nil {
+			// The engine is idle between runs: what its dispatcher
+			// measured in the tier of this batch size, for reading the
+			// figures above.
+			fmt.Fprintf(os.Stderr, "  b=%d dispatcher:", n)
+			for _, o := range disp.Stats(n) {
+				fmt.Fprintf(os.Stderr, " %s %d steps %.0f tok/s %.2f acc;", o.Shape, o.Steps, o.TokensPerSec, o.Accepted)
+			}
+			fmt.Fprintln(os.Stderr)
 		}
 	}
 	return nil

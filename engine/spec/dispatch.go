@@ -61,23 +61,55 @@ func DefaultTiers() []Tier {
 // to take over.
 const switchMargin = 0.05
 
-// Dispatcher picks the tree shape of each step. Within the tier of the
-// step's batch size it measures each option's committed tokens per second
-// (an exponentially weighted average, so it follows the acceptance rate of
-// the current traffic), plays the best, and re-tries the others now and
-// then: every Explore steps at first, then, each time a re-try still loses,
-// twice as rarely (up to 64 times), and as many times more rarely again as
-// the option is slower than the leader, so a shape that keeps losing costs
-// almost nothing; a dethroned leader starts over at the base interval.
-// Off is always an option, so speculation never stays slower than plain
-// decoding for long. Time is passed in by the caller. Not safe for
-// concurrent use.
+// closeRun is how close to the leader's value an option must measure to
+// keep its re-tries at the base interval.
+const closeRun = 0.85
+
+// Dispatcher picks the tree shape of each step, per priority class. Within
+// the tier of the step's load it estimates each option's cost per
+// committed token and plays the cheapest, re-trying the others now and
+// then: every Explore steps while they measure within 15% of the leader,
+// else, each time a re-try still loses, twice as rarely (up to 64 times),
+// and as many times more rarely
+// again as the option is slower than the leader, so a shape that keeps
+// losing costs almost nothing; a dethroned leader starts over at the base
+// interval. Off is always an option, so speculation never stays slower
+// than plain decoding for long.
+//
+// A cost per committed token has two factors, measured apart because they
+// vary apart:
+//
+//   - tokens per sequence-step (1 + accepted drafts): a property of the
+//     drafter, the shape and the traffic, not of the machine's load. One
+//     step says little (a chain whose first draft is rejected accepts
+//     nothing that step), so it is a long average: every observation
+//     counts until there are 1/AccAlpha of them, then the recent ones
+//     weigh more.
+//   - the step's time, relative to the tier's other options: how much
+//     more a pass over the option's rows costs than the others, a
+//     property of the backend (cheaper multi-row kernels make longer
+//     chains win by themselves). The machine's load scales every option
+//     alike; it goes into one time base per tier that every step updates,
+//     so an option re-tried during a burst of load elsewhere is not
+//     judged by the burst.
+//
+// Each class (Seq.Class: the engine's priority classes) has its own
+// measurements and choices, so a class whose requests gain nothing from
+// drafts (a batch class at high load) settles on Off while another keeps
+// speculating; every class's steps share the hardware, so each is
+// measured by the whole step's time. Time is passed in by the caller. Not
+// safe for concurrent use.
 type Dispatcher struct {
-	tiers []tierState
-	// Alpha is the weight of a new observation in the averages of an
-	// option observed every step; an option last observed k steps of
-	// its tier ago gives it 1-(1-Alpha)^k. Zero means 0.2.
+	tiers   []Tier
+	fixed   bool          // Fixed: the one shape, no Off beside it
+	classes [][]tierState // per class, made on its first pick
+	// Alpha is the weight of a new observation in the time base and in
+	// the relative costs. Zero means 0.2.
 	Alpha float64
+	// AccAlpha is the least weight of a new observation in the accepted
+	// tokens per step (the first 1/AccAlpha observations are averaged
+	// evenly). Zero means 0.01.
+	AccAlpha float64
 	// Explore is how many steps pass between re-tries of a non-best
 	// option; zero means 16, negative never re-tries.
 	Explore int
@@ -93,18 +125,31 @@ type tierState struct {
 	best    int // the option played last; -1 before warm-up ends
 	retry   int // the option re-tried last (round robin)
 	last    int // the option Pick returned last
-	obs     int // observations in the tier so far
+	// logBase is the log of the time base (seconds): a step of option o
+	// is expected to take exp(logBase + o.logRel); batch is the average
+	// sequences per step.
+	logBase float64
+	batch   float64
+	based   bool
 }
 
 type option struct {
 	shape Shape
 	n     int
-	rate  float64 // tokens per second
-	acc   float64 // mean accepted draft tokens per sequence-step
+	// logRel is the log of the option's step time relative to the
+	// tier's time base; acc its mean accepted draft tokens per
+	// sequence-step.
+	logRel float64
+	acc    float64
 	// wait is the current re-try interval in steps and next the step of
 	// the next re-try, while the option is not the best.
 	wait, next int
-	seen       int // the tier's observation count when this one was last observed
+}
+
+// value is o's committed tokens per sequence per unit of the tier's time
+// base: the inverse of its cost per committed token.
+func (o option) value() float64 {
+	return (1 + o.acc) / math.Exp(o.logRel)
 }
 
 // NewDispatcher returns a dispatcher over tiers (nil: DefaultTiers()).
@@ -112,39 +157,58 @@ func NewDispatcher(tiers []Tier) *Dispatcher {
 	if tiers == nil {
 		tiers = DefaultTiers()
 	}
-	d := &Dispatcher{}
-	for _, t := range tiers {
+	return &Dispatcher{tiers: tiers}
+}
+
+// Fixed returns a dispatcher that always picks s (for tests and A/B runs).
+func Fixed(s Shape) *Dispatcher {
+	return &Dispatcher{tiers: []Tier{{Shapes: []Shape{s}}}, fixed: true}
+}
+
+// newTiers is a class's fresh measurement state.
+func (d *Dispatcher) newTiers() []tierState {
+	var out []tierState
+	for _, t := range d.tiers {
 		ts := tierState{max: t.MaxBatch, best: -1}
 		for _, s := range t.Shapes {
 			if !s.Off() {
 				ts.options = append(ts.options, option{shape: s})
 			}
 		}
-		ts.options = append(ts.options, option{shape: Off})
-		d.tiers = append(d.tiers, ts)
+		if !d.fixed || len(ts.options) == 0 {
+			ts.options = append(ts.options, option{shape: Off})
+		}
+		out = append(out, ts)
 	}
-	return d
+	return out
 }
 
-// Fixed returns a dispatcher that always picks s (for tests and A/B runs).
-func Fixed(s Shape) *Dispatcher {
-	d := NewDispatcher([]Tier{{Shapes: []Shape{s}}})
-	d.tiers[0].options = d.tiers[0].options[:1]
-	return d
-}
-
-func (d *Dispatcher) tier(batch int) *tierState {
-	for i := range d.tiers {
-		if t := &d.tiers[i]; t.max == 0 || batch <= t.max {
+func (d *Dispatcher) tier(class, load int) *tierState {
+	if class < 0 {
+		class = 0
+	}
+	for len(d.classes) <= class {
+		d.classes = append(d.classes, nil)
+	}
+	if d.classes[class] == nil {
+		d.classes[class] = d.newTiers()
+	}
+	ts := d.classes[class]
+	for i := range ts {
+		if t := &ts[i]; t.max == 0 || load <= t.max {
 			return t
 		}
 	}
 	return nil
 }
 
-// Pick returns the shape for a step of batch sequences.
-func (d *Dispatcher) Pick(batch int) Shape {
-	t := d.tier(batch)
+// Pick returns the shape for a step of class 0 under load sequences.
+func (d *Dispatcher) Pick(load int) Shape { return d.PickClass(0, load) }
+
+// PickClass returns the shape for the sequences of class in a step of an
+// engine that holds load sequences.
+func (d *Dispatcher) PickClass(class, load int) Shape {
+	t := d.tier(class, load)
 	if t == nil || len(t.options) == 0 {
 		return Off
 	}
@@ -159,6 +223,9 @@ func (d *Dispatcher) pick(t *tierState) int {
 	if warm <= 0 {
 		warm = 2
 	}
+	if len(t.options) == 1 {
+		return 0
+	}
 	for i, o := range t.options {
 		if o.n < warm {
 			return i
@@ -172,7 +239,7 @@ func (d *Dispatcher) pick(t *tierState) int {
 		best = 0
 	}
 	for i, o := range t.options {
-		if o.rate > t.options[best].rate*(1+switchMargin) {
+		if o.value() > t.options[best].value()*(1+switchMargin) {
 			best = i
 		}
 	}
@@ -181,7 +248,7 @@ func (d *Dispatcher) pick(t *tierState) int {
 		explore = 16
 	}
 	t.steps++
-	if explore < 0 || len(t.options) == 1 {
+	if explore < 0 {
 		return best
 	}
 	if best != t.best {
@@ -211,7 +278,15 @@ func (d *Dispatcher) pick(t *tierState) int {
 			// plain steps on this hardware is not played every few
 			// dozen steps.
 			o.next = t.steps + min(int(float64(o.wait)*slowness(t.options[best], *o)), 64*explore)
-			o.wait = min(2*o.wait, 64*explore)
+			if o.value() < closeRun*t.options[best].value() {
+				o.wait = min(2*o.wait, 64*explore)
+			} else {
+				// A close runner-up keeps being re-tried at the base
+				// interval: each re-try costs little, and its few
+				// observations (a chain whose first draft happened to
+				// be rejected) must not decide for good.
+				o.wait = explore
+			}
 			return i
 		}
 	}
@@ -220,31 +295,40 @@ func (d *Dispatcher) pick(t *tierState) int {
 
 // slowness is how many times slower than the leader o measures, at least
 // 1 and at most 16. Off is never slowed down: it is the baseline every
-// other option must beat, and one unlucky measurement of it (a burst of
-// load elsewhere on the machine) must not keep it from being checked
-// again.
+// other option must beat, and one unlucky measurement of it must not keep
+// it from being checked again.
 func slowness(leader, o option) float64 {
-	if o.rate <= 0 || o.shape.Off() {
+	if o.n == 0 || o.shape.Off() {
 		return 1
 	}
-	return min(max(leader.rate/o.rate, 1), 16)
+	return min(max(leader.value()/o.value(), 1), 16)
 }
 
-// Observe records a step run with shape s over batch sequences that
-// committed tokens tokens (accepted drafts plus one per sequence) in
-// elapsed time, picked by Pick(load): load chooses the tier, as it did
-// for the pick. The pick Pick returned last gets the credit when s is it
-// or its main chain (a caller that verifies only chains cut it so), so a
-// budget is measured by what it yields on the caller's backend; another s
-// counts for the option of its name.
+// Observe records a class-0 step; see ObserveClass.
 func (d *Dispatcher) Observe(load, batch int, s Shape, tokens int, elapsed time.Duration) {
-	t := d.tier(load)
+	d.ObserveClass(0, load, batch, s, tokens, elapsed)
+}
+
+// ObserveClass records a step in which batch sequences of class, run with
+// shape s, committed tokens tokens (accepted drafts plus one per sequence)
+// in elapsed time (the whole step's), picked by PickClass(class, load):
+// load chooses the tier, as it did for the pick. The pick PickClass
+// returned last gets the credit when s is it or its main chain (a caller
+// that verifies only chains cut it so), so a budget is measured by what
+// it yields on the caller's backend; another s counts for the option of
+// its name.
+func (d *Dispatcher) ObserveClass(class, load, batch int, s Shape, tokens int, elapsed time.Duration) {
+	t := d.tier(class, load)
 	if t == nil || elapsed <= 0 || batch <= 0 {
 		return
 	}
 	a := d.Alpha
 	if a <= 0 {
 		a = 0.2
+	}
+	accA := d.AccAlpha
+	if accA <= 0 {
+		accA = 0.01
 	}
 	at := t.last
 	if at < 0 || at >= len(t.options) || s.Name != t.options[at].shape.Name && s.Name != mainChain(t.options[at].shape).Name {
@@ -254,43 +338,61 @@ func (d *Dispatcher) Observe(load, batch int, s Shape, tokens int, elapsed time.
 		return
 	}
 	o := &t.options[at]
-	rate := float64(tokens) / elapsed.Seconds()
+	lt := math.Log(elapsed.Seconds())
 	acc := float64(tokens-batch) / float64(batch)
-	t.obs++
-	// The averages age by the tier's steps, not by the option's own: an
-	// option re-tried after many steps of others was measured under
-	// other traffic and load, so its new observation mostly replaces
-	// the old estimate rather than nudging it, and a stale estimate
-	// cannot keep a loser looking better than a leader measured now.
-	w := 1.0
-	if o.n > 0 {
-		w = 1 - math.Pow(1-a, float64(t.obs-o.seen))
+	switch {
+	case !t.based:
+		t.logBase, t.based = lt, true
+		o.logRel = 0
+	case o.n == 0:
+		o.logRel = lt - t.logBase
+	case at != t.best:
+		// A re-try (or a warm-up step) is judged against the base, which
+		// the steps just before it set: the load now. Its first few
+		// observations count evenly.
+		o.logRel += max(1/float64(o.n+1), a) * (lt - t.logBase - o.logRel)
 	}
-	o.rate += w * (rate - o.rate)
-	o.acc += w * (acc - o.acc)
-	o.seen = t.obs
+	// The base follows the load, judged by the option's known cost. The
+	// leader's own cost stays as it was measured beside the others: with
+	// only it playing, a change of its step time is the load's.
+	t.logBase += a * (lt - o.logRel - t.logBase)
+	if t.batch == 0 {
+		t.batch = float64(batch)
+	}
+	t.batch += a * (float64(batch) - t.batch)
 	o.n++
+	o.acc += max(1/float64(o.n), accA) * (acc - o.acc)
 }
 
 // ShapeStats is one option's measurements.
 type ShapeStats struct {
 	Shape string
-	// Steps observed, committed tokens per second, and accepted draft
-	// tokens per sequence-step (both averages weighted to recent steps).
+	// Steps observed, committed tokens per second (estimated at the
+	// machine's load now), and mean accepted draft tokens per
+	// sequence-step.
 	Steps        int
 	TokensPerSec float64
 	Accepted     float64
 }
 
-// Stats returns the measurements of the tier that serves batch.
-func (d *Dispatcher) Stats(batch int) []ShapeStats {
-	t := d.tier(batch)
+// Stats returns class 0's measurements in the tier that serves load.
+func (d *Dispatcher) Stats(load int) []ShapeStats { return d.ClassStats(0, load) }
+
+// ClassStats returns class's measurements in the tier that serves load.
+// TokensPerSec is what an option would commit now: its tokens per
+// sequence-step times the tier's mean sequences per step, over its step
+// time at the tier's current time base.
+func (d *Dispatcher) ClassStats(class, load int) []ShapeStats {
+	t := d.tier(class, load)
 	if t == nil {
 		return nil
 	}
 	out := make([]ShapeStats, len(t.options))
 	for i, o := range t.options {
-		out[i] = ShapeStats{Shape: o.shape.Name, Steps: o.n, TokensPerSec: o.rate, Accepted: o.acc}
+		out[i] = ShapeStats{Shape: o.shape.Name, Steps: o.n, Accepted: o.acc}
+		if o.n > 0 {
+			out[i].TokensPerSec = t.batch * (1 + o.acc) / math.Exp(t.logBase+o.logRel)
+		}
 	}
 	return out
 }

@@ -30,6 +30,9 @@ type Seq struct {
 	// Policy is the sequence's say over speculation (its tenant's, its
 	// class's).
 	Policy Policy
+	// Class is the sequence's priority class: the dispatcher measures and
+	// picks a shape for each class apart (see Dispatcher).
+	Class int
 	// Params, Mask and History are the drafter's Context fields.
 	Params  sample.Params
 	Mask    MaskFunc
@@ -92,7 +95,8 @@ type StepConfig struct {
 
 // StepReport is what one step's speculation did.
 type StepReport struct {
-	// Drafter names the drafter; Shape the dispatcher's pick.
+	// Drafter names the drafter; Shape the dispatcher's pick (for the
+	// first decode's class).
 	Drafter, Shape string
 	// Decodes is the step's decodes; Trees how many of them drafted.
 	Decodes, Trees int
@@ -125,8 +129,8 @@ type Step struct {
 
 	// Per step.
 	decs   []*Seq
-	active int // the load Plan picked the shape for
-	shape  Shape
+	active int         // the load Plan picked the shapes for
+	picks  []classPick // one per class among decs, in order of appearance
 	start  time.Time
 	runs   []int // decodes with a tree in the batch
 	ctxs   []Context
@@ -140,6 +144,30 @@ type Step struct {
 	ctx    []int32
 	paths  [][]int32 // per tree: the accepted nodes
 	outs   [][]int32 // per tree: the tokens to commit
+}
+
+// classPick is the dispatcher's pick for one class's decodes in a step,
+// and what they committed.
+type classPick struct {
+	class        int
+	shape        Shape
+	decs, tokens int
+}
+
+// pickOf returns the index in st.picks of class's pick, picking it first
+// when the class has none yet this step.
+func (st *Step) pickOf(class int) int {
+	for i, p := range st.picks {
+		if p.class == class {
+			return i
+		}
+	}
+	sh := st.disp.PickClass(class, st.active)
+	if st.sc == nil {
+		sh = mainChain(sh)
+	}
+	st.picks = append(st.picks, classPick{class: class, shape: sh})
+	return len(st.picks) - 1
 }
 
 // ancSpan says which batch row sees which part of Step.anc.
@@ -225,25 +253,22 @@ func cutTree(t *Tree, k int) {
 // short by a latency budget would otherwise look idle and grow trees while
 // the rest of its sequences wait.
 func (st *Step) Plan(decs []*Seq, active int, b *model.Batch, h Host) {
-	st.decs, st.runs = decs, st.runs[:0]
+	st.decs, st.runs, st.picks = decs, st.runs[:0], st.picks[:0]
 	st.start = st.clock()
 	for _, q := range decs {
 		q.drafting = false
 		q.tree.Reset()
 	}
 	if len(decs) == 0 || st.drafter == nil {
-		st.shape = Off
 		return
 	}
 	active = max(active, len(decs))
 	st.active = active
-	st.shape = st.disp.Pick(active)
-	if st.sc == nil {
-		st.shape = mainChain(st.shape)
-	}
 	st.ctxs, st.trees = st.ctxs[:0], st.trees[:0]
 	for i, q := range decs {
-		sh := q.Policy.Shape(st.shape, active)
+		k := st.pickOf(q.Class)
+		st.picks[k].decs++
+		sh := q.Policy.Shape(st.picks[k].shape, active)
 		// A draft deeper than the tokens left to generate is wasted.
 		if sh.Off() || sh.MaxDepth >= q.Left {
 			continue
@@ -340,9 +365,12 @@ func (st *Step) Plan(decs []*Seq, active int, b *model.Batch, h Host) {
 // dispatcher. plain is how many tokens the caller committed to the decodes
 // that did not draft.
 func (st *Step) Commit(h Host, plain int) StepReport {
-	rep := StepReport{Shape: st.shape.Name, Decodes: len(st.decs), Trees: len(st.runs), Tokens: plain}
+	rep := StepReport{Shape: Off.Name, Decodes: len(st.decs), Trees: len(st.runs), Tokens: plain}
 	if st.drafter != nil {
 		rep.Drafter = st.drafter.Name()
+	}
+	if len(st.picks) > 0 {
+		rep.Shape = st.picks[0].shape.Name
 	}
 	// Verify every tree first: the K/V moves go out as one call.
 	for len(st.paths) < len(st.runs) {
@@ -380,6 +408,7 @@ func (st *Step) Commit(h Host, plain int) StepReport {
 		rep.Drafted += q.tree.Len()
 		rep.Accepted += min(len(path), took)
 		rep.Tokens += took
+		st.picks[st.pickOf(q.Class)].tokens += took - 1 // the one plain decoding commits is counted below
 		if held >= 0 && q.slot > 0 {
 			st.drafter.Rewind(q.slot-1, held)
 		}
@@ -388,10 +417,15 @@ func (st *Step) Commit(h Host, plain int) StepReport {
 		q.drafting = false
 		q.tree.Reset()
 	}
-	if st.drafter != nil {
-		st.disp.Observe(st.active, len(st.decs), st.shape, rep.Tokens, st.clock().Sub(st.start))
+	if len(st.picks) > 0 {
+		// Every decode commits its plain token (or ends); each class is
+		// judged by its own tokens over the whole step's time.
+		el := st.clock().Sub(st.start)
+		for _, p := range st.picks {
+			st.disp.ObserveClass(p.class, st.active, p.decs, p.shape, p.decs+p.tokens, el)
+		}
 	}
-	st.decs, st.runs = nil, st.runs[:0]
+	st.decs, st.runs, st.picks = nil, st.runs[:0], st.picks[:0]
 	return rep
 }
 

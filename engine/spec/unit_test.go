@@ -3,6 +3,8 @@ package spec
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -230,5 +232,89 @@ func TestRunnerRejectsBadRequests(t *testing.T) {
 				t.Errorf("have %v; want ErrRequest", err)
 			}
 		})
+	}
+}
+
+// TestDispatcherCostPerToken: acceptance is drawn step by step (a chain
+// stops at its first rejected draft) and the machine's load wanders over a
+// factor of four, yet the dispatcher's picks commit, on average, within a
+// few percent of what the best chain length would: long chains
+// when a pass over more rows costs little more than one row (cheap
+// multi-row kernels), shorter ones or none as rows get dearer.
+func TestDispatcherCostPerToken(t *testing.T) {
+	const alpha = 0.8 // per-draft acceptance, given its parent's
+	shapes := []Shape{Chain(4), Chain(3), Chain(2), Chain(1), Off}
+	tiers := []Tier{{Shapes: shapes[:4]}}
+	for _, tc := range []struct {
+		perRow float64 // a pass's extra cost per extra row, in one-row passes
+		best   string
+	}{{0.03, "chain4"}, {0.4, "chain2"}, {1.2, "off"}} {
+		// Expected tokens per step over cost: the true value of each.
+		value := map[string]float64{}
+		top := 0.0
+		for _, s := range shapes {
+			tok, p := 1.0, 1.0
+			for range s.Len() {
+				p *= alpha
+				tok += p
+			}
+			value[s.Name] = tok / (1 + tc.perRow*float64(s.Len()))
+			top = max(top, value[s.Name])
+		}
+		if value[tc.best] != top {
+			t.Fatalf("per-row cost %.2f: the best is not %s (%v)", tc.perRow, tc.best, value)
+		}
+		for seed := range uint64(4) {
+			r := rand.New(rand.NewPCG(seed, 9))
+			d := NewDispatcher(tiers)
+			load := 1.0
+			picks := map[string]int{}
+			got := 0.0
+			for step := range 3000 {
+				s := d.Pick(1)
+				if step >= 1000 {
+					picks[s.Name]++
+					got += value[s.Name] / top / 2000
+				}
+				acc := 0
+				for acc < s.Len() && r.Float64() < alpha {
+					acc++
+				}
+				load = min(max(load*math.Exp(0.2*r.NormFloat64()), 1), 4)
+				el := time.Duration(load * (1 + tc.perRow*float64(s.Len())) * float64(time.Millisecond))
+				d.Observe(1, 1, s, 1+acc, el)
+			}
+			if got < 0.95 {
+				t.Errorf("per-row cost %.2f, seed %d: have picks %v, %.3f of the best value; want ≥ 0.95 (values %v, stats %+v)",
+					tc.perRow, seed, picks, got, value, d.Stats(1))
+			}
+		}
+	}
+}
+
+// TestDispatcherClasses: each priority class has its own measurements and
+// choice at the same load: drafts that pay for one class's requests and
+// not for the other's leave the second on Off while the first speculates.
+func TestDispatcherClasses(t *testing.T) {
+	d := NewDispatcher([]Tier{{Shapes: []Shape{Chain(3)}}})
+	const interactive, batch = 1, 2
+	picks := map[int]map[string]int{interactive: {}, batch: {}}
+	for step := range 400 {
+		el := time.Millisecond
+		si, sb := d.PickClass(interactive, 8), d.PickClass(batch, 8)
+		if !si.Off() || !sb.Off() {
+			el = 2 * time.Millisecond
+		}
+		if step >= 100 {
+			picks[interactive][si.Name]++
+			picks[batch][sb.Name]++
+		}
+		// Interactive drafts accept 2 of 3 per sequence; batch ones none.
+		d.ObserveClass(interactive, 8, 4, si, 4*(1+2*min(si.Len(), 1)), el)
+		d.ObserveClass(batch, 8, 4, sb, 4, el)
+	}
+	if picks[interactive]["chain3"] < 250 || picks[batch]["off"] < 250 {
+		t.Errorf("have picks %v; want interactive mostly chain3, batch mostly off (stats %+v / %+v)",
+			picks, d.ClassStats(interactive, 8), d.ClassStats(batch, 8))
 	}
 }
