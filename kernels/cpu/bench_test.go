@@ -150,9 +150,10 @@ type nopTask struct{}
 
 func (nopTask) run(_, _, _ int) {}
 
-// BenchmarkQuantKernels compares, on one thread, the kernels that compute a
-// 4×8 block of outputs (four weight rows, eight activation rows) of 768-wide
-// rows: the tiled kernel, where the CPU has it, against eight x4 calls.
+// BenchmarkQuantKernels compares, on one thread, the kernels that compute
+// an 8×8 block of outputs (eight weight rows, eight activation rows) of
+// 768-wide rows: the tiled kernel, where the CPU has it, against the
+// multi-row kernels (two calls of four activation rows).
 func BenchmarkQuantKernels(b *testing.B) {
 	initTables()
 	const nb = 24
@@ -161,38 +162,33 @@ func BenchmarkQuantKernels(b *testing.B) {
 	for i := range xq {
 		xq[i] = int8(r.IntN(255) - 127)
 	}
+	const macs = 8 * 8 * nb * 32
 	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
-		act := newTileAct(2, nb, dt)
-		for g := range 2 {
-			for l := range tileRows {
-				spreadTile(act.group(g, nb), l, xq[l*nb*32:(l+1)*nb*32], xd[l*nb:(l+1)*nb])
-			}
+		act := newTileAct(1, nb, dt)
+		for l := range tileRows {
+			spreadTile(act, l, xq[l*nb*32:(l+1)*nb*32], xd[l*nb:(l+1)*nb])
 		}
-		w := randBlocks(r, dt, 4*nb, false)
+		w := randBlocks(r, dt, 8*nb, false)
 		rb := nb * dt.BlockBytes()
-		b.Run(fmt.Sprintf("%v/x4", dt), func(b *testing.B) {
-			dot4 := dotQ8x4
+		out := make([]float32, 8*8)
+		b.Run(fmt.Sprintf("%v/rows", dt), func(b *testing.B) {
+			rows := dotQ8RowsN
 			if dt == kernels.Q4_0 {
-				dot4 = dotQ4x4
+				rows = dotQ4RowsN
 			}
-			var o [4]float32
 			for b.Loop() {
-				for j := range 4 {
-					dot4(w[j*rb:], xq, xd, nb, &o)
-					dot4(w[j*rb:], xq[4*nb*32:], xd[4*nb:], nb, &o)
-				}
+				rows(w, rb, 8, nb, 4, xq, xd, out, 8)
+				rows(w, rb, 8, nb, 4, xq[4*nb*32:], xd[4*nb:], out[32:], 8)
 			}
+			b.ReportMetric(float64(b.N)*macs/b.Elapsed().Seconds()/1e9, "GMAC/s")
 		})
 		if st := tileStoreKernel(dt); st != nil {
-			out := make([]float32, 16*tileW)
-			for groups := 1; groups <= 2; groups++ {
-				b.Run(fmt.Sprintf("%v/store%d", dt, groups*tileRows), func(b *testing.B) {
-					for b.Loop() {
-						st(w, rb, act, nb, groups, out, tileW, groups*tileRows, 1)
-					}
-					b.ReportMetric(float64(b.N)*float64(groups*tileRows*tileW*nb*32)/b.Elapsed().Seconds()/1e9, "GMAC/s")
-				})
-			}
+			b.Run(fmt.Sprintf("%v/tiles", dt), func(b *testing.B) {
+				for b.Loop() {
+					st(w, rb, act, nb, 1, out, 8, tileRows, 2)
+				}
+				b.ReportMetric(float64(b.N)*macs/b.Elapsed().Seconds()/1e9, "GMAC/s")
+			})
 		}
 	}
 }

@@ -6,7 +6,7 @@ import "math"
 //
 // A request's tokens must not depend on what else is in its batch, so each
 // output of a dot-product kernel is defined once, here, and every kernel
-// (the batch-1 ones, the x4 ones, the tiled ones, Go or assembly) computes
+// (the batch-1 ones, the multi-row ones, the tiled ones, Go or assembly) computes
 // exactly that sequence of roundings, whatever lane, row or tile its output
 // falls in:
 //

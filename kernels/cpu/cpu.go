@@ -100,9 +100,6 @@ type Backend struct {
 	// xp holds them in the tiled kernels' layout instead (with their
 	// scales in xd), when those run.
 	xp []byte
-	// xd4 holds the same scales interleaved for each group of four rows,
-	// the layout the x4 kernels read.
-	xd4 []float32
 	// xc holds the signed tile layout's corrections.
 	xc []int32
 	// wrow holds a weight row converted to F32 for ops that take a small

@@ -32,10 +32,10 @@ func TestConformance(t *testing.T) {
 		useAsm(false)
 		kernelstest.Run(t, open(t, 2))
 	})
-	// The batch paths of MatMul: the x4 kernels, and the tile path with the
-	// Go tile kernels (the default above runs the VNNI ones where the CPU
-	// has them).
-	t.Run("x4_kernels", func(t *testing.T) {
+	// The batch paths of MatMul: the multi-row kernels for every batch,
+	// and the tile path with the Go tile kernels (the default above runs
+	// the VNNI or AVX2 ones where the CPU has them).
+	t.Run("no_tiles", func(t *testing.T) {
 		defer useAsm(true)
 		useAsm(true)
 		useTiles(tilesOff)
@@ -59,7 +59,7 @@ func TestBatchInvariance(t *testing.T) {
 	}{
 		{"asm", func() { useAsm(true) }},
 		{"go_kernels", func() { useAsm(false) }},
-		{"x4_kernels", func() { useAsm(true); useTiles(tilesOff) }},
+		{"no_tiles", func() { useAsm(true); useTiles(tilesOff) }},
 		{"go_tiles", func() { useAsm(false); useTiles(tilesGo) }},
 	}
 	defer useAsm(true)

@@ -16,10 +16,11 @@ import (
 // Quantized activations are stored as Q8_0 split into two arrays: xq, the
 // int8 values of the rows back to back (a row of k values is k bytes), and
 // xd, one float32 scale per 32 values (a row has k/32). Weight rows are in
-// GGML's block layout. The "x4" kernels take one weight row and four
-// activation rows, so each weight block is loaded once for four outputs;
-// they read the four rows' scales interleaved by block (xd4[4b+j] is row
-// j's scale of block b), so one vector load fetches a block's four scales.
+// GGML's block layout. The "Rows" kernels take a run of weight rows, the
+// "RowsN" ones also up to maxRowsN activation rows, so that each weight
+// block is read from memory once for all of them (a speculative
+// verification or a few streams cost little more than one row); the F32
+// "x4" kernel takes one weight row and four activation rows.
 var (
 	// Every dot product below is computed as canon.go defines it, so an
 	// output is the same bits whichever kernel computes it.
@@ -34,13 +35,16 @@ var (
 	// dotQ8Rows sets out[r] = dotQ8 of weight row r (rows rb bytes apart,
 	// starting at w) with one activation row, for r < len(out).
 	dotQ8Rows func(w []byte, rb int, xq []int8, xd []float32, out []float32)
-	// dotQ8x4 does dotQ8 for four activation rows of nb blocks each, with
-	// the rows' scales interleaved.
-	dotQ8x4 func(w []byte, xq []int8, xd []float32, nb int, out *[4]float32)
-	// dotQ4, dotQ4Rows, dotQ4x4: the same for Q4_0 weight rows.
-	dotQ4     func(w []byte, xq []int8, xd []float32) float32
-	dotQ4Rows func(w []byte, rb int, xq []int8, xd []float32, out []float32)
-	dotQ4x4   func(w []byte, xq []int8, xd []float32, nb int, out *[4]float32)
+	// dotQ8RowsN sets out[a*os+r] = dotQ8 of weight row r (rows rb bytes
+	// apart, starting at w) with activation row a, for r < m and a < na
+	// (1 ≤ na ≤ maxRowsN): row a's values are xq[a*nb*32:], its scales
+	// xd[a*nb:], nb blocks each. Each weight block is read once for all na
+	// rows.
+	dotQ8RowsN func(w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int)
+	// dotQ4, dotQ4Rows, dotQ4RowsN: the same for Q4_0 weight rows.
+	dotQ4      func(w []byte, xq []int8, xd []float32) float32
+	dotQ4Rows  func(w []byte, rb int, xq []int8, xd []float32, out []float32)
+	dotQ4RowsN func(w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int)
 	// axpy does y[i] += a·x[i]; len(x) ≥ len(y).
 	axpy func(y []float32, a float32, x []float32)
 	// f16Row converts len(dst) F16 values from src.
@@ -52,8 +56,8 @@ var (
 // call it to cover both; it must not be called while a backend is running.
 func useAsm(on bool) bool {
 	dotF32, dotF32x4 = dotF32Go, dotF32x4Go
-	dotQ8, dotQ8x4, dotQ8Rows = dotQ8Go, dotQ8x4Go, dotQ8RowsGo
-	dotQ4, dotQ4x4, dotQ4Rows = dotQ4Go, dotQ4x4Go, dotQ4RowsGo
+	dotQ8, dotQ8Rows, dotQ8RowsN = dotQ8Go, dotQ8RowsGo, dotQ8RowsNGo
+	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Go, dotQ4RowsGo, dotQ4RowsNGo
 	axpy, f16Row = axpyGo, f16RowGo
 	dotsF32, axpysF32 = dotsF32Go, axpysF32Go
 	useVecGo()
@@ -152,16 +156,14 @@ func dotQ8RowsGo(w []byte, rb int, xq []int8, xd []float32, out []float32) {
 	}
 }
 
-func dotQ8x4Go(w []byte, xq []int8, xd []float32, nb int, out *[4]float32) {
-	k := nb * 32
-	var s [4]float32
-	for b := range nb {
-		blk := w[b*q8Bytes : (b+1)*q8Bytes]
-		for j := range 4 {
-			s[j] = qblock(s[j], q8BlockSum(blk, xq[j*k+b*32:]), f16(blk), xd[4*b+j])
-		}
+// maxRowsN is the most activation rows one dotQ8RowsN or dotQ4RowsN call
+// takes.
+const maxRowsN = 4
+
+func dotQ8RowsNGo(w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
+	for a := range na {
+		dotQ8RowsGo(w, rb, xq[a*nb*32:(a+1)*nb*32], xd[a*nb:(a+1)*nb], out[a*os:a*os+m])
 	}
-	*out = s
 }
 
 func dotQ4Go(w []byte, xq []int8, xd []float32) float32 {
@@ -190,16 +192,10 @@ func dotQ4RowsGo(w []byte, rb int, xq []int8, xd []float32, out []float32) {
 	}
 }
 
-func dotQ4x4Go(w []byte, xq []int8, xd []float32, nb int, out *[4]float32) {
-	k := nb * 32
-	var s [4]float32
-	for b := range nb {
-		blk := w[b*q4Bytes : (b+1)*q4Bytes]
-		for j := range 4 {
-			s[j] = qblock(s[j], q4BlockSum(blk, xq[j*k+b*32:]), f16(blk), xd[4*b+j])
-		}
+func dotQ4RowsNGo(w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
+	for a := range na {
+		dotQ4RowsGo(w, rb, xq[a*nb*32:(a+1)*nb*32], xd[a*nb:(a+1)*nb], out[a*os:a*os+m])
 	}
-	*out = s
 }
 
 func axpyGo(y []float32, a float32, x []float32) {

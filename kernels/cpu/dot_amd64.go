@@ -9,8 +9,8 @@ var haveAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
 func setAsm() {
 	dotF32, dotF32x4 = dotF32Asm, dotF32x4Asm
-	dotQ8, dotQ8x4, dotQ8Rows = dotQ8Asm, dotQ8x4Asm, dotQ8RowsAsm
-	dotQ4, dotQ4x4, dotQ4Rows = dotQ4Asm, dotQ4x4Asm, dotQ4RowsAsm
+	dotQ8, dotQ8Rows, dotQ8RowsN = dotQ8Asm, dotQ8RowsAsm, dotQ8RowsNAsm
+	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Asm, dotQ4RowsAsm, dotQ4RowsNAsm
 	axpy, f16Row = axpyAsm, f16RowAsm
 	dotsF32, axpysF32 = dotsF32Asm, axpysF32Asm
 	setAttnAsm()
@@ -57,10 +57,10 @@ func dotQ8R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ng
 func dotQ4R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
 
 //go:noescape
-func dotQ8x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
+func dotQ8TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int)
 
 //go:noescape
-func dotQ4x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
+func dotQ4TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int)
 
 //go:noescape
 func axpyAVX(y *float32, a float32, x *float32, n int)
@@ -157,22 +157,63 @@ func rowsR8(kern func(w *byte, rb int, xq *int8, xd *float32, nb int, out *float
 	}
 }
 
-func dotQ8x4Asm(w []byte, xq []int8, xd []float32, nb int, out *[4]float32) {
-	if nb == 0 {
-		*out = [4]float32{}
+func dotQ8RowsNAsm(w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
+	if na == 1 {
+		rowsR8(dotQ8R8AVX, q8Bytes, w, rb, xq[:nb*32], xd[:nb], out[:m])
 		return
 	}
-	_, _, _ = w[nb*q8Bytes-1], xq[4*nb*32-1], xd[4*nb-1]
-	dotQ8x4AVX(&w[0], &xq[0], &xd[0], nb, out)
+	rowsT(dotQ8TAVX, q8Bytes, w, rb, m, nb, na, xq, xd, out, os)
 }
 
-func dotQ4x4Asm(w []byte, xq []int8, xd []float32, nb int, out *[4]float32) {
-	if nb == 0 {
-		*out = [4]float32{}
+func dotQ4RowsNAsm(w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
+	if na == 1 {
+		rowsR8(dotQ4R8AVX, q4Bytes, w, rb, xq[:nb*32], xd[:nb], out[:m])
 		return
 	}
-	_, _, _ = w[nb*q4Bytes-1], xq[4*nb*32-1], xd[4*nb-1]
-	dotQ4x4AVX(&w[0], &xq[0], &xd[0], nb, out)
+	rowsT(dotQ4TAVX, q4Bytes, w, rb, m, nb, na, xq, xd, out, os)
+}
+
+// rowsT runs a transposed multi-row kernel over m weight rows and na
+// activation rows, splitting the weight rows as rowsR8 does. One
+// activation row takes the eight-row kernel instead: the transposition
+// costs more than it saves when only one row shares it.
+func rowsT(kern func(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int),
+	blockBytes int, w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
+	if m == 0 || na == 0 {
+		return
+	}
+	if na > maxRowsN {
+		panic("cpu: too many activation rows for one multi-row kernel call")
+	}
+	if nb == 0 {
+		for a := range na {
+			clear(out[a*os : a*os+m])
+		}
+		return
+	}
+	_, _, _, _ = w[(m-1)*rb+nb*blockBytes-1], xq[na*nb*32-1], xd[na*nb-1], out[(na-1)*os+m-1]
+	g := m / 8
+	if g > 0 {
+		kern(&w[0], rb, &xq[0], nb*32, &xd[0], nb, &out[0], 4*os, g, na)
+	}
+	t := m - 8*g
+	if t == 0 {
+		return
+	}
+	var o [maxRowsN * 8]float32
+	if g > 0 {
+		kern(&w[(m-8)*rb], rb, &xq[0], nb*32, &xd[0], nb, &o[0], 32, 1, na)
+		for a := range na {
+			copy(out[a*os+8*g:a*os+m], o[a*8+8-t:a*8+8])
+		}
+		return
+	}
+	for r := range m {
+		kern(&w[r*rb], 0, &xq[0], nb*32, &xd[0], nb, &o[0], 32, 1, na)
+		for a := range na {
+			out[a*os+r] = o[a*8]
+		}
+	}
 }
 
 func axpyAsm(y []float32, a float32, x []float32) {

@@ -21,65 +21,7 @@
 	VEXTRACTF128 $1, a, tx \
 	VADDPS tx, ax, ax
 
-// QROW leaves in t the eight int32 partial dot products of one activation
-// row's block x with the weight block: Y5 holds the signed weights, Y6 their
-// absolute values, Y15 int16 ones.
-#define QROW(x, t) \
-	VMOVDQU    x, t \
-	VPSIGNB    Y5, t, t \
-	VPMADDUBSW t, Y6, t \
-	VPMADDWD   Y15, t, t
-
-// QX4SETUP loads the x4 kernels' arguments: SI weight blocks, DI row 0's
-// int8 values (rows R8 bytes apart, row 3 at R10), DX the four rows' scales
-// interleaved by block, CX the block count.
-#define QX4SETUP \
-	MOVQ w+0(FP), SI \
-	MOVQ xq+8(FP), DI \
-	MOVQ xd+16(FP), DX \
-	MOVQ nb+24(FP), CX \
-	MOVQ CX, R8 \
-	SHLQ $5, R8 \
-	LEAQ (R8)(R8*2), R10 \
-	VXORPS   Y0, Y0, Y0 \
-	VPCMPEQW Y15, Y15, Y15 \
-	VPSRLW   $15, Y15, Y15
-
-// QX4ROWS adds the block's four dot products to X0, lane j = row j: three
-// horizontal adds and one add of the halves fold each row's eight partial
-// sums into its exact block sum, which is then converted, scaled and fused
-// into the row's accumulator once per block, as canon.go defines. X4 holds
-// d_w in every lane.
-#define QX4ROWS \
-	QROW((DI), Y7) \
-	QROW((DI)(R8*1), Y8) \
-	QROW((DI)(R8*2), Y9) \
-	QROW((DI)(R10*1), Y10) \
-	VPHADDD        Y8, Y7, Y7 \
-	VPHADDD        Y10, Y9, Y9 \
-	VPHADDD        Y9, Y7, Y7 \
-	VEXTRACTI128   $1, Y7, X8 \
-	VPADDD         X8, X7, X7 \
-	VCVTDQ2PS      X7, X7 \
-	VMOVUPS        (DX), X11 \
-	VMULPS         X4, X11, X11 \
-	VFMADD231PS    X11, X7, X0
-
-#define QX4STORE \
-	MOVQ         out+32(FP), AX \
-	VMOVUPS      X0, (AX) \
-	VZEROUPPER
-
-// Q4W decodes the Q4_0 block at off(SI) (quants at off+2) into Y5 (signed,
-// −8..7) and Y6 (absolute); Y12 holds bytes of 8 and Y13 bytes of 0x0F.
-#define Q4W(q) \
-	VMOVDQU     q, X5 \
-	VPSRLW      $4, X5, X6 \
-	VINSERTI128 $1, X6, Y5, Y5 \
-	VPAND       Y13, Y5, Y5 \
-	VPSUBB      Y12, Y5, Y5 \
-	VPSIGNB     Y5, Y5, Y6
-
+// Q4CONSTS11 puts bytes of 0x0F in Y12 and bytes of 8 in Y11.
 #define Q4CONSTS11 \
 	MOVL         $0x0f0f0f0f, AX \
 	VMOVD        AX, X12 \
@@ -87,14 +29,6 @@
 	MOVL         $0x08080808, AX \
 	VMOVD        AX, X11 \
 	VPBROADCASTD X11, Y11
-
-#define Q4CONSTS \
-	MOVL         $0x08080808, AX \
-	VMOVD        AX, X12 \
-	VPBROADCASTD X12, Y12 \
-	MOVL         $0x0f0f0f0f, AX \
-	VMOVD        AX, X13 \
-	VPBROADCASTD X13, Y13
 
 // The batch-1 kernels take eight weight rows at a time, one lane each:
 // every row's block sum is formed exactly in integers and folded, like the
@@ -201,6 +135,166 @@
 	LEAQ    (R12)(R8*8), R12 \
 	DECQ    R11 \
 	JNZ     label
+
+// The transposed multi-row kernels: eight weight rows against na (1 to 4)
+// activation rows, with no horizontal adds. Each block of the eight rows is
+// transposed once, so that 4-byte group g of the eight rows is one vector
+// (lane i = row i); each activation row's group g, broadcast to all lanes,
+// then meets all eight rows in one VPSIGNB, VPMADDUBSW, VPMADDWD and
+// VPADDD, and after the eight groups lane i holds row i's exact block sum,
+// which is scaled and fused into the row's accumulator as canon.go
+// defines. The transposition and the eight scales' conversion are shared
+// by the na activation rows, and a weight block is read from memory once.
+//
+// Registers: Y0-Y3 the results of activation rows 0-3 (lane i = weight
+// row i), Y8-Y11 their block sums, Y12 and Y13 a group's weights and their
+// absolute values, Y14 scratch, Y15 int16 ones; Y4-Y7 the half-transposed
+// rows. SI is weight row 0's current block, R10 row 4's, rows R8 bytes
+// apart (R9 = 3·R8); DI activation row 0's current block, the rows R13
+// bytes apart (R14 = 3·R13); DX row 0's scale, the rows' scales AX bytes
+// apart (BX = 3·AX); CX the blocks left, R11 the groups left, R12 the
+// group's first row, R15 scratch. The frame holds the first half of the
+// transposition (0-127), the output pointer (128) and, for Q4_0, its
+// constants (136: bytes of 0x0F, 168: bytes of 8).
+
+// RTLOAD8 loads the Q8_0 quants of the four rows at p (R8 apart) into
+// Y4-Y7.
+#define RTLOAD8(p) \
+	VMOVDQU 2(p), Y4 \
+	VMOVDQU 2(p)(R8*1), Y5 \
+	VMOVDQU 2(p)(R8*2), Y6 \
+	VMOVDQU 2(p)(R9*1), Y7
+
+// RTQ4 decodes the Q4_0 block at q to 32 signed bytes in V (XV its low
+// half); Y8 is scratch.
+#define RTQ4(q, XV, V) \
+	VMOVDQU     q, XV \
+	VPSRLW      $4, XV, X8 \
+	VINSERTI128 $1, X8, V, V \
+	VPAND       136(SP), V, V \
+	VPSUBB      168(SP), V, V
+
+// RTLOAD4 is RTLOAD8 for Q4_0 rows.
+#define RTLOAD4(p) \
+	RTQ4(2(p), X4, Y4) \
+	RTQ4(2(p)(R8*1), X5, Y5) \
+	RTQ4(2(p)(R8*2), X6, Y6) \
+	RTQ4(2(p)(R9*1), X7, Y7)
+
+// RTU4 half-transposes the four rows in Y4-Y7 (eight 4-byte groups each):
+// Y4+k becomes [group k of rows 0-3 | group k+4 of rows 0-3]. Y8-Y11 are
+// scratch.
+#define RTU4 \
+	VPUNPCKLDQ  Y5, Y4, Y8 \
+	VPUNPCKHDQ  Y5, Y4, Y9 \
+	VPUNPCKLDQ  Y7, Y6, Y10 \
+	VPUNPCKHDQ  Y7, Y6, Y11 \
+	VPUNPCKLQDQ Y10, Y8, Y4 \
+	VPUNPCKHQDQ Y10, Y8, Y5 \
+	VPUNPCKLQDQ Y11, Y9, Y6 \
+	VPUNPCKHQDQ Y11, Y9, Y7
+
+#define RTSTOREU \
+	VMOVDQU Y4, 0(SP) \
+	VMOVDQU Y5, 32(SP) \
+	VMOVDQU Y6, 64(SP) \
+	VMOVDQU Y7, 96(SP)
+
+// RTW puts group g of the eight rows in Y12 and their absolute values in
+// Y13, from rows 0-3's half (u, in the frame) and rows 4-7's (v): imm is
+// 0x02 for g < 4 (the low halves), 0x13 for the others.
+#define RTW(imm, u, v) \
+	VPERM2I128 imm, u, v, Y12 \
+	VPABSB     Y12, Y13
+
+// RTFIRST sets the block sums S to the group in Y12 times the activation
+// group at x; RTNEXT adds it.
+#define RTFIRST(x, S) \
+	VPBROADCASTD x, Y14 \
+	VPSIGNB      Y12, Y14, Y14 \
+	VPMADDUBSW   Y14, Y13, Y14 \
+	VPMADDWD     Y15, Y14, S
+
+#define RTNEXT(x, S) \
+	VPBROADCASTD x, Y14 \
+	VPSIGNB      Y12, Y14, Y14 \
+	VPMADDUBSW   Y14, Y13, Y14 \
+	VPMADDWD     Y15, Y14, Y14 \
+	VPADDD       Y14, S, S
+
+// RTSCALE8 leaves the eight rows' current d_w in Y4.
+#define RTSCALE8 \
+	MOVWLZX   (SI), R15 \
+	VMOVD     R15, X4 \
+	VPINSRW   $1, (SI)(R8*1), X4, X4 \
+	VPINSRW   $2, (SI)(R8*2), X4, X4 \
+	VPINSRW   $3, (SI)(R9*1), X4, X4 \
+	VPINSRW   $4, (R10), X4, X4 \
+	VPINSRW   $5, (R10)(R8*1), X4, X4 \
+	VPINSRW   $6, (R10)(R8*2), X4, X4 \
+	VPINSRW   $7, (R10)(R9*1), X4, X4 \
+	VCVTPH2PS X4, Y4
+
+// RTACC fuses the block sums S (int32), times d_w (Y4) times the
+// activation row's scale at xd, into its results R.
+#define RTACC(xd, S, R) \
+	VCVTDQ2PS    S, S \
+	VBROADCASTSS xd, Y5 \
+	VMULPS       Y5, Y4, Y5 \
+	VFMADD231PS  Y5, S, R
+
+// RTPREFETCH is R8PREFETCH with R15 as scratch.
+#define RTPREFETCH \
+	LEAQ       (SI)(R8*8), R15 \
+	PREFETCHT0 (R15) \
+	PREFETCHT0 (R15)(R8*1) \
+	PREFETCHT0 (R15)(R8*2) \
+	PREFETCHT0 (R15)(R9*1) \
+	LEAQ       (R10)(R8*8), R15 \
+	PREFETCHT0 (R15) \
+	PREFETCHT0 (R15)(R8*1) \
+	PREFETCHT0 (R15)(R8*2) \
+	PREFETCHT0 (R15)(R9*1)
+
+#define RTSETUP \
+	MOVQ     w+0(FP), R12 \
+	MOVQ     rb+8(FP), R8 \
+	LEAQ     (R8)(R8*2), R9 \
+	MOVQ     xs+24(FP), R13 \
+	LEAQ     (R13)(R13*2), R14 \
+	MOVQ     nb+40(FP), AX \
+	SHLQ     $2, AX \
+	LEAQ     (AX)(AX*2), BX \
+	MOVQ     ngroups+64(FP), R11 \
+	MOVQ     out+48(FP), R15 \
+	MOVQ     R15, 128(SP) \
+	VPCMPEQW Y15, Y15, Y15 \
+	VPSRLW   $15, Y15, Y15
+
+#define RTQ4CONSTS \
+	MOVL         $0x0f0f0f0f, R15 \
+	VMOVD        R15, X4 \
+	VPBROADCASTD X4, Y4 \
+	VMOVDQU      Y4, 136(SP) \
+	MOVL         $0x08080808, R15 \
+	VMOVD        R15, X4 \
+	VPBROADCASTD X4, Y4 \
+	VMOVDQU      Y4, 168(SP)
+
+#define RTGROUP \
+	MOVQ R12, SI \
+	LEAQ (R12)(R8*4), R10 \
+	MOVQ xq+16(FP), DI \
+	MOVQ xd+32(FP), DX \
+	MOVQ nb+40(FP), CX
+
+// RTNEXTGROUP moves on to the next group of eight rows, looping to label
+// while groups are left.
+#define RTNEXTGROUP(label) \
+	ADDQ $32, 128(SP) \
+	LEAQ (R12)(R8*8), R12 \
+	DECQ R11 \
+	JNZ  label
 
 // func dotF32AVX(a, b *float32, n int) float32
 // Chunk c of eight goes to accumulator c mod 2 (canon.go), then the same
@@ -366,44 +460,6 @@ q4r8block:
 	VZEROUPPER
 	RET
 
-// func dotQ8x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
-TEXT ·dotQ8x4AVX(SB), NOSPLIT, $0-40
-	QX4SETUP
-
-q8x4loop:
-	VPBROADCASTW (SI), X4
-	VCVTPH2PS    X4, X4
-	VMOVDQU      2(SI), Y5
-	VPSIGNB      Y5, Y5, Y6
-	QX4ROWS
-	ADDQ $34, SI
-	ADDQ $32, DI
-	ADDQ $16, DX
-	DECQ CX
-	JNZ  q8x4loop
-
-	QX4STORE
-	RET
-
-// func dotQ4x4AVX(w *byte, xq *int8, xd *float32, nb int, out *[4]float32)
-TEXT ·dotQ4x4AVX(SB), NOSPLIT, $0-40
-	QX4SETUP
-	Q4CONSTS
-
-q4x4loop:
-	VPBROADCASTW (SI), X4
-	VCVTPH2PS    X4, X4
-	Q4W(2(SI))
-	QX4ROWS
-	ADDQ $18, SI
-	ADDQ $32, DI
-	ADDQ $16, DX
-	DECQ CX
-	JNZ  q4x4loop
-
-	QX4STORE
-	RET
-
 // func axpyAVX(y *float32, a float32, x *float32, n int)
 TEXT ·axpyAVX(SB), NOSPLIT, $0-32
 	MOVQ         y+0(FP), DI
@@ -554,5 +610,511 @@ axpysloop:
 axpysnext:
 	DECQ CX
 	JNZ  axpyshead
+	VZEROUPPER
+	RET
+
+// func dotQ8TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int)
+// out[a·os/4 + r] = the dot product of Q8_0 weight row r (rows rb bytes
+// apart) with activation row a (rows xs bytes apart, their scales nb·4
+// bytes apart), for r < 8·ngroups and a < na; nb ≥ 1, ngroups ≥ 1,
+// 1 ≤ na ≤ 4.
+TEXT ·dotQ8TAVX(SB), NOSPLIT, $136-80
+	RTSETUP
+	MOVQ na+72(FP), R15
+	CMPQ R15, $2
+	JL   q8t1group
+	JE   q8t2group
+	CMPQ R15, $3
+	JE   q8t3group
+
+q8t4group:
+	RTGROUP
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+q8t4block:
+	RTLOAD8(SI)
+	RTU4
+	RTSTOREU
+	RTLOAD8(R10)
+	RTU4
+	RTW($0x02, 0(SP), Y4)
+	RTFIRST((DI), Y8)
+	RTFIRST((DI)(R13*1), Y9)
+	RTFIRST((DI)(R13*2), Y10)
+	RTFIRST((DI)(R14*1), Y11)
+	RTW($0x02, 32(SP), Y5)
+	RTNEXT(4(DI), Y8)
+	RTNEXT(4(DI)(R13*1), Y9)
+	RTNEXT(4(DI)(R13*2), Y10)
+	RTNEXT(4(DI)(R14*1), Y11)
+	RTW($0x02, 64(SP), Y6)
+	RTNEXT(8(DI), Y8)
+	RTNEXT(8(DI)(R13*1), Y9)
+	RTNEXT(8(DI)(R13*2), Y10)
+	RTNEXT(8(DI)(R14*1), Y11)
+	RTW($0x02, 96(SP), Y7)
+	RTNEXT(12(DI), Y8)
+	RTNEXT(12(DI)(R13*1), Y9)
+	RTNEXT(12(DI)(R13*2), Y10)
+	RTNEXT(12(DI)(R14*1), Y11)
+	RTW($0x13, 0(SP), Y4)
+	RTNEXT(16(DI), Y8)
+	RTNEXT(16(DI)(R13*1), Y9)
+	RTNEXT(16(DI)(R13*2), Y10)
+	RTNEXT(16(DI)(R14*1), Y11)
+	RTW($0x13, 32(SP), Y5)
+	RTNEXT(20(DI), Y8)
+	RTNEXT(20(DI)(R13*1), Y9)
+	RTNEXT(20(DI)(R13*2), Y10)
+	RTNEXT(20(DI)(R14*1), Y11)
+	RTW($0x13, 64(SP), Y6)
+	RTNEXT(24(DI), Y8)
+	RTNEXT(24(DI)(R13*1), Y9)
+	RTNEXT(24(DI)(R13*2), Y10)
+	RTNEXT(24(DI)(R14*1), Y11)
+	RTW($0x13, 96(SP), Y7)
+	RTNEXT(28(DI), Y8)
+	RTNEXT(28(DI)(R13*1), Y9)
+	RTNEXT(28(DI)(R13*2), Y10)
+	RTNEXT(28(DI)(R14*1), Y11)
+	RTSCALE8
+	RTACC((DX), Y8, Y0)
+	RTACC((DX)(AX*1), Y9, Y1)
+	RTACC((DX)(AX*2), Y10, Y2)
+	RTACC((DX)(BX*1), Y11, Y3)
+	RTPREFETCH
+	ADDQ $34, SI
+	ADDQ $34, R10
+	ADDQ $32, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  q8t4block
+
+	MOVQ 128(SP), R15
+	VMOVUPS Y0, (R15)
+	ADDQ os+56(FP), R15
+	VMOVUPS Y1, (R15)
+	ADDQ os+56(FP), R15
+	VMOVUPS Y2, (R15)
+	ADDQ os+56(FP), R15
+	VMOVUPS Y3, (R15)
+	RTNEXTGROUP(q8t4group)
+	VZEROUPPER
+	RET
+
+q8t3group:
+	RTGROUP
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+
+q8t3block:
+	RTLOAD8(SI)
+	RTU4
+	RTSTOREU
+	RTLOAD8(R10)
+	RTU4
+	RTW($0x02, 0(SP), Y4)
+	RTFIRST((DI), Y8)
+	RTFIRST((DI)(R13*1), Y9)
+	RTFIRST((DI)(R13*2), Y10)
+	RTW($0x02, 32(SP), Y5)
+	RTNEXT(4(DI), Y8)
+	RTNEXT(4(DI)(R13*1), Y9)
+	RTNEXT(4(DI)(R13*2), Y10)
+	RTW($0x02, 64(SP), Y6)
+	RTNEXT(8(DI), Y8)
+	RTNEXT(8(DI)(R13*1), Y9)
+	RTNEXT(8(DI)(R13*2), Y10)
+	RTW($0x02, 96(SP), Y7)
+	RTNEXT(12(DI), Y8)
+	RTNEXT(12(DI)(R13*1), Y9)
+	RTNEXT(12(DI)(R13*2), Y10)
+	RTW($0x13, 0(SP), Y4)
+	RTNEXT(16(DI), Y8)
+	RTNEXT(16(DI)(R13*1), Y9)
+	RTNEXT(16(DI)(R13*2), Y10)
+	RTW($0x13, 32(SP), Y5)
+	RTNEXT(20(DI), Y8)
+	RTNEXT(20(DI)(R13*1), Y9)
+	RTNEXT(20(DI)(R13*2), Y10)
+	RTW($0x13, 64(SP), Y6)
+	RTNEXT(24(DI), Y8)
+	RTNEXT(24(DI)(R13*1), Y9)
+	RTNEXT(24(DI)(R13*2), Y10)
+	RTW($0x13, 96(SP), Y7)
+	RTNEXT(28(DI), Y8)
+	RTNEXT(28(DI)(R13*1), Y9)
+	RTNEXT(28(DI)(R13*2), Y10)
+	RTSCALE8
+	RTACC((DX), Y8, Y0)
+	RTACC((DX)(AX*1), Y9, Y1)
+	RTACC((DX)(AX*2), Y10, Y2)
+	RTPREFETCH
+	ADDQ $34, SI
+	ADDQ $34, R10
+	ADDQ $32, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  q8t3block
+
+	MOVQ 128(SP), R15
+	VMOVUPS Y0, (R15)
+	ADDQ os+56(FP), R15
+	VMOVUPS Y1, (R15)
+	ADDQ os+56(FP), R15
+	VMOVUPS Y2, (R15)
+	RTNEXTGROUP(q8t3group)
+	VZEROUPPER
+	RET
+
+q8t2group:
+	RTGROUP
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+
+q8t2block:
+	RTLOAD8(SI)
+	RTU4
+	RTSTOREU
+	RTLOAD8(R10)
+	RTU4
+	RTW($0x02, 0(SP), Y4)
+	RTFIRST((DI), Y8)
+	RTFIRST((DI)(R13*1), Y9)
+	RTW($0x02, 32(SP), Y5)
+	RTNEXT(4(DI), Y8)
+	RTNEXT(4(DI)(R13*1), Y9)
+	RTW($0x02, 64(SP), Y6)
+	RTNEXT(8(DI), Y8)
+	RTNEXT(8(DI)(R13*1), Y9)
+	RTW($0x02, 96(SP), Y7)
+	RTNEXT(12(DI), Y8)
+	RTNEXT(12(DI)(R13*1), Y9)
+	RTW($0x13, 0(SP), Y4)
+	RTNEXT(16(DI), Y8)
+	RTNEXT(16(DI)(R13*1), Y9)
+	RTW($0x13, 32(SP), Y5)
+	RTNEXT(20(DI), Y8)
+	RTNEXT(20(DI)(R13*1), Y9)
+	RTW($0x13, 64(SP), Y6)
+	RTNEXT(24(DI), Y8)
+	RTNEXT(24(DI)(R13*1), Y9)
+	RTW($0x13, 96(SP), Y7)
+	RTNEXT(28(DI), Y8)
+	RTNEXT(28(DI)(R13*1), Y9)
+	RTSCALE8
+	RTACC((DX), Y8, Y0)
+	RTACC((DX)(AX*1), Y9, Y1)
+	RTPREFETCH
+	ADDQ $34, SI
+	ADDQ $34, R10
+	ADDQ $32, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  q8t2block
+
+	MOVQ 128(SP), R15
+	VMOVUPS Y0, (R15)
+	ADDQ os+56(FP), R15
+	VMOVUPS Y1, (R15)
+	RTNEXTGROUP(q8t2group)
+	VZEROUPPER
+	RET
+
+q8t1group:
+	RTGROUP
+	VXORPS Y0, Y0, Y0
+
+q8t1block:
+	RTLOAD8(SI)
+	RTU4
+	RTSTOREU
+	RTLOAD8(R10)
+	RTU4
+	RTW($0x02, 0(SP), Y4)
+	RTFIRST((DI), Y8)
+	RTW($0x02, 32(SP), Y5)
+	RTNEXT(4(DI), Y8)
+	RTW($0x02, 64(SP), Y6)
+	RTNEXT(8(DI), Y8)
+	RTW($0x02, 96(SP), Y7)
+	RTNEXT(12(DI), Y8)
+	RTW($0x13, 0(SP), Y4)
+	RTNEXT(16(DI), Y8)
+	RTW($0x13, 32(SP), Y5)
+	RTNEXT(20(DI), Y8)
+	RTW($0x13, 64(SP), Y6)
+	RTNEXT(24(DI), Y8)
+	RTW($0x13, 96(SP), Y7)
+	RTNEXT(28(DI), Y8)
+	RTSCALE8
+	RTACC((DX), Y8, Y0)
+	RTPREFETCH
+	ADDQ $34, SI
+	ADDQ $34, R10
+	ADDQ $32, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  q8t1block
+
+	MOVQ 128(SP), R15
+	VMOVUPS Y0, (R15)
+	RTNEXTGROUP(q8t1group)
+	VZEROUPPER
+	RET
+
+// func dotQ4TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int)
+// dotQ8TAVX for Q4_0 weight rows.
+TEXT ·dotQ4TAVX(SB), NOSPLIT, $200-80
+	RTSETUP
+	RTQ4CONSTS
+	MOVQ na+72(FP), R15
+	CMPQ R15, $2
+	JL   q4t1group
+	JE   q4t2group
+	CMPQ R15, $3
+	JE   q4t3group
+
+q4t4group:
+	RTGROUP
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+q4t4block:
+	RTLOAD4(SI)
+	RTU4
+	RTSTOREU
+	RTLOAD4(R10)
+	RTU4
+	RTW($0x02, 0(SP), Y4)
+	RTFIRST((DI), Y8)
+	RTFIRST((DI)(R13*1), Y9)
+	RTFIRST((DI)(R13*2), Y10)
+	RTFIRST((DI)(R14*1), Y11)
+	RTW($0x02, 32(SP), Y5)
+	RTNEXT(4(DI), Y8)
+	RTNEXT(4(DI)(R13*1), Y9)
+	RTNEXT(4(DI)(R13*2), Y10)
+	RTNEXT(4(DI)(R14*1), Y11)
+	RTW($0x02, 64(SP), Y6)
+	RTNEXT(8(DI), Y8)
+	RTNEXT(8(DI)(R13*1), Y9)
+	RTNEXT(8(DI)(R13*2), Y10)
+	RTNEXT(8(DI)(R14*1), Y11)
+	RTW($0x02, 96(SP), Y7)
+	RTNEXT(12(DI), Y8)
+	RTNEXT(12(DI)(R13*1), Y9)
+	RTNEXT(12(DI)(R13*2), Y10)
+	RTNEXT(12(DI)(R14*1), Y11)
+	RTW($0x13, 0(SP), Y4)
+	RTNEXT(16(DI), Y8)
+	RTNEXT(16(DI)(R13*1), Y9)
+	RTNEXT(16(DI)(R13*2), Y10)
+	RTNEXT(16(DI)(R14*1), Y11)
+	RTW($0x13, 32(SP), Y5)
+	RTNEXT(20(DI), Y8)
+	RTNEXT(20(DI)(R13*1), Y9)
+	RTNEXT(20(DI)(R13*2), Y10)
+	RTNEXT(20(DI)(R14*1), Y11)
+	RTW($0x13, 64(SP), Y6)
+	RTNEXT(24(DI), Y8)
+	RTNEXT(24(DI)(R13*1), Y9)
+	RTNEXT(24(DI)(R13*2), Y10)
+	RTNEXT(24(DI)(R14*1), Y11)
+	RTW($0x13, 96(SP), Y7)
+	RTNEXT(28(DI), Y8)
+	RTNEXT(28(DI)(R13*1), Y9)
+	RTNEXT(28(DI)(R13*2), Y10)
+	RTNEXT(28(DI)(R14*1), Y11)
+	RTSCALE8
+	RTACC((DX), Y8, Y0)
+	RTACC((DX)(AX*1), Y9, Y1)
+	RTACC((DX)(AX*2), Y10, Y2)
+	RTACC((DX)(BX*1), Y11, Y3)
+	RTPREFETCH
+	ADDQ $18, SI
+	ADDQ $18, R10
+	ADDQ $32, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  q4t4block
+
+	MOVQ 128(SP), R15
+	VMOVUPS Y0, (R15)
+	ADDQ os+56(FP), R15
+	VMOVUPS Y1, (R15)
+	ADDQ os+56(FP), R15
+	VMOVUPS Y2, (R15)
+	ADDQ os+56(FP), R15
+	VMOVUPS Y3, (R15)
+	RTNEXTGROUP(q4t4group)
+	VZEROUPPER
+	RET
+
+q4t3group:
+	RTGROUP
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+
+q4t3block:
+	RTLOAD4(SI)
+	RTU4
+	RTSTOREU
+	RTLOAD4(R10)
+	RTU4
+	RTW($0x02, 0(SP), Y4)
+	RTFIRST((DI), Y8)
+	RTFIRST((DI)(R13*1), Y9)
+	RTFIRST((DI)(R13*2), Y10)
+	RTW($0x02, 32(SP), Y5)
+	RTNEXT(4(DI), Y8)
+	RTNEXT(4(DI)(R13*1), Y9)
+	RTNEXT(4(DI)(R13*2), Y10)
+	RTW($0x02, 64(SP), Y6)
+	RTNEXT(8(DI), Y8)
+	RTNEXT(8(DI)(R13*1), Y9)
+	RTNEXT(8(DI)(R13*2), Y10)
+	RTW($0x02, 96(SP), Y7)
+	RTNEXT(12(DI), Y8)
+	RTNEXT(12(DI)(R13*1), Y9)
+	RTNEXT(12(DI)(R13*2), Y10)
+	RTW($0x13, 0(SP), Y4)
+	RTNEXT(16(DI), Y8)
+	RTNEXT(16(DI)(R13*1), Y9)
+	RTNEXT(16(DI)(R13*2), Y10)
+	RTW($0x13, 32(SP), Y5)
+	RTNEXT(20(DI), Y8)
+	RTNEXT(20(DI)(R13*1), Y9)
+	RTNEXT(20(DI)(R13*2), Y10)
+	RTW($0x13, 64(SP), Y6)
+	RTNEXT(24(DI), Y8)
+	RTNEXT(24(DI)(R13*1), Y9)
+	RTNEXT(24(DI)(R13*2), Y10)
+	RTW($0x13, 96(SP), Y7)
+	RTNEXT(28(DI), Y8)
+	RTNEXT(28(DI)(R13*1), Y9)
+	RTNEXT(28(DI)(R13*2), Y10)
+	RTSCALE8
+	RTACC((DX), Y8, Y0)
+	RTACC((DX)(AX*1), Y9, Y1)
+	RTACC((DX)(AX*2), Y10, Y2)
+	RTPREFETCH
+	ADDQ $18, SI
+	ADDQ $18, R10
+	ADDQ $32, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  q4t3block
+
+	MOVQ 128(SP), R15
+	VMOVUPS Y0, (R15)
+	ADDQ os+56(FP), R15
+	VMOVUPS Y1, (R15)
+	ADDQ os+56(FP), R15
+	VMOVUPS Y2, (R15)
+	RTNEXTGROUP(q4t3group)
+	VZEROUPPER
+	RET
+
+q4t2group:
+	RTGROUP
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+
+q4t2block:
+	RTLOAD4(SI)
+	RTU4
+	RTSTOREU
+	RTLOAD4(R10)
+	RTU4
+	RTW($0x02, 0(SP), Y4)
+	RTFIRST((DI), Y8)
+	RTFIRST((DI)(R13*1), Y9)
+	RTW($0x02, 32(SP), Y5)
+	RTNEXT(4(DI), Y8)
+	RTNEXT(4(DI)(R13*1), Y9)
+	RTW($0x02, 64(SP), Y6)
+	RTNEXT(8(DI), Y8)
+	RTNEXT(8(DI)(R13*1), Y9)
+	RTW($0x02, 96(SP), Y7)
+	RTNEXT(12(DI), Y8)
+	RTNEXT(12(DI)(R13*1), Y9)
+	RTW($0x13, 0(SP), Y4)
+	RTNEXT(16(DI), Y8)
+	RTNEXT(16(DI)(R13*1), Y9)
+	RTW($0x13, 32(SP), Y5)
+	RTNEXT(20(DI), Y8)
+	RTNEXT(20(DI)(R13*1), Y9)
+	RTW($0x13, 64(SP), Y6)
+	RTNEXT(24(DI), Y8)
+	RTNEXT(24(DI)(R13*1), Y9)
+	RTW($0x13, 96(SP), Y7)
+	RTNEXT(28(DI), Y8)
+	RTNEXT(28(DI)(R13*1), Y9)
+	RTSCALE8
+	RTACC((DX), Y8, Y0)
+	RTACC((DX)(AX*1), Y9, Y1)
+	RTPREFETCH
+	ADDQ $18, SI
+	ADDQ $18, R10
+	ADDQ $32, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  q4t2block
+
+	MOVQ 128(SP), R15
+	VMOVUPS Y0, (R15)
+	ADDQ os+56(FP), R15
+	VMOVUPS Y1, (R15)
+	RTNEXTGROUP(q4t2group)
+	VZEROUPPER
+	RET
+
+q4t1group:
+	RTGROUP
+	VXORPS Y0, Y0, Y0
+
+q4t1block:
+	RTLOAD4(SI)
+	RTU4
+	RTSTOREU
+	RTLOAD4(R10)
+	RTU4
+	RTW($0x02, 0(SP), Y4)
+	RTFIRST((DI), Y8)
+	RTW($0x02, 32(SP), Y5)
+	RTNEXT(4(DI), Y8)
+	RTW($0x02, 64(SP), Y6)
+	RTNEXT(8(DI), Y8)
+	RTW($0x02, 96(SP), Y7)
+	RTNEXT(12(DI), Y8)
+	RTW($0x13, 0(SP), Y4)
+	RTNEXT(16(DI), Y8)
+	RTW($0x13, 32(SP), Y5)
+	RTNEXT(20(DI), Y8)
+	RTW($0x13, 64(SP), Y6)
+	RTNEXT(24(DI), Y8)
+	RTW($0x13, 96(SP), Y7)
+	RTNEXT(28(DI), Y8)
+	RTSCALE8
+	RTACC((DX), Y8, Y0)
+	RTPREFETCH
+	ADDQ $18, SI
+	ADDQ $18, R10
+	ADDQ $32, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  q4t1block
+
+	MOVQ 128(SP), R15
+	VMOVUPS Y0, (R15)
+	RTNEXTGROUP(q4t1group)
 	VZEROUPPER
 	RET

@@ -7,7 +7,7 @@ const haveAsm = false
 
 func setAsm() {}
 
-// haveVNNI is false too: batches use the x4 kernels.
+// haveVNNI is false too: no tiled kernels but the Go ones.
 const haveVNNI = false
 
 func setVNNI() {}

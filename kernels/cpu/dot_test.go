@@ -96,21 +96,20 @@ func TestQuantDotAsm(t *testing.T) {
 	asmKernels(t)
 	r := rand.New(rand.NewPCG(7, 8))
 	type kern struct {
-		dt           kernels.DType
-		one, oneGo   func([]byte, []int8, []float32) float32
-		four, fourGo func([]byte, []int8, []float32, int, *[4]float32)
+		dt         kernels.DType
+		one, oneGo func([]byte, []int8, []float32) float32
 	}
 	ks := []kern{
-		{kernels.Q8_0, dotQ8, dotQ8Go, dotQ8x4, dotQ8x4Go},
-		{kernels.Q4_0, dotQ4, dotQ4Go, dotQ4x4, dotQ4x4Go},
+		{kernels.Q8_0, dotQ8, dotQ8Go},
+		{kernels.Q4_0, dotQ4, dotQ4Go},
 	}
 	for _, k := range ks {
 		for _, nb := range []int{0, 1, 2, 3, 5, 24, 96, 97} {
 			for _, mode := range []string{"random", "extreme"} {
 				t.Run(fmt.Sprintf("%v/nb=%d/%s", k.dt, nb, mode), func(t *testing.T) {
 					w := randBlocks(r, k.dt, nb, mode == "extreme")
-					xq := make([]int8, 4*nb*32)
-					xd := make([]float32, 4*nb)
+					xq := make([]int8, nb*32)
+					xd := make([]float32, nb)
 					for i := range xq {
 						xq[i] = int8(r.IntN(255) - 127)
 						if mode == "extreme" {
@@ -120,18 +119,9 @@ func TestQuantDotAsm(t *testing.T) {
 					for i := range xd {
 						xd[i] = r.Float32() * 0.02
 					}
-					have, want := k.one(w, xq[:nb*32], xd[:nb]), k.oneGo(w, xq[:nb*32], xd[:nb])
+					have, want := k.one(w, xq, xd), k.oneGo(w, xq, xd)
 					if !sameBits(have, want) {
 						t.Errorf("one row: have %g; want %g", have, want)
-					}
-					var h4, w4 [4]float32
-					h4 = [4]float32{9, 9, 9, 9}
-					k.four(w, xq, xd, nb, &h4)
-					k.fourGo(w, xq, xd, nb, &w4)
-					for j := range 4 {
-						if !sameBits(h4[j], w4[j]) || !sameBits(w4[j], k.oneGo(w, xq[j*nb*32:(j+1)*nb*32], xd4col(xd, j))) {
-							t.Errorf("x4 row %d: have %g; want %g", j, h4[j], w4[j])
-						}
 					}
 				})
 			}
@@ -347,18 +337,6 @@ func TestQuantRowQ8Rounding(t *testing.T) {
 	}
 }
 
-// xd4col returns row j's scales from the x4 kernels' interleaved ones.
-func xd4col(xd4 []float32, j int) []float32 {
-	out := make([]float32, len(xd4)/4)
-	for b := range out {
-		out[b] = xd4[4*b+j]
-	}
-	return out
-}
-
-// TestFMA32 checks the Go fused multiply-add against exact arithmetic
-// rounded once, on random operands and on ones built to land the float64
-// sum exactly halfway between two float32s.
 func TestFMA32(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
 	exact := func(a, b, c float32) float32 {
@@ -397,4 +375,69 @@ func TestFMA32(t *testing.T) {
 	}
 	check(0, 5, -0.0)
 	check(-0.0, 5, 0)
+}
+
+// TestRowsNAsm checks the multi-row kernels against the Go ones bit for
+// bit, and against each activation row computed alone by the batch-1
+// kernels: every weight-row count around the groups of eight (partial
+// groups, fewer than eight rows in all), every activation-row count, rows
+// with padding between them, and extreme values.
+func TestRowsNAsm(t *testing.T) {
+	asmKernels(t)
+	r := rand.New(rand.NewPCG(9, 10))
+	type kern struct {
+		dt     kernels.DType
+		bb     int
+		n, nGo func([]byte, int, int, int, int, []int8, []float32, []float32, int)
+		rows   func([]byte, int, []int8, []float32, []float32)
+	}
+	ks := []kern{
+		{kernels.Q8_0, q8Bytes, dotQ8RowsN, dotQ8RowsNGo, dotQ8Rows},
+		{kernels.Q4_0, q4Bytes, dotQ4RowsN, dotQ4RowsNGo, dotQ4Rows},
+	}
+	for _, k := range ks {
+		for _, nb := range []int{0, 1, 3, 24} {
+			for _, m := range []int{1, 2, 7, 8, 9, 15, 16, 17, 24, 31} {
+				for _, mode := range []string{"random", "extreme"} {
+					pad := r.IntN(3) * k.bb
+					rb := nb*k.bb + pad
+					w := randBlocks(r, k.dt, (m*rb+k.bb-1)/k.bb+1, mode == "extreme")
+					xq := make([]int8, maxRowsN*nb*32)
+					xd := make([]float32, maxRowsN*nb)
+					for i := range xq {
+						xq[i] = int8(r.IntN(255) - 127)
+						if mode == "extreme" {
+							xq[i] = []int8{127, -127, 0}[r.IntN(3)]
+						}
+					}
+					for i := range xd {
+						xd[i] = r.Float32() * 0.02
+					}
+					for na := 1; na <= maxRowsN; na++ {
+						os := m + r.IntN(3)
+						have := make([]float32, na*os)
+						want := make([]float32, na*os)
+						for i := range have {
+							have[i], want[i] = 7, 7
+						}
+						k.n(w, rb, m, nb, na, xq, xd, have, os)
+						k.nGo(w, rb, m, nb, na, xq, xd, want, os)
+						one := make([]float32, m)
+						for a := range na {
+							k.rows(w, rb, xq[a*nb*32:(a+1)*nb*32], xd[a*nb:(a+1)*nb], one)
+							for i := range os {
+								h, g := have[a*os+i], want[a*os+i]
+								if i < m && !sameBits(g, one[i]) {
+									t.Fatalf("%v nb=%d m=%d na=%d: Go row %d of %d differs from the batch-1 kernel", k.dt, nb, m, na, i, a)
+								}
+								if !sameBits(h, g) {
+									t.Fatalf("%v nb=%d m=%d na=%d %s: out[%d][%d] = %g; want %g", k.dt, nb, m, na, mode, a, i, h, g)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
 }

@@ -53,11 +53,8 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 		if cap(b.xd) < n*nb {
 			b.xd = make([]float32, n*nb)
 		}
-		if n4 := (n + 3) / 4 * 4 * nb; cap(b.xd4) < n4 {
-			b.xd4 = make([]float32, n4)
-		}
-		t.xq, t.xd, t.xd4 = b.xq[:n*k], b.xd[:n*nb], b.xd4[:(n+3)/4*4*nb]
-		b.qx = quantTask{xq: t.xq, xd: t.xd, xd4: t.xd4, x: xt}
+		t.xq, t.xd = b.xq[:n*k], b.xd[:n*nb]
+		b.qx = quantTask{xq: t.xq, xd: t.xd, x: xt}
 		b.pool.run(&b.qx, n, max(1, 16384/k))
 	}
 	grain := m
@@ -164,11 +161,11 @@ func (t *manyTask) run(wk, lo, hi int) {
 }
 
 type quantTask struct {
-	b       *Backend
-	xq      []int8
-	xd, xd4 []float32
-	x       *Tensor
-	act     tileAct // the tile layout, when act.xp is not nil
+	b   *Backend
+	xq  []int8
+	xd  []float32
+	x   *Tensor
+	act tileAct // the tile layout, when act.xp is not nil
 }
 
 func (t *quantTask) run(wk, lo, hi int) {
@@ -185,12 +182,7 @@ func (t *quantTask) run(wk, lo, hi int) {
 		return
 	}
 	for r := lo; r < hi; r++ {
-		xd := t.xd[r*nb : (r+1)*nb]
-		quantRowQ8(t.xq[r*k:(r+1)*k], xd, t.x.row(r))
-		g := t.xd4[r/4*4*nb:]
-		for b, d := range xd {
-			g[4*b+r%4] = d
-		}
+		quantRowQ8(t.xq[r*k:(r+1)*k], t.xd[r*nb:(r+1)*nb], t.x.row(r))
 	}
 }
 
@@ -198,7 +190,7 @@ type matmulTask struct {
 	b         *Backend
 	dst, x, w *Tensor
 	xq        []int8
-	xd, xd4   []float32
+	xd        []float32
 	// tile, when not nil, is the tiled kernel, and act the activations
 	// in its layout.
 	tile tileStoreFunc
@@ -213,56 +205,60 @@ func (t *matmulTask) run(wk, lo, hi int) {
 		t.runTiles(wk, lo, hi)
 		return
 	}
+	if t.w.dt == kernels.Q8_0 || t.w.dt == kernels.Q4_0 {
+		t.runQuant(lo, hi)
+		return
+	}
 	o4 := &t.b.scratch[wk].o4
 	for r0 := 0; r0 < n; r0 += xTile {
 		r1 := min(n, r0+xTile)
-		if t.w.dt == kernels.Q8_0 || t.w.dt == kernels.Q4_0 {
-			// Rows the x4 kernels do not take, each against the whole
-			// chunk of weight rows in one call.
-			nb, rb := k/kernels.QK, t.w.rowBytes
-			rows := dotQ8Rows
-			if t.w.dt == kernels.Q4_0 {
-				rows = dotQ4Rows
-			}
-			rq := r0 + (r1-r0)&^3
-			for r := rq; r < r1; r++ {
-				rows(t.w.raw[lo*rb:], rb, t.xq[r*k:(r+1)*k], t.xd[r*nb:(r+1)*nb], out[r*m+lo:r*m+hi])
-			}
-			r1 = rq
-		}
 		for o := lo; o < hi; o++ {
-			switch t.w.dt {
-			case kernels.Q8_0, kernels.Q4_0:
-				nb := k / kernels.QK
-				wr := t.w.rawRow(o)
-				dot4 := dotQ8x4
-				if t.w.dt == kernels.Q4_0 {
-					dot4 = dotQ4x4
-				}
-				for r := r0; r+4 <= r1; r += 4 {
-					dot4(wr, t.xq[r*k:(r+4)*k], t.xd4[r*nb:(r+4)*nb], nb, o4)
-					out[r*m+o], out[(r+1)*m+o], out[(r+2)*m+o], out[(r+3)*m+o] = o4[0], o4[1], o4[2], o4[3]
-				}
-			default:
-				var wr []float32
-				if t.w.dt == kernels.F32 {
-					wr = t.w.row(o)
-				} else {
-					wr = t.b.scratch[wk].floats(k)
-					convertRow(wr, t.w.dt, t.w.rawRow(o))
-				}
-				x := t.x.f32
-				r := r0
-				for ; r+4 <= r1; r += 4 {
-					dotF32x4(wr, x[r*k:(r+4)*k], o4)
-					out[r*m+o], out[(r+1)*m+o], out[(r+2)*m+o], out[(r+3)*m+o] = o4[0], o4[1], o4[2], o4[3]
-				}
-				for ; r < r1; r++ {
-					out[r*m+o] = dotF32(wr, x[r*k:(r+1)*k])
-				}
+			var wr []float32
+			if t.w.dt == kernels.F32 {
+				wr = t.w.row(o)
+			} else {
+				wr = t.b.scratch[wk].floats(k)
+				convertRow(wr, t.w.dt, t.w.rawRow(o))
+			}
+			x := t.x.f32
+			r := r0
+			for ; r+4 <= r1; r += 4 {
+				dotF32x4(wr, x[r*k:(r+4)*k], o4)
+				out[r*m+o], out[(r+1)*m+o], out[(r+2)*m+o], out[(r+3)*m+o] = o4[0], o4[1], o4[2], o4[3]
+			}
+			for ; r < r1; r++ {
+				out[r*m+o] = dotF32(wr, x[r*k:(r+1)*k])
 			}
 		}
 	}
+}
+
+// runQuant is run for Q8_0 and Q4_0 weights below the tiled kernels' batch:
+// up to maxRowsN activation rows against the whole chunk of weight rows in
+// one kernel call, which reads each weight block once for all of them;
+// the chunk is then in cache for the next rows.
+func (t *matmulTask) runQuant(lo, hi int) {
+	n, k, m := t.x.rows, t.x.cols, t.w.rows
+	nb, rb := k/kernels.QK, t.w.rowBytes
+	out := t.dst.f32
+	rows := dotQ8RowsN
+	if t.w.dt == kernels.Q4_0 {
+		rows = dotQ4RowsN
+	}
+	for r := 0; r < n; {
+		na := rowsSplit(n - r)
+		rows(t.w.raw[lo*rb:], rb, hi-lo, nb, na, t.xq[r*k:(r+na)*k], t.xd[r*nb:(r+na)*nb], out[r*m+lo:], m)
+		r += na
+	}
+}
+
+// rowsSplit returns how many of the n activation rows left the next
+// multi-row kernel call takes: as even a split as maxRowsN allows, larger
+// calls first, since the first pass over a chunk of weight rows waits for
+// memory anyway and the ones after it find the chunk in cache.
+func rowsSplit(n int) int {
+	calls := (n + maxRowsN - 1) / maxRowsN
+	return (n + calls - 1) / calls
 }
 
 // runTiles is run for the tiled kernels.

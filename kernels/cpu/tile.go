@@ -38,18 +38,16 @@ const (
 	tileOut   = tileRows * tileW // outputs per kernel call
 )
 
-// tileMinRows is the batch from which the tiled kernels beat the x4 ones:
-// below it, padding the tile to eight rows wastes more than it saves. The
-// AVX2 tiles raise it (setTilesAVX2): without VNNI a tile costs about what
-// eight rows do, so four or five rows (a speculative verification's tree)
-// ran at nearly twice the x4 kernels' cost.
+// tileMinRows is the batch from which the tiled kernels beat the multi-row
+// ones (dotQ8RowsN): below it, padding the tile to eight rows wastes more
+// than it saves. The AVX2 tiles raise it (setTilesAVX2).
 var tileMinRows = 4
 
 // q8TileStore and q4TileStore, when not nil, compute ntiles tiles of four
 // weight rows (the rows stride bytes apart, starting at w) against groups
 // (1 or 2) consecutive eight-row activation tiles of nb blocks (a) and
 // store activation row l's results for weight row c at out[l·ostride+c],
-// for l < nrows and c < 4·ntiles. Nil means MatMul uses the x4 kernels
+// for l < nrows and c < 4·ntiles. Nil means MatMul uses the multi-row kernels
 // instead.
 var q8TileStore, q4TileStore tileStoreFunc
 
@@ -223,7 +221,7 @@ func tileBytes(n, nb int) (xp, xd int) {
 type tileMode int
 
 const (
-	tilesOff tileMode = iota // the x4 kernels for every batch
+	tilesOff tileMode = iota // the multi-row kernels for every batch
 	tilesGo                  // the Go tile kernels (tests: the tile path on any CPU)
 	tilesAsm                 // the VNNI tile kernels, else the AVX2 ones, where the CPU has them
 )

@@ -21,11 +21,12 @@ func setTilesAVX2() {
 		q4Tile4x8AVX(&w[0], stride, &a.xp[0], &a.xd[0], nb, o, &a.xc[0])
 	}, q4Bytes)
 	q8TileSigned = true
-	// Measured on an AVX2-only two-core host (CPU time of one forward
-	// pass of a 95M-parameter Q8_0 model, relative to one row): at 4 rows
-	// 2.9× with tiles against 1.7× with the x4 kernels, at 5 rows 3.1×
-	// against 2.5×; from 6 rows on they are even.
-	tileMinRows = 6
+	// Without VNNI a tile costs about what eight rows cost in the
+	// multi-row kernels (dotQ8RowsN), and a batch is padded to whole tiles
+	// of eight: measured on an AVX2-only two-core host (one decode step of
+	// a 110 MB Q8_0 model), the multi-row kernels are faster up to 15 rows
+	// (9 rows: 28 ms against 46) and even at 16.
+	tileMinRows = 16
 }
 
 // tileStoreAVX2 is a store kernel on a one-tile kernel: it checks the

@@ -51,6 +51,21 @@ func batches(r *rand.Rand, n, mixes int) [][]int {
 	return out
 }
 
+// smallBatches returns one random composition of rows [0, n) of each size
+// from 2 to 9: the batches of a speculative verification and of a few
+// streams, which a backend may give kernels of their own.
+func smallBatches(r *rand.Rand, n int) [][]int {
+	var out [][]int
+	for m := 2; m <= 9; m++ {
+		bt := make([]int, m)
+		for j := range bt {
+			bt[j] = r.IntN(n)
+		}
+		out = append(out, bt)
+	}
+	return out
+}
+
 // pick gathers rows idx of vals (rows of width w).
 func pick(vals []float32, w int, idx []int) []float32 {
 	out := make([]float32, 0, len(idx)*w)
@@ -96,7 +111,7 @@ func invMatMul(t *testing.T, b kernels.Backend, r *rand.Rand) {
 				all[i] = i
 			}
 			ref := mm(all)
-			for _, bt := range batches(r, n, 6) {
+			for _, bt := range append(batches(r, n, 6), smallBatches(r, n)...) {
 				if j := sameRows(mm(bt), ref, m, bt); j >= 0 {
 					t.Fatalf("%v %d×%d: row %d in a batch of %d differs from it in the batch of %d", dt, m, k, bt[j], len(bt), n)
 				}
