@@ -14,7 +14,7 @@ import (
 func MeasureBandwidth(bytes int, dur time.Duration) (bytesPerSec float64) {
 	initTables()
 	threads := runtime.NumCPU()
-	per := max(bytes/4/threads, 1024)
+	per := max(bytes/4/threads, 1024) &^ 3
 	buf := make([]float32, per*threads)
 	for i := range buf {
 		buf[i] = 1 // touch every page before timing
@@ -31,9 +31,14 @@ func MeasureBandwidth(bytes int, dur time.Duration) (bytesPerSec float64) {
 		go func() {
 			defer wg.Done()
 			part := buf[t*per : (t+1)*per]
+			var o [4]float32
+			var sc gemmScratch
 			for time.Now().Before(deadline) || total[t] == 0 {
-				// a·a reads each cache line once from memory.
-				sink[t] += dotF32(part, part)
+				// Four weight rows against one activation row, as a
+				// batch-1 decode reads them: each cache line once from
+				// memory (the activation row is the first weight row).
+				gemmF32(o[:], 4, part, 4, part, 1, per/4, &sc)
+				sink[t] += o[0]
 				total[t] += int64(len(part)) * 4
 			}
 		}()

@@ -16,11 +16,14 @@ import "math"
 //     float32 rounding) and acc = fma(s_b, d_b, acc), one rounding, from
 //     acc = +0. Integer sums are exact in any order, so how a kernel splits
 //     a block across lanes does not matter; the float steps are the same.
-//   - F32 rows of k values: the first k &^ 7 split into chunks of eight;
-//     chunk c is fused-multiply-added lane by lane into accumulator c mod 2;
-//     the two accumulators are added lane by lane, the eight lanes reduced
-//     as ((v0+v1)+(v2+v3)) + ((v4+v5)+(v6+v7)), and the last k mod 8
-//     products fused into that sum in order.
+//   - F32 rows of k values: the first k &^ 7 split into chunks of eight,
+//     fused-multiply-added lane by lane, chunk after chunk, into one
+//     accumulator of eight lanes from +0; the eight lanes reduced as
+//     ((v0+v1)+(v2+v3)) + ((v4+v5)+(v6+v7)), and the last k mod 8 products
+//     fused into that sum in order. One accumulator per output (not two, to
+//     hide the FMA latency of a lone dot product) because a GEMM tile
+//     computes twelve outputs at once and has no registers to spare: its
+//     independent outputs hide the latency instead (gemm_f32_amd64.s).
 //
 // Fused multiply-add is the rule because the fast kernels use it; fma32 is
 // its exact Go form, for the reference kernels and the wrappers' tails.

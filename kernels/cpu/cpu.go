@@ -111,7 +111,7 @@ type Backend struct {
 
 // workerScratch is memory one worker reuses across ops.
 type workerScratch struct {
-	f32 []float32 // a weight row converted to F32 (F16/BF16 MatMul, Gather)
+	f32 []float32 // weight rows converted to F32 (F16/BF16 MatMul, Gather)
 	att []float32 // attention scores of one (row, chunk of heads)
 	cs  []float32 // RoPE cos/sin pairs of one row
 	// o4 receives the x4 kernels' results; it lives here because a
@@ -123,6 +123,8 @@ type workerScratch struct {
 	// into the tile layout.
 	qt []int8
 	qd []float32
+	// gemm is gemmF32's.
+	gemm gemmScratch
 }
 
 func (s *workerScratch) floats(n int) []float32 {

@@ -27,8 +27,10 @@ var (
 	//
 	// dotF32 returns Σ a[i]·b[i]; len(b) ≥ len(a).
 	dotF32 func(a, b []float32) float32
-	// dotF32x4 sets out[j] = Σ w[i]·x[j*len(w)+i] for j < 4.
-	dotF32x4 func(w, x []float32, out *[4]float32)
+	// gemmF32 sets out[j·ldo+i] = dotF32(w row i, x row j) for i < mw and
+	// j < nx; the rows of w and of x are k floats each, back to back; sc
+	// is the calling worker's.
+	gemmF32 func(out []float32, ldo int, w []float32, mw int, x []float32, nx int, k int, sc *gemmScratch)
 	// dotQ8 returns the dot product of a Q8_0 weight row (len(xd) blocks)
 	// with one quantized activation row.
 	dotQ8 func(w []byte, xq []int8, xd []float32) float32
@@ -55,7 +57,7 @@ var (
 // and the Go ones otherwise (the tiled batch kernels included, see useTiles). It reports whether assembly is in use. Tests
 // call it to cover both; it must not be called while a backend is running.
 func useAsm(on bool) bool {
-	dotF32, dotF32x4 = dotF32Go, dotF32x4Go
+	dotF32, gemmF32 = dotF32Go, gemmF32Go
 	dotQ8, dotQ8Rows, dotQ8RowsN = dotQ8Go, dotQ8RowsGo, dotQ8RowsNGo
 	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Go, dotQ4RowsGo, dotQ4RowsNGo
 	axpy, f16Row = axpyGo, f16RowGo
@@ -94,32 +96,28 @@ func f16(b []byte) float32 {
 	return f16Table[binary.LittleEndian.Uint16(b)]
 }
 
-// dotF32Go and dotF32x4Go are the canonical F32 dot product (canon.go).
+// dotF32Go and gemmF32Go are the canonical F32 dot product (canon.go).
 func dotF32Go(a, b []float32) float32 {
 	b = b[:len(a)]
 	m := len(a) &^ 7
-	var acc [2][8]float32
+	var acc [8]float32
 	for i := 0; i < m; i += 8 {
-		c := &acc[(i/8)&1]
-		for l := range 8 {
-			c[l] = fma32(a[i+l], b[i+l], c[l])
+		for l := range acc {
+			acc[l] = fma32(a[i+l], b[i+l], acc[l])
 		}
 	}
-	var v [8]float32
-	for l := range v {
-		v[l] = acc[0][l] + acc[1][l]
-	}
-	s := hsum8(&v)
+	s := hsum8(&acc)
 	for i := m; i < len(a); i++ {
 		s = fma32(a[i], b[i], s)
 	}
 	return s
 }
 
-func dotF32x4Go(w, x []float32, out *[4]float32) {
-	k := len(w)
-	for j := range 4 {
-		out[j] = dotF32Go(w, x[j*k:(j+1)*k])
+func gemmF32Go(out []float32, ldo int, w []float32, mw int, x []float32, nx int, k int, _ *gemmScratch) {
+	for j := range nx {
+		for i := range mw {
+			out[j*ldo+i] = dotF32Go(w[i*k:(i+1)*k], x[j*k:(j+1)*k])
+		}
 	}
 }
 

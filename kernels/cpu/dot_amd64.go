@@ -8,7 +8,7 @@ import "golang.org/x/sys/cpu"
 var haveAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
 func setAsm() {
-	dotF32, dotF32x4 = dotF32Asm, dotF32x4Asm
+	dotF32, gemmF32 = dotF32Asm, gemmF32Asm
 	dotQ8, dotQ8Rows, dotQ8RowsN = dotQ8Asm, dotQ8RowsAsm, dotQ8RowsNAsm
 	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Asm, dotQ4RowsAsm, dotQ4RowsNAsm
 	axpy, f16Row = axpyAsm, f16RowAsm
@@ -45,12 +45,6 @@ func axpysF32Asm(y, w, v []float32, hd, group int) {
 }
 
 //go:noescape
-func dotF32AVX(a, b *float32, n int) float32
-
-//go:noescape
-func dotF32x4AVX(w, x *float32, stride, n int, out *[4]float32)
-
-//go:noescape
 func dotQ8R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
 
 //go:noescape
@@ -70,36 +64,6 @@ func f16RowAVX(dst *float32, src *byte, n int)
 
 // The wrappers check bounds once, so the assembly can trust its lengths, and
 // finish float tails shorter than one 8-lane vector.
-
-func dotF32Asm(a, b []float32) float32 {
-	n := len(a)
-	b = b[:n]
-	m := n &^ 7
-	var s float32
-	if m > 0 {
-		s = dotF32AVX(&a[0], &b[0], m)
-	}
-	for i := m; i < n; i++ {
-		s = fma32(a[i], b[i], s)
-	}
-	return s
-}
-
-func dotF32x4Asm(w, x []float32, out *[4]float32) {
-	k := len(w)
-	x = x[:4*k]
-	m := k &^ 7
-	if m > 0 {
-		dotF32x4AVX(&w[0], &x[0], k, m, out)
-	} else {
-		*out = [4]float32{}
-	}
-	for i := m; i < k; i++ {
-		for j := range out {
-			out[j] = fma32(w[i], x[j*k+i], out[j])
-		}
-	}
-}
 
 func dotQ8Asm(w []byte, xq []int8, xd []float32) float32 {
 	var out [1]float32

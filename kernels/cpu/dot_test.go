@@ -43,17 +43,50 @@ func TestDotF32Asm(t *testing.T) {
 		if !sameBits(have, want) {
 			t.Errorf("dotF32 n=%d: have %g; want %g", n, have, want)
 		}
-		w, x := randVec(r, n), randVec(r, 4*n)
-		var h4, w4 [4]float32
-		h4 = [4]float32{9, 9, 9, 9}
-		dotF32x4(w, x, &h4)
-		dotF32x4Go(w, x, &w4)
-		for j := range 4 {
-			if !sameBits(h4[j], w4[j]) || !sameBits(w4[j], dotF32Go(w, x[j*n:(j+1)*n])) {
-				t.Errorf("dotF32x4 n=%d row %d: have %g; want %g", n, j, h4[j], w4[j])
+	}
+}
+
+// TestGemmF32 checks every tile shape and edge of gemmF32 (the weight rows
+// left over a multiple of four, the activation rows over three, the tail
+// under a vector, several passes and spans of k) against dotF32Go, output by output, bit for bit: an
+// output must not depend on the tile it falls in.
+func TestGemmF32(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var sc gemmScratch
+	for _, asm := range []bool{false, true} {
+		if asm && !haveAsm {
+			continue
+		}
+		useAsm(asm)
+		for _, k := range append(floatLens, 1024, 2048) {
+			for _, mw := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 19} {
+				for _, nx := range []int{1, 2, 3, 4, 5, 6, 7, 32, 34, 37} {
+					w, x := randVec(r, mw*k), randVec(r, nx*k)
+					ldo := mw + 3
+					out := make([]float32, nx*ldo)
+					for i := range out {
+						out[i] = 9
+					}
+					gemmF32(out, ldo, w, mw, x, nx, k, &sc)
+					for j := range nx {
+						for i := range ldo {
+							have := out[j*ldo+i]
+							if i >= mw {
+								if have != 9 {
+									t.Fatalf("asm=%v k=%d %d×%d: wrote past row %d at %d", asm, k, mw, nx, j, i)
+								}
+								continue
+							}
+							if want := dotF32Go(w[i*k:(i+1)*k], x[j*k:(j+1)*k]); !sameBits(have, want) {
+								t.Fatalf("asm=%v k=%d %d×%d: out[%d][%d] = %g; want %g", asm, k, mw, nx, j, i, have, want)
+							}
+						}
+					}
+				}
 			}
 		}
 	}
+	useAsm(true)
 }
 
 func TestAxpyAsm(t *testing.T) {

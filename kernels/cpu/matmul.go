@@ -199,8 +199,6 @@ type matmulTask struct {
 
 // run computes output columns [lo, hi) (weight rows) for every row of x.
 func (t *matmulTask) run(wk, lo, hi int) {
-	n, k, m := t.x.rows, t.x.cols, t.w.rows
-	out := t.dst.f32
 	if t.tile != nil {
 		t.runTiles(wk, lo, hi)
 		return
@@ -209,28 +207,7 @@ func (t *matmulTask) run(wk, lo, hi int) {
 		t.runQuant(lo, hi)
 		return
 	}
-	o4 := &t.b.scratch[wk].o4
-	for r0 := 0; r0 < n; r0 += xTile {
-		r1 := min(n, r0+xTile)
-		for o := lo; o < hi; o++ {
-			var wr []float32
-			if t.w.dt == kernels.F32 {
-				wr = t.w.row(o)
-			} else {
-				wr = t.b.scratch[wk].floats(k)
-				convertRow(wr, t.w.dt, t.w.rawRow(o))
-			}
-			x := t.x.f32
-			r := r0
-			for ; r+4 <= r1; r += 4 {
-				dotF32x4(wr, x[r*k:(r+4)*k], o4)
-				out[r*m+o], out[(r+1)*m+o], out[(r+2)*m+o], out[(r+3)*m+o] = o4[0], o4[1], o4[2], o4[3]
-			}
-			for ; r < r1; r++ {
-				out[r*m+o] = dotF32(wr, x[r*k:(r+1)*k])
-			}
-		}
-	}
+	t.runFloat(wk, lo, hi)
 }
 
 // runQuant is run for Q8_0 and Q4_0 weights below the tiled kernels' batch:
@@ -259,6 +236,27 @@ func (t *matmulTask) runQuant(lo, hi int) {
 func rowsSplit(n int) int {
 	calls := (n + maxRowsN - 1) / maxRowsN
 	return (n + calls - 1) / calls
+}
+
+// runFloat is run for F32 weights and those converted to F32 rows (F16,
+// BF16): gemmF32, one pass's worth of activation rows at a time so they
+// stay in cache while the chunk's weight rows, converted once, meet them.
+func (t *matmulTask) runFloat(wk, lo, hi int) {
+	n, k, m := t.x.rows, t.x.cols, t.w.rows
+	out, x := t.dst.f32, t.x.f32
+	var w []float32
+	if t.w.dt == kernels.F32 {
+		w = t.w.f32[lo*k : hi*k]
+	} else {
+		w = t.b.scratch[wk].floats((hi - lo) * k)
+		for o := lo; o < hi; o++ {
+			convertRow(w[(o-lo)*k:(o-lo+1)*k], t.w.dt, t.w.rawRow(o))
+		}
+	}
+	for r0 := 0; r0 < n; r0 += gemmXRows {
+		r1 := min(n, r0+gemmXRows)
+		gemmF32(out[r0*m+lo:], m, w, hi-lo, x[r0*k:r1*k], r1-r0, k, &t.b.scratch[wk].gemm)
+	}
 }
 
 // runTiles is run for the tiled kernels.

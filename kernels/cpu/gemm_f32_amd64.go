@@ -1,0 +1,144 @@
+//go:build amd64 && !noasm
+
+package cpu
+
+//go:noescape
+func dotF32AVX(a, b *float32, n int) float32
+
+// The tile kernels of gemm_f32_amd64.s, each quads tiles of four weight
+// rows (ldw floats apart, 0 for one row four times) by three, two or one
+// activation rows (ldx apart), over n floats (a multiple of 8) of each; the
+// tiles' weight rows follow each other. A tile's accumulators start at +0
+// (flags gemmStart) or from its 96 floats of acc; they end reduced into
+// out (flags gemmFinish), tile q's four results of activation row j at
+// out + 4q + j·ldo, or stored back to acc.
+//
+//go:noescape
+func gemmF32T43(w *float32, ldw int, x *float32, ldx int, n int, acc *float32, out *float32, ldo int, flags int, quads int)
+
+//go:noescape
+func gemmF32T42(w *float32, ldw int, x *float32, ldx int, n int, acc *float32, out *float32, ldo int, flags int, quads int)
+
+//go:noescape
+func gemmF32T41(w *float32, ldw int, x *float32, ldx int, n int, acc *float32, out *float32, ldo int, flags int, quads int)
+
+const (
+	gemmStart  = 1
+	gemmFinish = 2
+)
+
+// gemmTile calls the kernel for r activation rows directly: through a
+// function value its pointers would escape.
+func gemmTile(r int, w *float32, ldw int, x *float32, ldx int, n int, acc *float32, out *float32, ldo int, flags int, quads int) {
+	switch r {
+	case 3:
+		gemmF32T43(w, ldw, x, ldx, n, acc, out, ldo, flags, quads)
+	case 2:
+		gemmF32T42(w, ldw, x, ldx, n, acc, out, ldo, flags, quads)
+	default:
+		gemmF32T41(w, ldw, x, ldx, n, acc, out, ldo, flags, quads)
+	}
+}
+
+func dotF32Asm(a, b []float32) float32 {
+	n := len(a)
+	b = b[:n]
+	m := n &^ 7
+	var s float32
+	if m > 0 {
+		s = dotF32AVX(&a[0], &b[0], m)
+	}
+	for i := m; i < n; i++ {
+		s = fma32(a[i], b[i], s)
+	}
+	return s
+}
+
+// gemmF32Asm covers the outputs with tiles of four weight rows by three
+// activation rows (two or one for the last), a weight row left over by
+// running it as all four rows of a tile into scratch, pass by pass, and
+// then fuses the tails shorter than a vector into every output.
+func gemmF32Asm(out []float32, ldo int, w []float32, mw int, x []float32, nx int, k int, sc *gemmScratch) {
+	if mw == 0 || nx == 0 {
+		return
+	}
+	if k == 0 {
+		for j := range nx {
+			clear(out[j*ldo : j*ldo+mw])
+		}
+		return
+	}
+	_, _, _ = w[mw*k-1], x[nx*k-1], out[(nx-1)*ldo+mw-1]
+	k8 := k &^ 7
+	// Rows 512·c floats apart share their L1 sets two by two or worse:
+	// such weight rows are packed. With one triple of activation rows or
+	// less, nothing meets a weight row twice: the rows stream through
+	// whole, unpacked.
+	kc, pack := gemmKC, k%512 == 0
+	if nx <= 3 {
+		kc, pack = max(k8, 8), false
+	}
+	for i0 := 0; i0 < mw; i0 += gemmWRows {
+		i1 := min(mw, i0+gemmWRows)
+		for j0 := 0; j0 < nx; j0 += gemmXRows {
+			gemmPass(out, ldo, w, i0, i1, x, j0, min(nx, j0+gemmXRows), k, k8, kc, sc, pack)
+		}
+	}
+	if k8 == k {
+		return
+	}
+	for j := range nx {
+		xr := x[j*k : (j+1)*k]
+		for i := range mw {
+			wr := w[i*k : (i+1)*k]
+			s := out[j*ldo+i]
+			for l := k8; l < k; l++ {
+				s = fma32(wr[l], xr[l], s)
+			}
+			out[j*ldo+i] = s
+		}
+	}
+}
+
+// gemmPass computes the vector part of outputs [i0, i1) × [j0, j1): for
+// each span of kc floats of k, activation triple by triple (each stays in L1 while the
+// pass's weight rows, in L1 too, meet it), one call for the pass's whole
+// quads of weight rows and one per row left over.
+func gemmPass(out []float32, ldo int, w []float32, i0, i1 int, x []float32, j0, j1 int, k, k8, kc int, sc *gemmScratch, pack bool) {
+	quads := (i1 - i0) / 4
+	left := i0 + 4*quads
+	var single [12]float32
+	for kb := 0; kb == 0 || kb < k8; kb += kc {
+		n := min(kc, k8-kb)
+		flags := 0
+		if kb == 0 {
+			flags |= gemmStart
+		}
+		if kb+n >= k8 {
+			flags |= gemmFinish
+		}
+		wp, ldw := w[i0*k+kb:], k
+		if pack && n > 0 {
+			for i := i0; i < i1; i++ {
+				copy(sc.pack[(i-i0)*n:(i-i0+1)*n], w[i*k+kb:])
+			}
+			wp, ldw = sc.pack[:], n
+		}
+		for t, j := 0, j0; j < j1; t, j = t+1, j+3 {
+			r := min(3, j1-j)
+			acc := sc.acc[t*gemmTiles*96:]
+			xj := &x[j*k+kb]
+			if quads > 0 {
+				gemmTile(r, &wp[0], ldw, xj, k, n, &acc[0], &out[j*ldo+i0], ldo, flags, quads)
+			}
+			for i := left; i < i1; i++ {
+				gemmTile(r, &wp[(i-i0)*ldw], 0, xj, k, n, &acc[(quads+i-left)*96], &single[0], 4, flags, 1)
+				if flags&gemmFinish != 0 {
+					for jj := range r {
+						out[(j+jj)*ldo+i] = single[4*jj]
+					}
+				}
+			}
+		}
+	}
+}
