@@ -81,16 +81,13 @@ func ScaleRef(x []float32, s float32) {
 }
 
 // SoftCapRef sets x[i] = c·tanh(x[i]·(1/c)), each step rounded to float32
-// as GGML's scale, tanh and scale ops round them.
+// as GGML's scale, tanh and scale ops round them, tanh as Tanhf.
 func SoftCapRef(x []float32, c float32) {
 	inv := 1 / c
 	for i, v := range x {
-		x[i] = tanh32(v*inv) * c
+		x[i] = Tanhf(v*inv) * c
 	}
 }
-
-// tanh32 is tanh rounded to float32, as C's tanhf returns it (to within its last bit).
-func tanh32(x float32) float32 { return float32(math.Tanh(float64(x))) }
 
 // GeGLURef sets dst[i] = GELU(gate[i])·up[i]; dst may alias gate or up.
 func GeGLURef(dst, gate, up []float32) {
@@ -132,9 +129,14 @@ func initGELU() {
 		sqrt2OverPi = float32(0.79788456080286535587989211986876)
 		coefA       = float32(0.044715)
 	)
+	// GGML's C is compiled with multiply-adds contracted: 1 + a·x·x is
+	// one fused operation on (a·x)·x, the rest rounds op by op. With that
+	// and Tanhf every entry equals llama.cpp's table.
 	for i := range geluTable {
 		x := F16ToF32(uint16(i))
-		g := 0.5 * x * (1 + tanh32(sqrt2OverPi*x*(1+coefA*x*x)))
+		ax := coefA * x
+		inner := float32(math.FMA(float64(ax), float64(x), 1))
+		g := float32(0.5*x) * (1 + Tanhf(float32(sqrt2OverPi*x)*inner))
 		geluTable[i] = F32ToF16(g)
 	}
 }
