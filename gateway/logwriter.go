@@ -49,27 +49,27 @@ func newSentMark() *sentMark { return &sentMark{ch: make(chan struct{})} }
 
 func (m *sentMark) done() { m.once.Do(func() { close(m.ch) }) }
 
-// sentTracker maps the tags of batches in flight to their marks. A tag is
-// an argument of the batch's append (the script ignores it), so the bytes
-// written to the connection carry it.
+// sentTracker maps the tags of appends in flight to their marks. A tag is
+// an argument of the last command of a pipeline of appends, so the bytes
+// written to the connection carry it after the appends'.
 type sentTracker struct {
 	prefix string // "lgsent:<random>:", the same length for every tag
 	next   atomic.Uint64
 
 	mu      sync.Mutex // protects pending
-	pending map[string]*sentMark
+	pending map[string][]*sentMark
 }
 
 func newSentTracker() *sentTracker {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return &sentTracker{prefix: "lgsent:" + hex.EncodeToString(b[:]) + ":", pending: map[string]*sentMark{}}
+	return &sentTracker{prefix: "lgsent:" + hex.EncodeToString(b[:]) + ":", pending: map[string][]*sentMark{}}
 }
 
 // tagLen is the digits after the prefix: fixed, so a scan knows the end.
 const tagLen = 12
 
-func (t *sentTracker) add(m *sentMark) string {
+func (t *sentTracker) add(m []*sentMark) string {
 	n := strconv.FormatUint(t.next.Add(1)%1e12, 10)
 	tag := t.prefix + string(bytes.Repeat([]byte{'0'}, tagLen-len(n))) + n
 	t.mu.Lock()
@@ -95,9 +95,9 @@ func (t *sentTracker) wrote(p []byte) {
 		tag := string(p[i : i+len(pre)+tagLen])
 		p = p[i+len(pre)+tagLen:]
 		t.mu.Lock()
-		m := t.pending[tag]
+		ms := t.pending[tag]
 		t.mu.Unlock()
-		if m != nil {
+		for _, m := range ms {
 			m.done()
 		}
 	}
@@ -166,13 +166,13 @@ type logQueue struct {
 	failing  bool       // the last attempt failed
 	retryAt  time.Time  // after a failure: not before then
 	attempts int        // rounds that included this queue
+	renewed  time.Time  // when a round that renewed the log's TTL started
 	changed  chan struct{}
 }
 
 // logWriter appends every turn's queued deltas to their stream logs.
 type logWriter struct {
-	l   *streamLog // on the log's own client
-	t   *sentTracker
+	l   *streamLog // on the log's own client, with its sent tracker
 	log *slog.Logger
 	// timeout bounds one round's writes.
 	timeout time.Duration
@@ -184,8 +184,8 @@ type logWriter struct {
 	wg    sync.WaitGroup
 }
 
-func newLogWriter(l *streamLog, t *sentTracker, log *slog.Logger, timeout time.Duration) *logWriter {
-	return &logWriter{l: l, t: t, log: log, timeout: timeout, dirty: map[*logQueue]bool{},
+func newLogWriter(l *streamLog, log *slog.Logger, timeout time.Duration) *logWriter {
+	return &logWriter{l: l, log: log, timeout: timeout, dirty: map[*logQueue]bool{},
 		wake: make(chan struct{}, 1), slots: make(chan struct{}, logRounds)}
 }
 
@@ -301,7 +301,6 @@ func (w *logWriter) dispatch(ctx context.Context) time.Time {
 	var next time.Time
 	var batches []logBatch
 	var qs []*logQueue
-	var marks []*sentMark
 	w.mu.Lock()
 	for q := range w.dirty {
 		q.mu.Lock()
@@ -321,9 +320,12 @@ func (w *logWriter) dispatch(ctx context.Context) time.Time {
 				m = newSentMark() // a retry of entries already reported
 			}
 			q.mark, q.inflight = nil, true
-			batches = append(batches, logBatch{sid: q.sid, rid: q.rid, tag: w.t.add(m), entries: q.entries[:len(q.entries):len(q.entries)]})
+			// The TTL is renewed now and then, not with every delta:
+			// the done record renews it in full at the end.
+			expire := q.renewed.IsZero() || now.Sub(q.renewed) >= w.l.ttl/4
+			batches = append(batches, logBatch{sid: q.sid, rid: q.rid, mark: m, expire: expire,
+				entries: q.entries[:len(q.entries):len(q.entries)]})
 			qs = append(qs, q)
-			marks = append(marks, m)
 		}
 		q.mu.Unlock()
 	}
@@ -335,7 +337,7 @@ func (w *logWriter) dispatch(ctx context.Context) time.Time {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		w.round(ctx, batches, qs, marks)
+		w.round(ctx, now, batches, qs)
 		<-w.slots
 		w.poke() // queues that were in flight or waited for a slot
 	}()
@@ -343,13 +345,12 @@ func (w *logWriter) dispatch(ctx context.Context) time.Time {
 }
 
 // round writes batches and records what became of each.
-func (w *logWriter) round(ctx context.Context, batches []logBatch, qs []*logQueue, marks []*sentMark) {
+func (w *logWriter) round(ctx context.Context, started time.Time, batches []logBatch, qs []*logQueue) {
 	wctx, cancel := context.WithTimeout(ctx, w.timeout)
 	res := w.l.appendBatches(wctx, batches)
 	cancel()
 	for i, q := range qs {
-		w.t.drop(batches[i].tag)
-		marks[i].done()
+		batches[i].mark.done()
 		r := res[i]
 		q.mu.Lock()
 		q.attempts++
@@ -365,6 +366,9 @@ func (w *logWriter) round(ctx context.Context, batches []logBatch, qs []*logQueu
 			w.log.Warn("gateway: stream log was ended by crash recovery", "session", q.sid, "request", q.rid)
 		default:
 			q.failing = false
+			if batches[i].expire || len(batches[i].entries) > 1 { // the script renews too
+				q.renewed = started
+			}
 			q.entries = q.entries[len(batches[i].entries):]
 		}
 		again := len(q.entries) > 0 && !q.closed

@@ -288,8 +288,8 @@ func New(opts Options) (*Server, error) {
 	if own {
 		s.closeLog = lrdb.Close
 	}
-	s.logw = newLogWriter(&streamLog{rdb: lrdb, ks: s.ks, maxLen: opts.LogMaxLen, ttl: opts.LogTTL,
-		w: durable.New(lrdb, durable.Options{Replicas: opts.WaitReplicas})}, tracker, opts.Logger, opts.WriteTimeout)
+	s.logw = newLogWriter(&streamLog{rdb: lrdb, ks: s.ks, maxLen: opts.LogMaxLen, ttl: opts.LogTTL, sent: tracker,
+		w: durable.New(lrdb, durable.Options{Replicas: opts.WaitReplicas})}, opts.Logger, opts.WriteTimeout)
 	s.bg.Add(4)
 	go func() { defer s.bg.Done(); s.logw.run(s.runCtx) }()
 	go s.refreshLeases()

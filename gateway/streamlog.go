@@ -26,6 +26,8 @@ type streamLog struct {
 	w      *durable.Writer // appends wait for replicas
 	maxLen int64
 	ttl    time.Duration
+	// sent, when set, sees the log writer's appends go out (logwriter.go).
+	sent *sentTracker
 }
 
 func (l *streamLog) key(sid, rid string) string {
@@ -44,9 +46,7 @@ type logEntry struct {
 // and a log that ends with a done record (crash recovery finalized the
 // turn) takes nothing more and answers 0. The TTL is renewed with every
 // batch, so a log outlives its request by ttl. KEYS: the log. ARGV: max
-// length, ttl ms, seq and text of each delta, then a tag the script
-// ignores (the log writer's, see sentConn). The tag comes last so that a
-// write carrying it has carried every byte of the command before it.
+// length, ttl ms, seq and text of each delta.
 var appendScript = redis.NewScript(`
 local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local last = 0
@@ -66,7 +66,7 @@ return 1
 // appendDeltas adds deltas (in seq order) to the log; open is false when
 // the log was already ended by a done record.
 func (l *streamLog) appendDeltas(ctx context.Context, sid, rid string, deltas []logEntry) (open bool, err error) {
-	args := l.appendArgs("", deltas)
+	args := l.appendArgs(deltas)
 	// Through the durable writer: a delta counts as logged once a replica
 	// holds it too, so a primary's failover cannot take it back.
 	n, err := l.w.Run(ctx, appendScript, []string{l.key(sid, rid)}, args...).Int()
@@ -184,8 +184,12 @@ func (l *streamLog) last(ctx context.Context, sid, rid string) (*logEntry, error
 // logBatch is deltas for one log; logResult what became of them.
 type logBatch struct {
 	sid, rid string
-	tag      string // sentTracker's tag of the batch ("": none)
 	entries  []logEntry
+	// mark is closed once the batch's bytes are written to Redis (nil:
+	// nobody waits for that).
+	mark *sentMark
+	// expire: renew the log's TTL with this batch.
+	expire bool
 }
 
 type logResult struct {
@@ -231,17 +235,97 @@ func (l *streamLog) appendBatches(ctx context.Context, bs []logBatch) []logResul
 	return res
 }
 
-// appendGroup pipelines the batches idx, whose logs share a primary. It
-// sends the script's body (EVAL), never only its hash: the log writer
-// releases a batch's deltas to clients once the command's bytes are
-// written, so a NOSCRIPT answer (a fresh or newly promoted primary) would
-// have let clients see deltas that Redis then did not append. Redis keeps
-// the compiled script; the body costs bytes on the wire, not a compile.
+// appendGroup pipelines the batches idx, whose logs share a primary.
+//
+// A batch of one delta, the steady state, is a plain XADD with the
+// delta's id: the log holds every earlier delta of the turn (a queue's
+// entries leave it only once appended, and one log is never in two rounds
+// at once), so the XADD fails exactly when its id is already there,
+// either a half-applied earlier attempt or the done record with which
+// crash recovery ended the log. Only then, and for a backlog of several
+// deltas, does the append script run, which tells the two apart; the
+// script costs Redis about ten times the XADD.
+//
+// The group ends with a command carrying the sent tracker's tag, so the
+// write that carries it has carried every append before it (the writer
+// releases deltas to clients then). The script goes as its body (EVAL),
+// never only its hash: a NOSCRIPT answer (a fresh or newly promoted
+// primary) would have let clients see deltas that Redis then did not
+// append. Redis keeps the compiled script; the body costs bytes on the
+// wire, not a compile.
 func (l *streamLog) appendGroup(ctx context.Context, bs []logBatch, idx []int, res []logResult) {
+	var tag string
+	if l.sent != nil {
+		var marks []*sentMark
+		for _, i := range idx {
+			if bs[i].mark != nil {
+				marks = append(marks, bs[i].mark)
+			}
+		}
+		if len(marks) > 0 {
+			tag = l.sent.add(marks)
+			defer l.sent.drop(tag)
+		}
+	}
+	first := l.key(bs[idx[0]].sid, bs[idx[0]].rid)
+	cmds := make([]redis.Cmder, len(idx))
+	err := l.w.Pipelined(ctx, first, func(p redis.Pipeliner) {
+		for j, i := range idx {
+			b := &bs[i]
+			key := l.key(b.sid, b.rid)
+			if len(b.entries) == 1 {
+				e := b.entries[0]
+				cmds[j] = p.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: l.maxLen, Approx: true,
+					ID: strconv.Itoa(e.Seq) + "-0", Values: []any{"d", e.Text}})
+				if b.expire {
+					p.PExpire(ctx, key, l.ttl)
+				}
+			} else {
+				cmds[j] = appendScript.Eval(ctx, p, []string{key}, l.appendArgs(b.entries)...)
+			}
+		}
+		if tag != "" {
+			// Same slot as the group's first log (its hash tag): a
+			// cluster pipeline sends it to the same primary, last.
+			p.Exists(ctx, first, first+":"+tag)
+		}
+	})
+	var again []int // XADDs refused: already there, or the log was ended
+	for j, i := range idx {
+		if cmds[j] == nil { // the pipeline never started
+			res[i].err = fmt.Errorf("gateway: append deltas %d.. of %s: %w", bs[i].entries[0].Seq, bs[i].rid, err)
+			continue
+		}
+		cerr := cmds[j].Err()
+		if _, ok := cmds[j].(*redis.StringCmd); ok && cerr != nil && strings.Contains(cerr.Error(), "equal or smaller") {
+			again = append(again, i)
+			continue
+		}
+		if cerr == nil {
+			cerr = err
+		}
+		if cerr != nil {
+			res[i].err = fmt.Errorf("gateway: append deltas %d.. of %s: %w", bs[i].entries[0].Seq, bs[i].rid, cerr)
+			continue
+		}
+		if c, ok := cmds[j].(*redis.Cmd); ok {
+			n, _ := c.Int()
+			res[i].open = n == 1
+		} else {
+			res[i].open = true
+		}
+	}
+	if len(again) > 0 {
+		l.appendScripted(ctx, bs, again, res)
+	}
+}
+
+// appendScripted runs the append script for the batches idx (one primary).
+func (l *streamLog) appendScripted(ctx context.Context, bs []logBatch, idx []int, res []logResult) {
 	cmds := make([]*redis.Cmd, len(idx))
 	err := l.w.Pipelined(ctx, l.key(bs[idx[0]].sid, bs[idx[0]].rid), func(p redis.Pipeliner) {
 		for j, i := range idx {
-			cmds[j] = appendScript.Eval(ctx, p, []string{l.key(bs[i].sid, bs[i].rid)}, l.appendArgs(bs[i].tag, bs[i].entries)...)
+			cmds[j] = appendScript.Eval(ctx, p, []string{l.key(bs[i].sid, bs[i].rid)}, l.appendArgs(bs[i].entries)...)
 		}
 	})
 	for j, i := range idx {
@@ -260,11 +344,11 @@ func (l *streamLog) appendGroup(ctx context.Context, bs []logBatch, idx []int, r
 	}
 }
 
-func (l *streamLog) appendArgs(tag string, deltas []logEntry) []any {
-	args := make([]any, 0, 3+2*len(deltas))
+func (l *streamLog) appendArgs(deltas []logEntry) []any {
+	args := make([]any, 0, 2+2*len(deltas))
 	args = append(args, l.maxLen, l.ttl.Milliseconds())
 	for _, d := range deltas {
 		args = append(args, d.Seq, d.Text)
 	}
-	return append(args, tag)
+	return args
 }

@@ -2,11 +2,17 @@ package gateway
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/internal/durable"
+	"github.com/specgate/specgate/internal/keyspace"
 	"github.com/specgate/specgate/internal/testredis"
 )
 
@@ -98,12 +104,119 @@ func TestLogWriterSeesAppendsGoOut(t *testing.T) {
 	}
 }
 
-// TestAppendArgsTagLast: the log writer's tag is the append's last
-// argument, so the write that carries it has carried the deltas too.
-func TestAppendArgsTagLast(t *testing.T) {
-	l := &streamLog{maxLen: 100, ttl: time.Minute}
-	args := l.appendArgs("lgsent:tag", []logEntry{{Seq: 1, Text: "a"}, {Seq: 2, Text: "b"}})
-	if len(args) != 7 || args[len(args)-1] != "lgsent:tag" {
-		t.Fatalf("have args %v; want max length, ttl, two seq/text pairs, then the tag", args)
+// TestAppendBatches: a one-delta batch (a plain XADD) and a backlog (the
+// script) both land; a retry of what already landed adds nothing; a log
+// that crash recovery ended takes nothing more and says so, whichever path
+// the batch takes.
+func TestAppendBatches(t *testing.T) {
+	rdb := testredis.Client(t)
+	l := &streamLog{rdb: rdb, ks: keyspace.New(testredis.Prefix(t)), maxLen: 100, ttl: time.Minute, w: durable.New(rdb, durable.Options{})}
+	ctx := context.Background()
+	done := ServerFrame{Type: TypeDone, Request: "r"}
+	type step struct {
+		seqs []int // appended in one batch ("d<seq>" each)
+		done int   // > 0: instead, crash recovery ends the log after this seq
+		open bool
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+		want  []int // the log's delta seqs afterwards
+	}{
+		{"one at a time", []step{{seqs: []int{1}, open: true}, {seqs: []int{2}, open: true}}, []int{1, 2}},
+		{"backlog", []step{{seqs: []int{1, 2, 3}, open: true}, {seqs: []int{4}, open: true}}, []int{1, 2, 3, 4}},
+		{"retried one", []step{{seqs: []int{1}, open: true}, {seqs: []int{1}, open: true}, {seqs: []int{2}, open: true}}, []int{1, 2}},
+		{"retried backlog", []step{{seqs: []int{1, 2}, open: true}, {seqs: []int{1, 2, 3}, open: true}}, []int{1, 2, 3}},
+		{"one after recovery", []step{{seqs: []int{1}, open: true}, {done: 1}, {seqs: []int{2}, open: false}}, []int{1}},
+		{"backlog after recovery", []step{{seqs: []int{1}, open: true}, {done: 1}, {seqs: []int{2, 3}, open: false}}, []int{1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sid := "s_" + strings.ReplaceAll(tc.name, " ", "_")
+			for k, st := range tc.steps {
+				if st.done > 0 {
+					if err := l.appendDone(ctx, sid, "r", st.done, done); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				var es []logEntry
+				for _, q := range st.seqs {
+					es = append(es, logEntry{Seq: q, Text: fmt.Sprint("d", q)})
+				}
+				res := l.appendBatches(ctx, []logBatch{{sid: sid, rid: "r", entries: es, expire: true}})
+				if res[0].err != nil || res[0].open != st.open {
+					t.Fatalf("step %d: have open=%v err=%v; want open=%v", k, res[0].open, res[0].err, st.open)
+				}
+			}
+			es, err := l.readAfter(ctx, sid, "r", 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int
+			for _, e := range es {
+				if e.Done != nil {
+					continue
+				}
+				if e.Text != fmt.Sprint("d", e.Seq) {
+					t.Fatalf("entry %d holds %q", e.Seq, e.Text)
+				}
+				got = append(got, e.Seq)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("have deltas %v; want %v", got, tc.want)
+			}
+			if last := es[len(es)-1]; tc.steps[len(tc.steps)-2].done > 0 && last.Done == nil {
+				t.Fatalf("the log's last entry is delta %d; want the done record", last.Seq)
+			}
+			if ttl := rdb.PTTL(ctx, l.key(sid, "r")).Val(); ttl <= 0 {
+				t.Fatalf("the log has TTL %v; want one", ttl)
+			}
+		})
+	}
+}
+
+// TestAppendTagGoesLast: the sent tracker's tag rides in the last command
+// of a round's pipeline, so the write that carries it has carried every
+// append before it.
+func TestAppendTagGoesLast(t *testing.T) {
+	rdb := testredis.Start(t).Client()
+	var last []redis.Cmder
+	rdb.AddHook(pipeHook(func(cmds []redis.Cmder) {
+		if cmds[0].Name() == "xadd" || cmds[0].Name() == "eval" { // not the connection's setup
+			last = cmds
+		}
+	}))
+	tr := newSentTracker()
+	l := &streamLog{rdb: rdb, ks: keyspace.New("t:"), maxLen: 100, ttl: time.Minute, w: durable.New(rdb, durable.Options{}), sent: tr}
+	m1, m2 := newSentMark(), newSentMark()
+	res := l.appendBatches(context.Background(), []logBatch{
+		{sid: "a", rid: "r", entries: []logEntry{{Seq: 1, Text: "x"}}, mark: m1},
+		{sid: "a", rid: "q", entries: []logEntry{{Seq: 1, Text: "y"}, {Seq: 2, Text: "z"}}, mark: m2},
+	})
+	if res[0].err != nil || res[1].err != nil {
+		t.Fatal(res[0].err, res[1].err)
+	}
+	if len(last) < 3 {
+		t.Fatalf("have pipeline %v; want both appends and the tag", last)
+	}
+	for i, c := range last {
+		tagged := strings.Contains(fmt.Sprint(c.Args()...), tr.prefix)
+		if tagged != (i == len(last)-1) {
+			t.Fatalf("command %d of %d (%v) tagged=%v; want the tag on the last only", i, len(last), c.Args(), tagged)
+		}
+	}
+	if len(tr.pending) != 0 {
+		t.Fatalf("tags %v still pending after the round", tr.pending)
+	}
+}
+
+type pipeHook func([]redis.Cmder)
+
+func (h pipeHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h(cmds)
+		return next(ctx, cmds)
 	}
 }
