@@ -47,6 +47,7 @@ FUZZ := \
 	./engine/guided:FuzzSchema \
 	./gateway:FuzzDecodeFrame \
 	./gateway:FuzzTokenHeader \
+	./gateway:FuzzEncodeDelta \
 	./gateway:FuzzToolParser \
 	./internal/redisurl:FuzzParse
 

@@ -60,6 +60,15 @@ func (c *client) releaseLive() {
 	c.live = nil
 }
 
+// countFrameOut counts a frame written to a client.
+func (s *Server) countFrameOut(typ string) {
+	if typ == TypeDelta {
+		s.metrics.deltasOut.Inc()
+		return
+	}
+	s.metrics.frames.WithLabelValues("out", typ).Inc()
+}
+
 func randomID(prefix string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -80,7 +89,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		maxBatch:     s.o.MaxBatch,
 		writeTimeout: s.o.WriteTimeout,
 		pingInterval: s.o.PingInterval,
-	}, func(typ string) { s.metrics.frames.WithLabelValues("out", typ).Inc() })
+	}, s.countFrameOut)
 	s.metrics.connections.Inc()
 	defer s.metrics.connections.Dec()
 

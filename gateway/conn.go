@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"sync"
 	"time"
 
@@ -74,7 +75,7 @@ func newConnection(ws *websocket.Conn, cfg connConfig, onFrame func(string)) *Co
 // blocks. A full queue closes the connection (slow_consumer); Send on a
 // closing connection returns false.
 func (c *Connection) Send(f ServerFrame) bool {
-	b, err := json.Marshal(f)
+	b, err := encodeFrame(f)
 	if err != nil {
 		return false
 	}
@@ -153,12 +154,12 @@ func (c *Connection) CloseReason() (int, string) {
 	return c.closeCode, c.closeText
 }
 
-// take removes up to n queued frames.
-func (c *Connection) take(n int) (batch []queued, closing bool) {
+// take moves up to n queued frames to batch (emptied first).
+func (c *Connection) take(batch []queued, n int) (_ []queued, closing bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := min(n, len(c.queue))
-	batch = append(batch, c.queue[:k]...)
+	batch = append(batch[:0], c.queue[:k]...)
 	c.queue = c.queue[k:]
 	for _, q := range batch {
 		c.queueBytes -= len(q.data)
@@ -175,6 +176,11 @@ func (c *Connection) writer() {
 	ping := time.NewTicker(c.cfg.pingInterval)
 	defer ping.Stop()
 	var buf bytes.Buffer
+	var batch []queued
+	// The write deadline moves only when an eighth of it has gone by:
+	// every write still gets most of writeTimeout, and a stream of small
+	// writes does not re-arm the socket's timer each time.
+	var deadline time.Time
 	for {
 		select {
 		case <-c.wake:
@@ -186,7 +192,8 @@ func (c *Connection) writer() {
 			continue
 		}
 		for {
-			batch, closing := c.take(c.cfg.maxBatch)
+			var closing bool
+			batch, closing = c.take(batch, c.cfg.maxBatch)
 			if len(batch) == 0 {
 				if closing {
 					code, text := c.CloseReason()
@@ -211,7 +218,10 @@ func (c *Connection) writer() {
 				}
 				buf.Write(q.data)
 			}
-			_ = c.ws.SetWriteDeadline(time.Now().Add(c.cfg.writeTimeout))
+			if now := time.Now(); deadline.Sub(now) < c.cfg.writeTimeout-c.cfg.writeTimeout/8 {
+				deadline = now.Add(c.cfg.writeTimeout)
+				_ = c.ws.SetWriteDeadline(deadline)
+			}
 			if err := c.ws.WriteMessage(websocket.TextMessage, buf.Bytes()); err != nil {
 				c.abort(CloseTryAgainLater, ReasonSlowConsumer)
 				return
@@ -221,6 +231,49 @@ func (c *Connection) writer() {
 					c.onFrame(q.typ)
 				}
 			}
+			clear(batch) // let the frames go
 		}
 	}
+}
+
+// encodeFrame is json.Marshal(f), byte for byte, with a fast path for the
+// frame a reply is made of: a delta's encoding is appended by hand, without
+// reflection over the whole ServerFrame.
+func encodeFrame(f ServerFrame) ([]byte, error) {
+	if !plainDelta(&f) {
+		return json.Marshal(f)
+	}
+	b := make([]byte, 0, 48+len(f.Request)+len(f.Text))
+	b = append(b, `{"type":"delta","request":`...)
+	b = appendJSONString(b, f.Request)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendInt(b, int64(f.Seq), 10)
+	b = append(b, `,"text":`...)
+	b = appendJSONString(b, f.Text)
+	return append(b, '}'), nil
+}
+
+// plainDelta: f is a delta with no field but those encodeFrame writes by
+// hand (TestEncodeFrame sets every field in turn to keep this in step).
+func plainDelta(f *ServerFrame) bool {
+	return f.Type == TypeDelta && f.Request != "" && f.Seq > 0 && f.Text != "" &&
+		f.Tenant == "" && f.User == "" && f.Protocol == 0 && f.Notice == "" && f.Model == nil &&
+		f.Session == nil && f.Sessions == nil && f.SessionID == "" && f.FinishReason == "" &&
+		f.Usage == nil && f.Stats == nil && f.DroppedMessages == 0 && f.Code == "" &&
+		f.Reason == "" && f.Message == "" && !f.Temporary
+}
+
+// appendJSONString appends s as encoding/json writes it: printable ASCII
+// other than the characters it escapes goes as is; anything else goes
+// through encoding/json itself.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

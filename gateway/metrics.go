@@ -11,6 +11,7 @@ import (
 type metrics struct {
 	connections  prometheus.Gauge
 	frames       *prometheus.CounterVec // direction, type
+	deltasOut    prometheus.Counter     // frames{out, delta}: one per delta, looked up once
 	authFailures *prometheus.CounterVec // reason
 	resumes      *prometheus.CounterVec // outcome
 	disconnects  *prometheus.CounterVec // reason
@@ -42,6 +43,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: prom.Prefix + "turns_recovered_total", Help: "Turns of a dead gateway this gateway finalized from their stream log.",
 		}),
 	}
+	m.deltasOut = m.frames.WithLabelValues("out", TypeDelta)
 	for _, c := range []prometheus.Collector{m.connections, m.frames, m.authFailures, m.resumes, m.disconnects, m.chats, m.recovered} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
