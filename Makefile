@@ -48,6 +48,7 @@ FUZZ := \
 	./gateway:FuzzDecodeFrame \
 	./gateway:FuzzTokenHeader \
 	./gateway:FuzzEncodeDelta \
+	./gateway/loadgen:FuzzParseDelta \
 	./gateway:FuzzToolParser \
 	./internal/redisurl:FuzzParse
 

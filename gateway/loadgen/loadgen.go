@@ -25,6 +25,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 
@@ -290,6 +291,9 @@ type user struct {
 	take   func() bool // reserves one request of the run's budget
 
 	ws       *websocket.Conn
+	unwatch  func() bool           // stops the ws's watch on the run's context
+	deadline time.Time             // the ws's read deadline
+	rbuf     bytes.Buffer          // the last message read
 	pending  []gateway.ServerFrame // frames of the last message not yet handled
 	readAt   time.Time             // when the last message was read
 	session  string
@@ -356,7 +360,10 @@ func (u *user) connect(ctx context.Context) error {
 		}
 		return err
 	}
-	u.ws, u.pending = ws, nil
+	u.ws, u.pending, u.deadline = ws, nil, time.Time{}
+	// When the run ends, a blocked read ends too. The watch holds its own
+	// copy of the conn: it may still be running after close cleared u.ws.
+	u.unwatch = context.AfterFunc(ctx, func() { _ = ws.SetReadDeadline(time.Now()) })
 	deadline, _ := dctx.Deadline()
 	f, err := u.next(ctx, deadline)
 	if err != nil {
@@ -572,35 +579,46 @@ func (u *user) send(f gateway.ClientFrame) error {
 
 // next returns the next frame, reading a message when none is pending. It
 // gives up at deadline or when ctx ends (which also ends a blocked read).
+//
+// It is lean, because at hundreds of streams the load generator shares
+// the gateway's CPU and its own cost shows up as the gateway's latency:
+// the read deadline moves only when it changes (once per turn), the
+// message is read into a buffer the user keeps, and a delta in the exact
+// form the gateway writes (no escapes in its strings) is picked apart
+// without encoding/json, which reads everything else.
 func (u *user) next(ctx context.Context, deadline time.Time) (gateway.ServerFrame, error) {
 	for len(u.pending) == 0 {
 		if u.ws == nil {
 			return gateway.ServerFrame{}, net.ErrClosed
 		}
-		ws := u.ws
-		_ = ws.SetReadDeadline(deadline)
-		// context.AfterFunc moves the deadline to now when ctx ends; it is
-		// set after ours, or ctx.Err is already visible here. The func
-		// holds its own copy of the conn: it may still be running after
-		// stop, when close has cleared u.ws.
-		stop := context.AfterFunc(ctx, func() { _ = ws.SetReadDeadline(time.Now()) })
+		if !deadline.Equal(u.deadline) {
+			_ = u.ws.SetReadDeadline(deadline)
+			u.deadline = deadline
+		}
+		// The watch (connect) moves the deadline to now when ctx ends,
+		// after ctx.Err is visible: checked after our deadline is set,
+		// an end of ctx is either seen here or ends the read.
 		if ctx.Err() != nil {
-			stop()
 			return gateway.ServerFrame{}, ctx.Err()
 		}
-		_, msg, err := u.ws.ReadMessage()
-		stop()
+		_, r, err := u.ws.NextReader()
+		if err == nil {
+			u.rbuf.Reset()
+			_, err = u.rbuf.ReadFrom(r)
+		}
 		if err != nil {
 			return gateway.ServerFrame{}, err
 		}
 		u.readAt = time.Now()
-		for line := range bytes.SplitSeq(msg, []byte("\n")) {
+		for line := range bytes.SplitSeq(u.rbuf.Bytes(), []byte("\n")) {
 			if len(bytes.TrimSpace(line)) == 0 {
 				continue
 			}
-			var f gateway.ServerFrame
-			if err := json.Unmarshal(line, &f); err != nil {
-				return gateway.ServerFrame{}, fmt.Errorf("loadgen: bad frame %.80q: %w", line, err)
+			f, ok := parseDelta(line)
+			if !ok {
+				if err := json.Unmarshal(line, &f); err != nil {
+					return gateway.ServerFrame{}, fmt.Errorf("loadgen: bad frame %.80q: %w", line, err)
+				}
 			}
 			u.pending = append(u.pending, f)
 		}
@@ -610,13 +628,66 @@ func (u *user) next(ctx context.Context, deadline time.Time) (gateway.ServerFram
 	return f, nil
 }
 
+// parseDelta reads line when it is exactly
+// {"type":"delta","request":"R","seq":N,"text":"T"} with no escape in R or
+// T; ok is false for anything else, which the caller decodes in full.
+func parseDelta(line []byte) (f gateway.ServerFrame, ok bool) {
+	rest, ok := bytes.CutPrefix(line, []byte(`{"type":"delta","request":"`))
+	if !ok {
+		return f, false
+	}
+	req, rest, ok := plainString(rest)
+	if !ok {
+		return f, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"seq":`)); !ok {
+		return f, false
+	}
+	n := 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	if n == 0 || n > 9 || rest[0] == '0' {
+		return f, false
+	}
+	seq := 0
+	for _, c := range rest[:n] {
+		seq = seq*10 + int(c-'0')
+	}
+	if rest, ok = bytes.CutPrefix(rest[n:], []byte(`,"text":"`)); !ok {
+		return f, false
+	}
+	text, rest, ok := plainString(rest)
+	if !ok || string(rest) != "}" {
+		return f, false
+	}
+	return gateway.ServerFrame{Type: gateway.TypeDelta, Request: string(req), Seq: seq, Text: string(text)}, true
+}
+
+// plainString splits b after a JSON string's closing quote (its opening
+// one already read); ok is false when the string has an escape or a
+// control character, or does not end.
+func plainString(b []byte) (s, rest []byte, ok bool) {
+	for i, c := range b {
+		switch {
+		case c == '"':
+			// encoding/json would replace invalid UTF-8
+			return b[:i], b[i+1:], utf8.Valid(b[:i])
+		case c == '\\' || c < 0x20:
+			return nil, nil, false
+		}
+	}
+	return nil, nil, false
+}
+
 func (u *user) close() {
 	if u.ws == nil {
 		return
 	}
+	u.unwatch()
 	_ = u.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 	_ = u.ws.Close()
-	u.ws, u.pending = nil, nil
+	u.ws, u.pending, u.unwatch = nil, nil, nil
 }
 
 func isTimeout(err error) bool {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/gateway"
 	"github.com/specgate/specgate/internal/testredis"
 	"github.com/specgate/specgate/tenants"
 )
@@ -199,4 +200,33 @@ func TestMainRefusals(t *testing.T) {
 	if err := Main(ctx, []string{"-h"}, &bytes.Buffer{}); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: have %v; want flag.ErrHelp", err)
 	}
+}
+
+// FuzzParseDelta: whatever line the lean delta reader accepts, it reads as
+// encoding/json does.
+func FuzzParseDelta(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"delta","request":"t1","seq":3,"text":"12345 "}`,
+		`{"type":"delta","request":"t1","seq":3,"text":"a\"b"}`,
+		`{"type":"delta","request":"t1","seq":03,"text":"x"}`,
+		`{"type":"delta","request":"t1","seq":3,"text":"héllo"}`,
+		"{\"type\":\"delta\",\"request\":\"t1\",\"seq\":3,\"text\":\"\xff\"}",
+		`{"type":"delta","request":"t1","seq":3,"text":"x"} `,
+		`{"type":"done","request":"t1"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		have, ok := parseDelta(line)
+		if !ok {
+			return
+		}
+		var want gateway.ServerFrame
+		if err := json.Unmarshal(line, &want); err != nil {
+			t.Fatalf("accepted %q, which encoding/json refuses: %v", line, err)
+		}
+		if have.Type != want.Type || have.Request != want.Request || have.Seq != want.Seq || have.Text != want.Text {
+			t.Fatalf("read %q as %+v; encoding/json reads %+v", line, have, want)
+		}
+	})
 }
