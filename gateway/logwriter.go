@@ -164,6 +164,7 @@ type logQueue struct {
 	inflight bool       // a round holds some of the entries
 	closed   bool       // the log ended with a done record (recovery)
 	failing  bool       // the last attempt failed
+	stalled  bool       // a turn's wait for a send ran out since the last good round
 	retryAt  time.Time  // after a failure: not before then
 	attempts int        // rounds that included this queue
 	renewed  time.Time  // when a round that renewed the log's TTL started
@@ -194,7 +195,9 @@ func (w *logWriter) queue(sid, rid string) *logQueue {
 }
 
 // push queues e (seqs ascending) for q's log and returns what closes once
-// it is handed to Redis. It never blocks.
+// it is handed to Redis. It never blocks. While q's log is unreachable
+// (its last round failed, or a turn gave up waiting: stalled) that is at
+// once: a turn waits out an outage once, not for every delta.
 func (w *logWriter) push(q *logQueue, e logEntry) <-chan struct{} {
 	q.mu.Lock()
 	if q.closed {
@@ -202,6 +205,11 @@ func (w *logWriter) push(q *logQueue, e logEntry) <-chan struct{} {
 		return closedCh
 	}
 	q.entries = append(q.entries, e)
+	if q.failing || q.stalled {
+		q.mu.Unlock()
+		w.mark(q)
+		return closedCh
+	}
 	if q.mark == nil {
 		q.mark = newSentMark()
 	}
@@ -212,6 +220,14 @@ func (w *logWriter) push(q *logQueue, e logEntry) <-chan struct{} {
 }
 
 var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// stall records that a turn gave up waiting for q's deltas to go out: the
+// next ones are not waited for until a round for q gets through.
+func (w *logWriter) stall(q *logQueue) {
+	q.mu.Lock()
+	q.stalled = true
+	q.mu.Unlock()
+}
 
 func (w *logWriter) mark(q *logQueue) {
 	w.mu.Lock()
@@ -365,7 +381,7 @@ func (w *logWriter) round(ctx context.Context, started time.Time, batches []logB
 			q.failing, q.closed, q.entries = false, true, nil
 			w.log.Warn("gateway: stream log was ended by crash recovery", "session", q.sid, "request", q.rid)
 		default:
-			q.failing = false
+			q.failing, q.stalled = false, false
 			if batches[i].expire || len(batches[i].entries) > 1 { // the script renews too
 				q.renewed = started
 			}

@@ -86,3 +86,47 @@ func TestRedisRestartMidChat(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisOutageWaitedOutOnce: while Redis is unreachable a turn waits
+// for its log at most once (sentWait), not for every delta, so a reply
+// streams at the engine's pace through an outage: here 80 deltas arrive
+// in well under the 80 x sentWait that waiting per delta takes.
+func TestRedisOutageWaitedOutOnce(t *testing.T) {
+	rs := testredis.Start(t)
+	e := newEnv(t, rs.Client(), "", func(o *Options) { o.PersistTimeout = 20 * time.Second })
+	e.gen.gate = make(chan struct{}, 200)
+	c := e.login("alice")
+	sid := c.createSession("outage")
+
+	content := strings.TrimSpace(strings.Repeat("w ", 80))
+	words := len(strings.SplitAfter(fakeReply(content), " "))
+	c.send(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": content})
+	e.gen.gate <- struct{}{}
+	if f := c.read(); f.Type != TypeDelta || f.Seq != 1 {
+		t.Fatalf("have %+v; want delta 1", f)
+	}
+	rs.Kill()
+	start := time.Now()
+	for range words + 1 {
+		e.gen.gate <- struct{}{}
+	}
+	for seq := 2; seq <= words; seq++ {
+		if f := c.read(); f.Type != TypeDelta || f.Seq != seq {
+			t.Fatalf("have %+v; want delta %d", f, seq)
+		}
+	}
+	if took, perDelta := time.Since(start), time.Duration(words-1)*sentWait; took > perDelta/2 {
+		t.Fatalf("%d deltas took %v through the outage; waiting for each takes %v", words-1, took, perDelta)
+	}
+	rs.Restart()
+	if f := c.read(); f.Type != TypeDone || f.FinishReason != engine.FinishStop {
+		t.Fatalf("have %+v; want done with finish_reason stop", f)
+	}
+	c.send(map[string]any{"type": "session.resume", "session": sid, "request": "r1", "after": 0})
+	if f := c.read(); f.Type != TypeSession {
+		t.Fatalf("have %+v; want session", f)
+	}
+	if text, _, done, errs := c.collect("r1"); text != fakeReply(content) || len(errs) > 0 || done.FinishReason != engine.FinishStop {
+		t.Fatalf("resume: have %q %v %+v; want the whole reply", text, errs, done)
+	}
+}

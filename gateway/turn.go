@@ -297,12 +297,19 @@ func (t *turn) run() {
 		// to Redis, not once Redis answered (logwriter.go): a kill
 		// right after the send still leaves it in the log.
 		sent := s.logw.push(q, logEntry{Seq: seq, Text: ev.Text})
-		wait.Reset(sentWait)
 		select {
 		case <-sent:
-		case <-wait.C: // Redis unreachable: deltas go on; the log catches up
+		default:
+			wait.Reset(sentWait)
+			select {
+			case <-sent:
+			case <-wait.C:
+				// Redis unreachable: deltas go on, the log catches
+				// up, and the next ones do not wait until it does.
+				s.logw.stall(q)
+			}
+			wait.Stop()
 		}
-		wait.Stop()
 		t.send(ServerFrame{Type: TypeDelta, Request: t.request, Seq: seq, Text: ev.Text})
 	}
 	if final == nil {
