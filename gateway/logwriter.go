@@ -162,7 +162,7 @@ type logQueue struct {
 	entries  []logEntry // not yet in the log, in seq order
 	mark     *sentMark  // of the entries no round has taken yet
 	inflight bool       // a round holds some of the entries
-	closed   bool       // the log ended with a done record (recovery)
+	closed   bool       // the log ended with a done record (recovery), or the turn gave it up
 	failing  bool       // the last attempt failed
 	stalled  bool       // a turn's wait for a send ran out since the last good round
 	retryAt  time.Time  // after a failure: not before then
@@ -220,6 +220,22 @@ func (w *logWriter) push(q *logQueue, e logEntry) <-chan struct{} {
 }
 
 var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// abandon drops q's backlog and retries: its turn gave up storing the
+// reply, so nothing will read what is left, and a gateway that outlives a
+// long outage must not retry the appends of every such turn for ever.
+func (w *logWriter) abandon(q *logQueue) {
+	q.mu.Lock()
+	n := len(q.entries)
+	q.closed, q.entries = true, nil
+	q.mu.Unlock()
+	w.mu.Lock()
+	delete(w.dirty, q)
+	w.mu.Unlock()
+	if n > 0 {
+		w.log.Warn("gateway: stream log backlog dropped with its reply", "session", q.sid, "request", q.rid, "deltas", n)
+	}
+}
 
 // stall records that a turn gave up waiting for q's deltas to go out: the
 // next ones are not waited for until a round for q gets through.
@@ -372,6 +388,7 @@ func (w *logWriter) round(ctx context.Context, started time.Time, batches []logB
 		q.attempts++
 		q.inflight = false
 		switch {
+		case q.closed: // abandoned while in flight
 		case r.err != nil:
 			if !q.failing {
 				w.log.Warn("gateway: stream log unavailable; keeping deltas until it is back", "session", q.sid, "request", q.rid, "err", r.err)

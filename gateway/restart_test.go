@@ -130,3 +130,52 @@ func TestRedisOutageWaitedOutOnce(t *testing.T) {
 		t.Fatalf("resume: have %q %v %+v; want the whole reply", text, errs, done)
 	}
 }
+
+// TestGivenUpReplyDropsItsBacklog: when Redis stays away past
+// PersistTimeout the turn gives its reply up (an error, then done), and
+// with it the deltas its log never took: the log writer stops retrying
+// them, instead of holding and retrying them for as long as the gateway
+// runs. Seen from Redis once it is back: they never arrive.
+func TestGivenUpReplyDropsItsBacklog(t *testing.T) {
+	rs := testredis.Start(t)
+	e := newEnv(t, rs.Client(), "", func(o *Options) { o.PersistTimeout = 300 * time.Millisecond })
+	e.gen.gate = make(chan struct{}, 100)
+	c := e.login("alice")
+	sid := c.createSession("lost")
+
+	c.send(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "a b c"})
+	e.gen.gate <- struct{}{}
+	if f := c.read(); f.Type != TypeDelta || f.Seq != 1 {
+		t.Fatalf("have %+v; want delta 1", f)
+	}
+	rs.Kill()
+	for range 10 {
+		e.gen.gate <- struct{}{}
+	}
+	_, _, done, errs := c.collectAfter("r1", 1)
+	if len(errs) != 1 || errs[0].Code != CodeUnavailable || done.FinishReason != engine.FinishStop {
+		t.Fatalf("have errors %+v, done %+v; want the reply reported unstored, then done", errs, done)
+	}
+	// A round already in flight may still land once Redis is back; wait
+	// until none is (each ends within WriteTimeout).
+	for end := time.Now().Add(3 * time.Second); len(e.srv.logw.slots) > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("log rounds still running (%d) after the reply was given up", len(e.srv.logw.slots))
+		}
+	}
+	rs.Restart()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// A retry comes every logRetry, once the client redials.
+	for end := time.Now().Add(8 * logRetry); time.Now().Before(end); time.Sleep(logRetry / 5) {
+		es, err := e.srv.log.readAfter(ctx, sid, "r1", 0, 0)
+		if err != nil {
+			continue // still redialing
+		}
+		for _, en := range es {
+			if en.Seq > 1 {
+				t.Fatalf("delta %d reached the log after its reply was given up", en.Seq)
+			}
+		}
+	}
+}

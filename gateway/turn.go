@@ -358,6 +358,7 @@ func (t *turn) run() {
 	}
 	stored := t.persist(msg, done, seq, func(ctx context.Context) bool { return s.logw.flush(ctx, q) })
 	if !stored {
+		s.logw.abandon(q)
 		t.send(errorFrame(unavailable("the reply could not be stored"), t.request))
 	}
 	t.send(done)
