@@ -18,11 +18,18 @@ import (
 // a dead gateway cannot pin a prefix on the device for ever. Every engine
 // hears it all; only the one whose cache holds the session's prefix has
 // anything to keep warm, the others remember the name until it goes idle.
+//
+// An engine keeps word per gateway: a session is live while any gateway
+// holds it, so one gateway's "idle" (an old socket closing after its user
+// reconnected through another gateway) does not cancel another's "live".
 
 // warmthMsg is one message on the warmth channel.
 type warmthMsg struct {
-	Live []string `json:"live,omitempty"`
-	Idle []string `json:"idle,omitempty"`
+	// Gateway is the sender's node id ("": a gateway from before it was
+	// sent, all of which count as one).
+	Gateway string   `json:"g,omitempty"`
+	Live    []string `json:"live,omitempty"`
+	Idle    []string `json:"idle,omitempty"`
 }
 
 // announceBatch bounds the sessions of one re-announcement message.
@@ -49,9 +56,9 @@ func (c *Client) SetSessionLive(session string, live bool) {
 	if !turned {
 		return
 	}
-	m := warmthMsg{Live: []string{session}}
+	m := warmthMsg{Gateway: c.o.ID, Live: []string{session}}
 	if !live {
-		m = warmthMsg{Idle: []string{session}}
+		m = warmthMsg{Gateway: c.o.ID, Idle: []string{session}}
 	}
 	select {
 	case c.warmCh <- m:
@@ -87,7 +94,7 @@ func (c *Client) announce(ctx context.Context) {
 			c.mu.Unlock()
 			for len(live) > 0 {
 				n := min(len(live), announceBatch)
-				publish(warmthMsg{Live: live[:n]})
+				publish(warmthMsg{Gateway: c.o.ID, Live: live[:n]})
 				live = live[n:]
 			}
 		}
@@ -113,7 +120,17 @@ func (w *worker) warmth(ctx context.Context) {
 			}
 		})
 	})
-	live := map[string]time.Time{} // session → when it goes idle unless heard of again
+	// session → gateway → when its word runs out unless heard again
+	live := map[string]map[string]time.Time{}
+	drop := func(s, gw string) {
+		if gws, ok := live[s]; ok {
+			delete(gws, gw)
+			if len(gws) == 0 {
+				delete(live, s)
+				sw.SetSessionLive(s, false)
+			}
+		}
+	}
 	t := time.NewTicker(w.o.HeartbeatInterval)
 	defer t.Stop()
 	for {
@@ -128,22 +145,26 @@ func (w *worker) warmth(ctx context.Context) {
 			}
 			until := time.Now().Add(w.o.HeartbeatTTL)
 			for _, s := range m.Live {
-				if _, ok := live[s]; !ok && s != "" {
+				if s == "" {
+					continue
+				}
+				gws, ok := live[s]
+				if !ok {
+					gws = map[string]time.Time{}
+					live[s] = gws
 					sw.SetSessionLive(s, true)
 				}
-				live[s] = until
+				gws[m.Gateway] = until
 			}
 			for _, s := range m.Idle {
-				if _, ok := live[s]; ok {
-					delete(live, s)
-					sw.SetSessionLive(s, false)
-				}
+				drop(s, m.Gateway)
 			}
 		case now := <-t.C:
-			for s, until := range live {
-				if now.After(until) {
-					delete(live, s)
-					sw.SetSessionLive(s, false)
+			for s, gws := range live {
+				for gw, until := range gws {
+					if now.After(until) {
+						drop(s, gw)
+					}
 				}
 			}
 		}

@@ -70,3 +70,39 @@ func TestSessionWarmth(t *testing.T) {
 		t.Fatalf("s2 went idle %v after the gateway stopped; want after the heartbeat TTL", d)
 	}
 }
+
+// TestSessionWarmthPerGateway: a session live on two gateways (a user who
+// reconnected through another one while the old socket lingers) stays
+// live when the first gateway's socket closes; it goes idle only when the
+// second's does too.
+func TestSessionWarmthPerGateway(t *testing.T) {
+	rdb := testredis.Client(t)
+	prefix := testredis.Prefix(t)
+	eng := warmEngine{newFakeEngine(0), make(chan warmCall, 64)}
+	startEngine(t, fastEngine(rdb, prefix, "e1", eng))
+	a, b := fastClient(t, rdb, prefix), fastClient(t, rdb, prefix)
+	waitEngines(t, a, 1)
+	next := func(d time.Duration) (warmCall, bool) {
+		select {
+		case got := <-eng.calls:
+			return got, true
+		case <-time.After(d):
+			return warmCall{}, false
+		}
+	}
+	a.SetSessionLive("s1", true)
+	if got, ok := next(3 * time.Second); !ok || got != (warmCall{"s1", true}) {
+		t.Fatalf("have %+v (%v); want s1 live", got, ok)
+	}
+	b.SetSessionLive("s1", true)
+	time.Sleep(300 * time.Millisecond) // b's word reaches the engine
+	a.SetSessionLive("s1", false)
+	// Past the heartbeat TTL too: b keeps announcing it.
+	if got, ok := next(time.Second); ok {
+		t.Fatalf("have %+v; want s1 to stay live while gateway b holds it", got)
+	}
+	b.SetSessionLive("s1", false)
+	if got, ok := next(3 * time.Second); !ok || got != (warmCall{"s1", false}) {
+		t.Fatalf("have %+v (%v); want s1 idle once neither gateway holds it", got, ok)
+	}
+}
