@@ -40,13 +40,14 @@ var (
 	// dotQ8RowsN sets out[a*os+r] = dotQ8 of weight row r (rows rb bytes
 	// apart, starting at w) with activation row a, for r < m and a < na
 	// (1 ≤ na ≤ maxRowsN): row a's values are xq[a*nb*32:], its scales
-	// xd[a*nb:], nb blocks each. Each weight block is read once for all na
-	// rows.
-	dotQ8RowsN func(w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int)
+	// xd[a*nb:], nb blocks each, and xc, laid out as xd, holds 8·Σx of
+	// each block (blockSums8; the Q4_0 assembly reads it, and it may be
+	// nil for Q8_0). Each weight block is read once for all na rows.
+	dotQ8RowsN func(w []byte, rb, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int)
 	// dotQ4, dotQ4Rows, dotQ4RowsN: the same for Q4_0 weight rows.
 	dotQ4      func(w []byte, xq []int8, xd []float32) float32
 	dotQ4Rows  func(w []byte, rb int, xq []int8, xd []float32, out []float32)
-	dotQ4RowsN func(w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int)
+	dotQ4RowsN func(w []byte, rb, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int)
 	// axpy does y[i] += a·x[i]; len(x) ≥ len(y).
 	axpy func(y []float32, a float32, x []float32)
 	// f16Row converts len(dst) F16 values from src.
@@ -158,7 +159,7 @@ func dotQ8RowsGo(w []byte, rb int, xq []int8, xd []float32, out []float32) {
 // takes.
 const maxRowsN = 4
 
-func dotQ8RowsNGo(w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
+func dotQ8RowsNGo(w []byte, rb, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
 	for a := range na {
 		dotQ8RowsGo(w, rb, xq[a*nb*32:(a+1)*nb*32], xd[a*nb:(a+1)*nb], out[a*os:a*os+m])
 	}
@@ -190,9 +191,22 @@ func dotQ4RowsGo(w []byte, rb int, xq []int8, xd []float32, out []float32) {
 	}
 }
 
-func dotQ4RowsNGo(w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
+func dotQ4RowsNGo(w []byte, rb, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
 	for a := range na {
 		dotQ4RowsGo(w, rb, xq[a*nb*32:(a+1)*nb*32], xd[a*nb:(a+1)*nb], out[a*os:a*os+m])
+	}
+}
+
+// blockSums8 sets xc[b] = 8·Σ of block b of the quantized row xq: what
+// the Q4_0 kernels that take the nibbles (the values plus 8) as they are
+// take off each block's sum.
+func blockSums8(xc []int32, xq []int8) {
+	for b := range xc {
+		var s int32
+		for _, v := range xq[b*32 : b*32+32] {
+			s += int32(v)
+		}
+		xc[b] = 8 * s
 	}
 }
 

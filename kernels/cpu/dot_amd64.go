@@ -54,7 +54,7 @@ func dotQ4R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ng
 func dotQ8TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int)
 
 //go:noescape
-func dotQ4TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int)
+func dotQ4TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int, xc *int32)
 
 //go:noescape
 func axpyAVX(y *float32, a float32, x *float32, n int)
@@ -121,7 +121,7 @@ func rowsR8(kern func(w *byte, rb int, xq *int8, xd *float32, nb int, out *float
 	}
 }
 
-func dotQ8RowsNAsm(w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
+func dotQ8RowsNAsm(w []byte, rb, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
 	if na == 1 {
 		rowsR8(dotQ8R8AVX, q8Bytes, w, rb, xq[:nb*32], xd[:nb], out[:m])
 		return
@@ -129,12 +129,17 @@ func dotQ8RowsNAsm(w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []f
 	rowsT(dotQ8TAVX, q8Bytes, w, rb, m, nb, na, xq, xd, out, os)
 }
 
-func dotQ4RowsNAsm(w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
+func dotQ4RowsNAsm(w []byte, rb, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int) {
 	if na == 1 {
 		rowsR8(dotQ4R8AVX, q4Bytes, w, rb, xq[:nb*32], xd[:nb], out[:m])
 		return
 	}
-	rowsT(dotQ4TAVX, q4Bytes, w, rb, m, nb, na, xq, xd, out, os)
+	if nb > 0 {
+		_ = xc[na*nb-1]
+	}
+	rowsT(func(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int) {
+		dotQ4TAVX(w, rb, xq, xs, xd, nb, out, os, ngroups, na, &xc[0])
+	}, q4Bytes, w, rb, m, nb, na, xq, xd, out, os)
 }
 
 // rowsT runs a transposed multi-row kernel over m weight rows and na

@@ -154,8 +154,9 @@
 // bytes apart (R14 = 3·R13); DX row 0's scale, the rows' scales AX bytes
 // apart (BX = 3·AX); CX the blocks left, R11 the groups left, R12 the
 // group's first row, R15 scratch. The frame holds the first half of the
-// transposition (0-127), the output pointer (128) and, for Q4_0, its
-// constants (136: bytes of 0x0F, 168: bytes of 8).
+// transposition (0-127), the output pointer (128) and, for Q4_0, bytes of
+// 0x0F (136) and the groups left (200); there R11 points at row 0's
+// current correction (RT4ACC).
 
 // RTLOAD8 loads the Q8_0 quants of the four rows at p (R8 apart) into
 // Y4-Y7.
@@ -165,14 +166,14 @@
 	VMOVDQU 2(p)(R8*2), Y6 \
 	VMOVDQU 2(p)(R9*1), Y7
 
-// RTQ4 decodes the Q4_0 block at q to 32 signed bytes in V (XV its low
-// half); Y8 is scratch.
+// RTQ4 spreads the nibbles of the Q4_0 block at q to 32 bytes in V (XV
+// its low half), in the order of the values: the values plus 8, 0 to 15;
+// Y8 is scratch.
 #define RTQ4(q, XV, V) \
 	VMOVDQU     q, XV \
 	VPSRLW      $4, XV, X8 \
 	VINSERTI128 $1, X8, V, V \
-	VPAND       136(SP), V, V \
-	VPSUBB      168(SP), V, V
+	VPAND       136(SP), V, V
 
 // RTLOAD4 is RTLOAD8 for Q4_0 rows.
 #define RTLOAD4(p) \
@@ -221,6 +222,27 @@
 	VPMADDUBSW   Y14, Y13, Y14 \
 	VPMADDWD     Y15, Y14, Y14 \
 	VPADDD       Y14, S, S
+
+// For Q4_0 the nibbles themselves (the values plus 8) are the unsigned
+// operand and the activations the signed one, so no signs move; a group's
+// pairs are at most 2·15·127, so a block's eight groups add up in int16
+// (RT4FIRST, RT4NEXT, with the group's nibbles in Y12), and RT4ACC widens
+// the sums and takes off 8·Σx, the activation row's correction at xc
+// (8·Σx over the block, from quantTask), before the scaling.
+#define RT4FIRST(x, S) \
+	VPBROADCASTD x, Y14 \
+	VPMADDUBSW   Y14, Y12, S
+
+#define RT4NEXT(x, S) \
+	VPBROADCASTD x, Y14 \
+	VPMADDUBSW   Y14, Y12, Y14 \
+	VPADDW       Y14, S, S
+
+#define RT4ACC(xd, xc, S, R) \
+	VPMADDWD     Y15, S, S \
+	VPBROADCASTD xc, Y5 \
+	VPSUBD       Y5, S, S \
+	RTACC(xd, S, R)
 
 // RTSCALE8 leaves the eight rows' current d_w in Y4.
 #define RTSCALE8 \
@@ -275,11 +297,7 @@
 	MOVL         $0x0f0f0f0f, R15 \
 	VMOVD        R15, X4 \
 	VPBROADCASTD X4, Y4 \
-	VMOVDQU      Y4, 136(SP) \
-	MOVL         $0x08080808, R15 \
-	VMOVD        R15, X4 \
-	VPBROADCASTD X4, Y4 \
-	VMOVDQU      Y4, 168(SP)
+	VMOVDQU      Y4, 136(SP)
 
 #define RTGROUP \
 	MOVQ R12, SI \
@@ -287,6 +305,14 @@
 	MOVQ xq+16(FP), DI \
 	MOVQ xd+32(FP), DX \
 	MOVQ nb+40(FP), CX
+
+// RT4NEXTGROUP is RTNEXTGROUP for the Q4_0 kernel, which keeps the groups
+// left at 200(SP): R11 points at the corrections.
+#define RT4NEXTGROUP(label) \
+	ADDQ $32, 128(SP) \
+	LEAQ (R12)(R8*8), R12 \
+	DECQ 200(SP) \
+	JNZ  label
 
 // RTNEXTGROUP moves on to the next group of eight rows, looping to label
 // while groups are left.
@@ -769,11 +795,13 @@ q8t1block:
 	VZEROUPPER
 	RET
 
-// func dotQ4TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int)
-// dotQ8TAVX for Q4_0 weight rows.
-TEXT ·dotQ4TAVX(SB), NOSPLIT, $200-80
+// func dotQ4TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int, xc *int32)
+// dotQ8TAVX for Q4_0 weight rows; xc holds 8·Σx of each activation row's
+// blocks, laid out as xd.
+TEXT ·dotQ4TAVX(SB), NOSPLIT, $208-88
 	RTSETUP
 	RTQ4CONSTS
+	MOVQ R11, 200(SP)
 	MOVQ na+72(FP), R15
 	CMPQ R15, $2
 	JL   q4t1group
@@ -783,6 +811,7 @@ TEXT ·dotQ4TAVX(SB), NOSPLIT, $200-80
 
 q4t4group:
 	RTGROUP
+	MOVQ xc+80(FP), R11
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -794,56 +823,57 @@ q4t4block:
 	RTSTOREU
 	RTLOAD4(R10)
 	RTU4
-	RTW($0x02, 0(SP), Y4)
-	RTFIRST((DI), Y8)
-	RTFIRST((DI)(R13*1), Y9)
-	RTFIRST((DI)(R13*2), Y10)
-	RTFIRST((DI)(R14*1), Y11)
-	RTW($0x02, 32(SP), Y5)
-	RTNEXT(4(DI), Y8)
-	RTNEXT(4(DI)(R13*1), Y9)
-	RTNEXT(4(DI)(R13*2), Y10)
-	RTNEXT(4(DI)(R14*1), Y11)
-	RTW($0x02, 64(SP), Y6)
-	RTNEXT(8(DI), Y8)
-	RTNEXT(8(DI)(R13*1), Y9)
-	RTNEXT(8(DI)(R13*2), Y10)
-	RTNEXT(8(DI)(R14*1), Y11)
-	RTW($0x02, 96(SP), Y7)
-	RTNEXT(12(DI), Y8)
-	RTNEXT(12(DI)(R13*1), Y9)
-	RTNEXT(12(DI)(R13*2), Y10)
-	RTNEXT(12(DI)(R14*1), Y11)
-	RTW($0x13, 0(SP), Y4)
-	RTNEXT(16(DI), Y8)
-	RTNEXT(16(DI)(R13*1), Y9)
-	RTNEXT(16(DI)(R13*2), Y10)
-	RTNEXT(16(DI)(R14*1), Y11)
-	RTW($0x13, 32(SP), Y5)
-	RTNEXT(20(DI), Y8)
-	RTNEXT(20(DI)(R13*1), Y9)
-	RTNEXT(20(DI)(R13*2), Y10)
-	RTNEXT(20(DI)(R14*1), Y11)
-	RTW($0x13, 64(SP), Y6)
-	RTNEXT(24(DI), Y8)
-	RTNEXT(24(DI)(R13*1), Y9)
-	RTNEXT(24(DI)(R13*2), Y10)
-	RTNEXT(24(DI)(R14*1), Y11)
-	RTW($0x13, 96(SP), Y7)
-	RTNEXT(28(DI), Y8)
-	RTNEXT(28(DI)(R13*1), Y9)
-	RTNEXT(28(DI)(R13*2), Y10)
-	RTNEXT(28(DI)(R14*1), Y11)
+	VPERM2I128 $0x02, 0(SP), Y4, Y12
+	RT4FIRST((DI), Y8)
+	RT4FIRST((DI)(R13*1), Y9)
+	RT4FIRST((DI)(R13*2), Y10)
+	RT4FIRST((DI)(R14*1), Y11)
+	VPERM2I128 $0x02, 32(SP), Y5, Y12
+	RT4NEXT(4(DI), Y8)
+	RT4NEXT(4(DI)(R13*1), Y9)
+	RT4NEXT(4(DI)(R13*2), Y10)
+	RT4NEXT(4(DI)(R14*1), Y11)
+	VPERM2I128 $0x02, 64(SP), Y6, Y12
+	RT4NEXT(8(DI), Y8)
+	RT4NEXT(8(DI)(R13*1), Y9)
+	RT4NEXT(8(DI)(R13*2), Y10)
+	RT4NEXT(8(DI)(R14*1), Y11)
+	VPERM2I128 $0x02, 96(SP), Y7, Y12
+	RT4NEXT(12(DI), Y8)
+	RT4NEXT(12(DI)(R13*1), Y9)
+	RT4NEXT(12(DI)(R13*2), Y10)
+	RT4NEXT(12(DI)(R14*1), Y11)
+	VPERM2I128 $0x13, 0(SP), Y4, Y12
+	RT4NEXT(16(DI), Y8)
+	RT4NEXT(16(DI)(R13*1), Y9)
+	RT4NEXT(16(DI)(R13*2), Y10)
+	RT4NEXT(16(DI)(R14*1), Y11)
+	VPERM2I128 $0x13, 32(SP), Y5, Y12
+	RT4NEXT(20(DI), Y8)
+	RT4NEXT(20(DI)(R13*1), Y9)
+	RT4NEXT(20(DI)(R13*2), Y10)
+	RT4NEXT(20(DI)(R14*1), Y11)
+	VPERM2I128 $0x13, 64(SP), Y6, Y12
+	RT4NEXT(24(DI), Y8)
+	RT4NEXT(24(DI)(R13*1), Y9)
+	RT4NEXT(24(DI)(R13*2), Y10)
+	RT4NEXT(24(DI)(R14*1), Y11)
+	VPERM2I128 $0x13, 96(SP), Y7, Y12
+	RT4NEXT(28(DI), Y8)
+	RT4NEXT(28(DI)(R13*1), Y9)
+	RT4NEXT(28(DI)(R13*2), Y10)
+	RT4NEXT(28(DI)(R14*1), Y11)
 	RTSCALE8
-	RTACC((DX), Y8, Y0)
-	RTACC((DX)(AX*1), Y9, Y1)
-	RTACC((DX)(AX*2), Y10, Y2)
-	RTACC((DX)(BX*1), Y11, Y3)
+	RT4ACC((DX), (R11), Y8, Y0)
+	RT4ACC((DX)(AX*1), (R11)(AX*1), Y9, Y1)
+	RT4ACC((DX)(AX*2), (R11)(AX*2), Y10, Y2)
+	RT4ACC((DX)(BX*1), (R11)(BX*1), Y11, Y3)
 	RTPREFETCH
 	ADDQ $18, SI
 	ADDQ $18, R10
 	ADDQ $32, DI
 	ADDQ $4, DX
+	ADDQ $4, R11
 	DECQ CX
 	JNZ  q4t4block
 
@@ -855,12 +885,13 @@ q4t4block:
 	VMOVUPS Y2, (R15)
 	ADDQ os+56(FP), R15
 	VMOVUPS Y3, (R15)
-	RTNEXTGROUP(q4t4group)
+	RT4NEXTGROUP(q4t4group)
 	VZEROUPPER
 	RET
 
 q4t3group:
 	RTGROUP
+	MOVQ xc+80(FP), R11
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -871,47 +902,48 @@ q4t3block:
 	RTSTOREU
 	RTLOAD4(R10)
 	RTU4
-	RTW($0x02, 0(SP), Y4)
-	RTFIRST((DI), Y8)
-	RTFIRST((DI)(R13*1), Y9)
-	RTFIRST((DI)(R13*2), Y10)
-	RTW($0x02, 32(SP), Y5)
-	RTNEXT(4(DI), Y8)
-	RTNEXT(4(DI)(R13*1), Y9)
-	RTNEXT(4(DI)(R13*2), Y10)
-	RTW($0x02, 64(SP), Y6)
-	RTNEXT(8(DI), Y8)
-	RTNEXT(8(DI)(R13*1), Y9)
-	RTNEXT(8(DI)(R13*2), Y10)
-	RTW($0x02, 96(SP), Y7)
-	RTNEXT(12(DI), Y8)
-	RTNEXT(12(DI)(R13*1), Y9)
-	RTNEXT(12(DI)(R13*2), Y10)
-	RTW($0x13, 0(SP), Y4)
-	RTNEXT(16(DI), Y8)
-	RTNEXT(16(DI)(R13*1), Y9)
-	RTNEXT(16(DI)(R13*2), Y10)
-	RTW($0x13, 32(SP), Y5)
-	RTNEXT(20(DI), Y8)
-	RTNEXT(20(DI)(R13*1), Y9)
-	RTNEXT(20(DI)(R13*2), Y10)
-	RTW($0x13, 64(SP), Y6)
-	RTNEXT(24(DI), Y8)
-	RTNEXT(24(DI)(R13*1), Y9)
-	RTNEXT(24(DI)(R13*2), Y10)
-	RTW($0x13, 96(SP), Y7)
-	RTNEXT(28(DI), Y8)
-	RTNEXT(28(DI)(R13*1), Y9)
-	RTNEXT(28(DI)(R13*2), Y10)
+	VPERM2I128 $0x02, 0(SP), Y4, Y12
+	RT4FIRST((DI), Y8)
+	RT4FIRST((DI)(R13*1), Y9)
+	RT4FIRST((DI)(R13*2), Y10)
+	VPERM2I128 $0x02, 32(SP), Y5, Y12
+	RT4NEXT(4(DI), Y8)
+	RT4NEXT(4(DI)(R13*1), Y9)
+	RT4NEXT(4(DI)(R13*2), Y10)
+	VPERM2I128 $0x02, 64(SP), Y6, Y12
+	RT4NEXT(8(DI), Y8)
+	RT4NEXT(8(DI)(R13*1), Y9)
+	RT4NEXT(8(DI)(R13*2), Y10)
+	VPERM2I128 $0x02, 96(SP), Y7, Y12
+	RT4NEXT(12(DI), Y8)
+	RT4NEXT(12(DI)(R13*1), Y9)
+	RT4NEXT(12(DI)(R13*2), Y10)
+	VPERM2I128 $0x13, 0(SP), Y4, Y12
+	RT4NEXT(16(DI), Y8)
+	RT4NEXT(16(DI)(R13*1), Y9)
+	RT4NEXT(16(DI)(R13*2), Y10)
+	VPERM2I128 $0x13, 32(SP), Y5, Y12
+	RT4NEXT(20(DI), Y8)
+	RT4NEXT(20(DI)(R13*1), Y9)
+	RT4NEXT(20(DI)(R13*2), Y10)
+	VPERM2I128 $0x13, 64(SP), Y6, Y12
+	RT4NEXT(24(DI), Y8)
+	RT4NEXT(24(DI)(R13*1), Y9)
+	RT4NEXT(24(DI)(R13*2), Y10)
+	VPERM2I128 $0x13, 96(SP), Y7, Y12
+	RT4NEXT(28(DI), Y8)
+	RT4NEXT(28(DI)(R13*1), Y9)
+	RT4NEXT(28(DI)(R13*2), Y10)
 	RTSCALE8
-	RTACC((DX), Y8, Y0)
-	RTACC((DX)(AX*1), Y9, Y1)
-	RTACC((DX)(AX*2), Y10, Y2)
+	RT4ACC((DX), (R11), Y8, Y0)
+	RT4ACC((DX)(AX*1), (R11)(AX*1), Y9, Y1)
+	RT4ACC((DX)(AX*2), (R11)(AX*2), Y10, Y2)
 	RTPREFETCH
 	ADDQ $18, SI
 	ADDQ $18, R10
 	ADDQ $32, DI
 	ADDQ $4, DX
+	ADDQ $4, R11
 	DECQ CX
 	JNZ  q4t3block
 
@@ -921,12 +953,13 @@ q4t3block:
 	VMOVUPS Y1, (R15)
 	ADDQ os+56(FP), R15
 	VMOVUPS Y2, (R15)
-	RTNEXTGROUP(q4t3group)
+	RT4NEXTGROUP(q4t3group)
 	VZEROUPPER
 	RET
 
 q4t2group:
 	RTGROUP
+	MOVQ xc+80(FP), R11
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 
@@ -936,38 +969,39 @@ q4t2block:
 	RTSTOREU
 	RTLOAD4(R10)
 	RTU4
-	RTW($0x02, 0(SP), Y4)
-	RTFIRST((DI), Y8)
-	RTFIRST((DI)(R13*1), Y9)
-	RTW($0x02, 32(SP), Y5)
-	RTNEXT(4(DI), Y8)
-	RTNEXT(4(DI)(R13*1), Y9)
-	RTW($0x02, 64(SP), Y6)
-	RTNEXT(8(DI), Y8)
-	RTNEXT(8(DI)(R13*1), Y9)
-	RTW($0x02, 96(SP), Y7)
-	RTNEXT(12(DI), Y8)
-	RTNEXT(12(DI)(R13*1), Y9)
-	RTW($0x13, 0(SP), Y4)
-	RTNEXT(16(DI), Y8)
-	RTNEXT(16(DI)(R13*1), Y9)
-	RTW($0x13, 32(SP), Y5)
-	RTNEXT(20(DI), Y8)
-	RTNEXT(20(DI)(R13*1), Y9)
-	RTW($0x13, 64(SP), Y6)
-	RTNEXT(24(DI), Y8)
-	RTNEXT(24(DI)(R13*1), Y9)
-	RTW($0x13, 96(SP), Y7)
-	RTNEXT(28(DI), Y8)
-	RTNEXT(28(DI)(R13*1), Y9)
+	VPERM2I128 $0x02, 0(SP), Y4, Y12
+	RT4FIRST((DI), Y8)
+	RT4FIRST((DI)(R13*1), Y9)
+	VPERM2I128 $0x02, 32(SP), Y5, Y12
+	RT4NEXT(4(DI), Y8)
+	RT4NEXT(4(DI)(R13*1), Y9)
+	VPERM2I128 $0x02, 64(SP), Y6, Y12
+	RT4NEXT(8(DI), Y8)
+	RT4NEXT(8(DI)(R13*1), Y9)
+	VPERM2I128 $0x02, 96(SP), Y7, Y12
+	RT4NEXT(12(DI), Y8)
+	RT4NEXT(12(DI)(R13*1), Y9)
+	VPERM2I128 $0x13, 0(SP), Y4, Y12
+	RT4NEXT(16(DI), Y8)
+	RT4NEXT(16(DI)(R13*1), Y9)
+	VPERM2I128 $0x13, 32(SP), Y5, Y12
+	RT4NEXT(20(DI), Y8)
+	RT4NEXT(20(DI)(R13*1), Y9)
+	VPERM2I128 $0x13, 64(SP), Y6, Y12
+	RT4NEXT(24(DI), Y8)
+	RT4NEXT(24(DI)(R13*1), Y9)
+	VPERM2I128 $0x13, 96(SP), Y7, Y12
+	RT4NEXT(28(DI), Y8)
+	RT4NEXT(28(DI)(R13*1), Y9)
 	RTSCALE8
-	RTACC((DX), Y8, Y0)
-	RTACC((DX)(AX*1), Y9, Y1)
+	RT4ACC((DX), (R11), Y8, Y0)
+	RT4ACC((DX)(AX*1), (R11)(AX*1), Y9, Y1)
 	RTPREFETCH
 	ADDQ $18, SI
 	ADDQ $18, R10
 	ADDQ $32, DI
 	ADDQ $4, DX
+	ADDQ $4, R11
 	DECQ CX
 	JNZ  q4t2block
 
@@ -975,12 +1009,13 @@ q4t2block:
 	VMOVUPS Y0, (R15)
 	ADDQ os+56(FP), R15
 	VMOVUPS Y1, (R15)
-	RTNEXTGROUP(q4t2group)
+	RT4NEXTGROUP(q4t2group)
 	VZEROUPPER
 	RET
 
 q4t1group:
 	RTGROUP
+	MOVQ xc+80(FP), R11
 	VXORPS Y0, Y0, Y0
 
 q4t1block:
@@ -989,34 +1024,35 @@ q4t1block:
 	RTSTOREU
 	RTLOAD4(R10)
 	RTU4
-	RTW($0x02, 0(SP), Y4)
-	RTFIRST((DI), Y8)
-	RTW($0x02, 32(SP), Y5)
-	RTNEXT(4(DI), Y8)
-	RTW($0x02, 64(SP), Y6)
-	RTNEXT(8(DI), Y8)
-	RTW($0x02, 96(SP), Y7)
-	RTNEXT(12(DI), Y8)
-	RTW($0x13, 0(SP), Y4)
-	RTNEXT(16(DI), Y8)
-	RTW($0x13, 32(SP), Y5)
-	RTNEXT(20(DI), Y8)
-	RTW($0x13, 64(SP), Y6)
-	RTNEXT(24(DI), Y8)
-	RTW($0x13, 96(SP), Y7)
-	RTNEXT(28(DI), Y8)
+	VPERM2I128 $0x02, 0(SP), Y4, Y12
+	RT4FIRST((DI), Y8)
+	VPERM2I128 $0x02, 32(SP), Y5, Y12
+	RT4NEXT(4(DI), Y8)
+	VPERM2I128 $0x02, 64(SP), Y6, Y12
+	RT4NEXT(8(DI), Y8)
+	VPERM2I128 $0x02, 96(SP), Y7, Y12
+	RT4NEXT(12(DI), Y8)
+	VPERM2I128 $0x13, 0(SP), Y4, Y12
+	RT4NEXT(16(DI), Y8)
+	VPERM2I128 $0x13, 32(SP), Y5, Y12
+	RT4NEXT(20(DI), Y8)
+	VPERM2I128 $0x13, 64(SP), Y6, Y12
+	RT4NEXT(24(DI), Y8)
+	VPERM2I128 $0x13, 96(SP), Y7, Y12
+	RT4NEXT(28(DI), Y8)
 	RTSCALE8
-	RTACC((DX), Y8, Y0)
+	RT4ACC((DX), (R11), Y8, Y0)
 	RTPREFETCH
 	ADDQ $18, SI
 	ADDQ $18, R10
 	ADDQ $32, DI
 	ADDQ $4, DX
+	ADDQ $4, R11
 	DECQ CX
 	JNZ  q4t1block
 
 	MOVQ 128(SP), R15
 	VMOVUPS Y0, (R15)
-	RTNEXTGROUP(q4t1group)
+	RT4NEXTGROUP(q4t1group)
 	VZEROUPPER
 	RET

@@ -421,7 +421,7 @@ func TestRowsNAsm(t *testing.T) {
 	type kern struct {
 		dt     kernels.DType
 		bb     int
-		n, nGo func([]byte, int, int, int, int, []int8, []float32, []float32, int)
+		n, nGo func([]byte, int, int, int, int, []int8, []float32, []int32, []float32, int)
 		rows   func([]byte, int, []int8, []float32, []float32)
 	}
 	ks := []kern{
@@ -446,6 +446,8 @@ func TestRowsNAsm(t *testing.T) {
 					for i := range xd {
 						xd[i] = r.Float32() * 0.02
 					}
+					xc := make([]int32, maxRowsN*nb)
+					blockSums8(xc, xq)
 					for na := 1; na <= maxRowsN; na++ {
 						os := m + r.IntN(3)
 						have := make([]float32, na*os)
@@ -453,8 +455,8 @@ func TestRowsNAsm(t *testing.T) {
 						for i := range have {
 							have[i], want[i] = 7, 7
 						}
-						k.n(w, rb, m, nb, na, xq, xd, have, os)
-						k.nGo(w, rb, m, nb, na, xq, xd, want, os)
+						k.n(w, rb, m, nb, na, xq, xd, xc, have, os)
+						k.nGo(w, rb, m, nb, na, xq, xd, xc, want, os)
 						one := make([]float32, m)
 						for a := range na {
 							k.rows(w, rb, xq[a*nb*32:(a+1)*nb*32], xd[a*nb:(a+1)*nb], one)

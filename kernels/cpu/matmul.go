@@ -54,7 +54,13 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 			b.xd = make([]float32, n*nb)
 		}
 		t.xq, t.xd = b.xq[:n*k], b.xd[:n*nb]
-		b.qx = quantTask{xq: t.xq, xd: t.xd, x: xt}
+		if wt.dt == kernels.Q4_0 {
+			if cap(b.xc) < n*nb {
+				b.xc = make([]int32, n*nb)
+			}
+			t.xc = b.xc[:n*nb]
+		}
+		b.qx = quantTask{xq: t.xq, xd: t.xd, xc: t.xc, x: xt}
 		b.pool.run(&b.qx, n, max(1, 16384/k))
 	}
 	grain := m
@@ -164,6 +170,7 @@ type quantTask struct {
 	b   *Backend
 	xq  []int8
 	xd  []float32
+	xc  []int32 // blockSums8 of the rows, when not nil
 	x   *Tensor
 	act tileAct // the tile layout, when act.xp is not nil
 }
@@ -183,6 +190,9 @@ func (t *quantTask) run(wk, lo, hi int) {
 	}
 	for r := lo; r < hi; r++ {
 		quantRowQ8(t.xq[r*k:(r+1)*k], t.xd[r*nb:(r+1)*nb], t.x.row(r))
+		if t.xc != nil {
+			blockSums8(t.xc[r*nb:(r+1)*nb], t.xq[r*k:(r+1)*k])
+		}
 	}
 }
 
@@ -191,6 +201,7 @@ type matmulTask struct {
 	dst, x, w *Tensor
 	xq        []int8
 	xd        []float32
+	xc        []int32 // the rows' blockSums8, for Q4_0 weights
 	// tile, when not nil, is the tiled kernel, and act the activations
 	// in its layout.
 	tile tileStoreFunc
@@ -224,7 +235,11 @@ func (t *matmulTask) runQuant(lo, hi int) {
 	}
 	for r := 0; r < n; {
 		na := rowsSplit(n - r)
-		rows(t.w.raw[lo*rb:], rb, hi-lo, nb, na, t.xq[r*k:(r+na)*k], t.xd[r*nb:(r+na)*nb], out[r*m+lo:], m)
+		var xc []int32
+		if t.xc != nil {
+			xc = t.xc[r*nb : (r+na)*nb]
+		}
+		rows(t.w.raw[lo*rb:], rb, hi-lo, nb, na, t.xq[r*k:(r+na)*k], t.xd[r*nb:(r+na)*nb], xc, out[r*m+lo:], m)
 		r += na
 	}
 }
