@@ -157,7 +157,7 @@ func dotQ8RowsGo(w []byte, rb int, xq []int8, xd []float32, out []float32) {
 
 // maxRowsN is the most activation rows one dotQ8RowsN or dotQ4RowsN call
 // takes.
-const maxRowsN = 4
+const maxRowsN = 8
 
 func dotQ8RowsNGo(w []byte, rb, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
 	for a := range na {

@@ -21,12 +21,14 @@ func setTilesAVX2() {
 		q4Tile4x8AVX(&w[0], stride, &a.xp[0], &a.xd[0], nb, o, &a.xc[0])
 	}, q4Bytes)
 	q8TileSigned = true
-	// Without VNNI a tile costs about what eight rows cost in the
-	// multi-row kernels (dotQ8RowsN), and a batch is padded to whole tiles
-	// of eight: measured on an AVX2-only two-core host (one decode step of
-	// a 110 MB Q8_0 model), the multi-row kernels are faster up to 15 rows
-	// (9 rows: 28 ms against 46) and even at 16.
-	tileMinRows = 16
+	// Without VNNI the multi-row kernels (dotQ8RowsN, eight activation
+	// rows a call) cost less per row than a tile, which also pads a batch
+	// to whole tiles of eight: measured on an AVX2-only two-core host (the
+	// matrix products of one step of a 110 MB Q8_0 model), 9 rows take 28
+	// ms against 46 with tiles, 16 rows 41 against 46, 32 rows 77 against
+	// 82. The tiles win on long prefill chunks (128 rows), where they keep
+	// a 32-row slice of the activations in cache.
+	tileMinRows = 33
 }
 
 // tileStoreAVX2 is a store kernel on a one-tile kernel: it checks the
