@@ -14,6 +14,7 @@ func setAttnAsm() {
 	dotsF16, axpysF16 = dotsF16Asm, axpysF16Asm
 	f32ToF16Row = f32ToF16RowAsm
 	colMax, expSub = colMaxAsm, expSubAsm
+	ropeHalves, ropePairs = ropeHalvesAsm, ropePairsAsm
 }
 
 //go:noescape
@@ -88,4 +89,32 @@ func expSubAsm(s, p, sum []float32) {
 	}
 	_ = sum[w-1]
 	expSubAVX(&s[0], &p[0], &sum[0], w, len(s)/w)
+}
+
+//go:noescape
+func ropeHalvesAVX(v, c, s *float32, half int)
+
+//go:noescape
+func ropePairsAVX(v, c, s *float32, n int)
+
+// ropeHalvesAsm and ropePairsAsm check bounds once; widths that are not
+// whole 8-lane vectors take the Go loops.
+func ropeHalvesAsm(v, c, s []float32) {
+	half := len(c)
+	if half == 0 || half%8 != 0 {
+		ropeHalvesGo(v, c, s)
+		return
+	}
+	_, _ = v[2*half-1], s[half-1]
+	ropeHalvesAVX(&v[0], &c[0], &s[0], half)
+}
+
+func ropePairsAsm(v, c, s []float32) {
+	n := len(v)
+	if n == 0 || n%8 != 0 {
+		ropePairsGo(v, c, s)
+		return
+	}
+	_, _ = c[n-1], s[n-1]
+	ropePairsAVX(&v[0], &c[0], &s[0], n)
 }

@@ -105,8 +105,6 @@ type Backend struct {
 	// wrow holds a weight row converted to F32 for ops that take a small
 	// weight (RMSNorm, AddBias).
 	wrow []float32
-	// rope holds the per-pair inverse frequencies of the current RoPE call.
-	rope []float64
 }
 
 // workerScratch is memory one worker reuses across ops.

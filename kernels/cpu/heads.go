@@ -92,4 +92,5 @@ func useAttnGo() {
 	dotsF16, axpysF16 = dotsF16Go, axpysF16Go
 	f32ToF16Row = f32ToF16RowGo
 	colMax, expSub = colMaxGo, expSubGo
+	ropeHalves, ropePairs = ropeHalvesGo, ropePairsGo
 }

@@ -39,6 +39,7 @@ type rowTask struct {
 	rope    kernels.RoPE
 	headDim int
 	dims    int
+	step    float32 // RoPE: base^(−2/dims), the ratio of consecutive pairs' angles
 }
 
 type rowOp int
@@ -94,21 +95,12 @@ func (b *Backend) RoPE(x kernels.Tensor, pos []int32, p kernels.RoPE) {
 	if p.Freqs != nil && len(p.Freqs) != dims/2 {
 		panic(fmt.Sprintf("cpu: RoPE: %d Freqs for %d rotated pairs", len(p.Freqs), dims/2))
 	}
-	base := float64(p.Base)
+	base := p.Base
 	if base == 0 {
 		base = 10000
 	}
-	if cap(b.rope) < dims/2 {
-		b.rope = make([]float64, dims/2)
-	}
-	inv := b.rope[:dims/2]
-	for i := range inv {
-		inv[i] = math.Pow(base, -float64(2*i)/float64(dims))
-		if p.Freqs != nil {
-			inv[i] /= float64(p.Freqs[i])
-		}
-	}
-	b.rows = rowTask{op: opRoPE, b: b, x: xt, pos: pos, rope: p, headDim: hd, dims: dims}
+	step := float32(math.Pow(float64(base), float64(float32(-2)/float32(dims))))
+	b.rows = rowTask{op: opRoPE, b: b, x: xt, pos: pos, rope: p, headDim: hd, dims: dims, step: step}
 	b.pool.run(&b.rows, xt.rows, rowGrain(xt.cols))
 	b.rows = rowTask{}
 }
@@ -116,11 +108,19 @@ func (b *Backend) RoPE(x kernels.Tensor, pos []int32, p kernels.RoPE) {
 func (t *rowTask) run(wk, lo, hi int) {
 	switch t.op {
 	case opRMSNorm:
-		for r := lo; r < hi; r++ {
+		r := lo
+		for ; r+4 <= hi; r += 4 {
+			// Four rows' sums side by side: each is still added in
+			// order, but the four chains of float64 adds overlap.
+			s := rmsScale4(t.x.row(r), t.x.row(r+1), t.x.row(r+2), t.x.row(r+3), t.eps)
+			for i, sc := range s {
+				x := t.x.row(r + i)
+				scaleMul(t.dst.row(r + i)[:len(x)], x, t.w, sc)
+			}
+		}
+		for ; r < hi; r++ {
 			x, d := t.x.row(r), t.dst.row(r)
-			ss := float64(dotF32(x, x))
-			s := float32(1 / math.Sqrt(ss/float64(len(x))+float64(t.eps)))
-			scaleMul(d[:len(x)], x, t.w, s)
+			scaleMul(d[:len(x)], x, t.w, rmsScale(x, t.eps))
 		}
 	case opSwiGLU:
 		for r := lo; r < hi; r++ {
@@ -134,40 +134,109 @@ func (t *rowTask) run(wk, lo, hi int) {
 
 func (t *rowTask) ropeRows(wk, lo, hi int) {
 	half := t.dims / 2
-	inv := t.b.rope[:half]
 	sc := &t.b.scratch[wk]
-	if cap(sc.cs) < t.dims {
-		sc.cs = make([]float32, t.dims)
+	if cap(sc.cs) < 2*t.dims {
+		sc.cs = make([]float32, 2*t.dims)
 	}
-	cs := sc.cs[:t.dims]
-	scale := float64(t.rope.Scale)
-	if scale == 0 {
-		scale = 1
+	// The neox layout rotates (i, i+half): one cosine and one sine per
+	// pair. The original one rotates (2i, 2i+1): each pair's cosine and
+	// sine twice, so that both kernels read them as plain vectors.
+	c, s := sc.cs[:t.dims], sc.cs[t.dims:2*t.dims]
+	if t.rope.NeoX {
+		c, s = c[:half], s[:half]
 	}
 	for r := lo; r < hi; r++ {
-		p := float64(t.pos[r]) / scale
-		for i, f := range inv {
-			s, c := math.Sincos(p * f)
-			cs[2*i], cs[2*i+1] = float32(c), float32(s)
-		}
+		ropeAngles(c, s, t.pos[r], t.rope, t.step)
 		x := t.x.row(r)
 		for h := 0; h+t.headDim <= len(x); h += t.headDim {
-			v := x[h : h+t.dims]
 			if t.rope.NeoX {
-				for i := range half {
-					c, s := cs[2*i], cs[2*i+1]
-					a, b := v[i], v[i+half]
-					v[i], v[i+half] = a*c-b*s, a*s+b*c
-				}
-				continue
-			}
-			for i := range half {
-				c, s := cs[2*i], cs[2*i+1]
-				a, b := v[2*i], v[2*i+1]
-				v[2*i], v[2*i+1] = a*c-b*s, a*s+b*c
+				ropeHalves(x[h:h+t.dims], c, s)
+			} else {
+				ropePairs(x[h:h+t.dims], c, s)
 			}
 		}
 	}
+}
+
+var (
+	// ropeHalves rotates (v[i], v[i+len(c)]) by (c[i], s[i]) as rotate
+	// does, for i < len(c) = len(v)/2.
+	ropeHalves = ropeHalvesGo
+	// ropePairs rotates (v[2i], v[2i+1]) by (c[2i], s[2i]) as rotate
+	// does; c and s hold each pair's value twice, len(c) = len(v).
+	ropePairs = ropePairsGo
+)
+
+func ropeHalvesGo(v, c, s []float32) {
+	half := len(c)
+	v, s = v[:2*half], s[:half]
+	for i := range half {
+		v[i], v[i+half] = rotate(v[i], v[i+half], c[i], s[i])
+	}
+}
+
+func ropePairsGo(v, c, s []float32) {
+	c, s = c[:len(v)], s[:len(v)]
+	for i := 0; i+1 < len(v); i += 2 {
+		v[i], v[i+1] = rotate(v[i], v[i+1], c[i], s[i])
+	}
+}
+
+// ropeAngles sets c and s to the cosines and sines of the pairs' angles
+// at position pos (each twice when c holds two entries a pair), computed
+// as GGML computes them: the angle of pair
+// 0 is the position, each next one the previous times base^(−2/dims), all
+// in float32, then divided by the pair's Freqs factor and multiplied by
+// 1/Scale, and only then widened for the cosine and sine. Powers taken
+// one by one in float64 round differently in about a sixth of the rotated
+// elements, and many layers of random weights amplify such last-bit
+// differences into visible ones in the logits.
+func ropeAngles(c, s []float32, pos int32, p kernels.RoPE, step float32) {
+	fs := float32(1)
+	if p.Scale != 0 {
+		fs = 1 / p.Scale
+	}
+	rep := 2 // entries per pair
+	if p.NeoX {
+		rep = 1
+	}
+	pairs := len(c) / rep
+	theta := float32(pos)
+	for i := range pairs {
+		th := theta
+		if p.Freqs != nil {
+			th /= p.Freqs[i]
+		}
+		th *= fs
+		sn, cn := math.Sincos(float64(th))
+		for k := range rep {
+			c[rep*i+k], s[rep*i+k] = float32(cn), float32(sn)
+		}
+		theta *= step
+	}
+}
+
+// rotate turns (a, b) by the angle of cosine c and sine s the way GGML's
+// compiled C does, its multiply-subtract and multiply-add each contracted
+// into one fused operation: (a·c − b·s, a·s + b·c) with a·c and a·s fused.
+func rotate(a, b, c, s float32) (float32, float32) {
+	// The products are exact in float64, so each float64 expression
+	// rounds once; midway catches the rare case where
+	// rounding that to float32 is not the single rounding fma32 makes.
+	x := float64(a)*float64(c) - float64(b*s)
+	y := float64(a)*float64(s) + float64(b*c)
+	if midway(x) || midway(y) {
+		return fma32(a, c, -(b * s)), fma32(a, s, b*c)
+	}
+	return float32(x), float32(y)
+}
+
+// midway reports whether rounding x to float32 could differ from rounding
+// the exact value x was rounded from: x lies exactly halfway between two
+// float32s, or below float32's normal range, where more bits are dropped.
+func midway(x float64) bool {
+	b := math.Float64bits(x)
+	return b&(1<<29-1) == 1<<28 || b&(1<<63-1) < 0x3810000000000000 // 2^-126
 }
 
 // AddBias adds b[0] to every row of x.
@@ -225,4 +294,38 @@ func expf(x float32) float32 {
 	p = p*r + 5.0000001201e-1
 	p = p*r*r + r + 1
 	return p * math.Float32frombits(uint32(int32(n)+127)<<23)
+}
+
+// rmsScale returns 1/√(mean(x²)+eps) as GGML computes it: each square
+// rounded to float32 and added in order in float64, the mean rounded to
+// float32, the root and the quotient in float32. Many layers of random
+// weights turn a last-bit difference here into one int8 rounding of an
+// activation the other way, and that into tenths in the logits, so
+// matching llama.cpp takes this sequence, not a near one. It costs one
+// pass over the row, next to the matmuls that read it.
+func rmsScale(x []float32, eps float32) float32 {
+	var ss float64
+	for _, v := range x {
+		ss += float64(float32(v * v))
+	}
+	return rmsFinish(ss, len(x), eps)
+}
+
+// rmsScale4 is rmsScale of four rows of one length at once.
+func rmsScale4(x0, x1, x2, x3 []float32, eps float32) [4]float32 {
+	x1, x2, x3 = x1[:len(x0)], x2[:len(x0)], x3[:len(x0)]
+	var s0, s1, s2, s3 float64
+	for i, v := range x0 {
+		s0 += float64(float32(v * v))
+		s1 += float64(float32(x1[i] * x1[i]))
+		s2 += float64(float32(x2[i] * x2[i]))
+		s3 += float64(float32(x3[i] * x3[i]))
+	}
+	n := len(x0)
+	return [4]float32{rmsFinish(s0, n, eps), rmsFinish(s1, n, eps), rmsFinish(s2, n, eps), rmsFinish(s3, n, eps)}
+}
+
+func rmsFinish(ss float64, n int, eps float32) float32 {
+	mean := float32(ss / float64(n))
+	return 1 / float32(math.Sqrt(float64(mean+eps)))
 }
