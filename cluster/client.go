@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -321,6 +322,46 @@ var (
 	_ engine.Readier       = (*Client)(nil)
 	_ engine.SessionWarmer = (*Client)(nil)
 )
+
+// Handle names ev's request for Attach: its request key, "" when ev is
+// not one of this client's streams. A gateway keeps it with its turn, so
+// that when it dies another gateway can go on reading the request, which
+// runs on in an engine.
+func (c *Client) Handle(ev engine.Events) string {
+	if s, ok := ev.(*Stream); ok {
+		return s.rk
+	}
+	return ""
+}
+
+// Attach reads the request that Handle named, from its first entry, on
+// this gateway: the engine's notifications come here from now on, and
+// Cancel of its id works here. The request may be running or over.
+func (c *Client) Attach(ctx context.Context, handle string) (engine.Events, error) {
+	i := strings.LastIndexByte(handle, '#') // Submit: the id, '#', a random suffix
+	id := handle[:max(i, 0)]
+	if id == "" {
+		return nil, fmt.Errorf("cluster: attach: %q is not a request handle", handle)
+	}
+	// Only to a request that still exists: its record expires OutTTL
+	// after its last write, and a fresh one would wait on nothing.
+	n, err := c.o.Redis.Exists(ctx, c.k.req(handle)).Result()
+	if err == nil && n == 1 {
+		err = c.o.Redis.HSet(ctx, c.k.req(handle), "gw", c.o.ID).Err()
+	}
+	if err != nil {
+		return nil, &UnavailableError{Reason: "cannot attach to the request", Err: err}
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("cluster: attach: request %s is gone", id)
+	}
+	s := &Stream{c: c, id: id, rk: handle, last: "0", notify: make(chan struct{}, 1)}
+	c.mu.Lock()
+	c.live[handle] = s
+	c.byID[id] = s
+	c.mu.Unlock()
+	return s, nil
+}
 
 // Cancel asks the engine running request id to stop; the stream then ends
 // with finish reason "cancelled" (unless it already ended). Unknown ids

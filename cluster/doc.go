@@ -18,7 +18,7 @@
 //	P cl:q:{e:<engine>}       STREAM routed requests of one engine
 //	P cl:q:{shared}           STREAM requests any engine may take
 //	P cl:queues               SET   every request stream ever written to
-//	P cl:req:{r:<key>}        HASH  fence, owner, done, cancel of one request
+//	P cl:req:{r:<key>}        HASH  fence, owner, done, cancel, gw of one request
 //	P cl:req:{r:<key>}:out    STREAM the request's accepted/delta/final entries
 //	P cl:gw:<gateway>         pub/sub channel: "entry appended for <key>"
 //	P cl:ctl                  pub/sub channel: "cancel <key>"
@@ -78,9 +78,13 @@
 // client saw.
 //
 // The gateway side reads the output stream with XRANGE after the last entry
-// it saw. A notification on the gateway's channel (published by the append
-// script) wakes it at once; a poll every PollInterval covers notifications
-// lost while Redis was unreachable.
+// it saw. A notification on the channel of the gateway the request's record
+// names (gw; published by the append script) wakes it at once; a poll every
+// PollInterval covers notifications lost while Redis was unreachable.
+//
+// A request outlives its gateway: Client.Handle names it (its key), and
+// when that gateway dies another one Attaches to it by that name, which
+// points gw at itself, and reads the output from its first entry.
 //
 // # Cancels
 //

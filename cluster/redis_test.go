@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -409,4 +410,77 @@ func TestRedisOutage(t *testing.T) {
 		t.Fatalf("have %q; want %q", text, fakeText(1, 3))
 	}
 	waitPending(t, rdb, prefix)
+}
+
+// TestAttach: a second gateway attaches to a running request by the
+// handle of the first one's stream and reads it whole, from its first
+// delta to its final, with no gap or duplicate; the engine's notifications
+// follow it there; and its cancel reaches the engine.
+func TestAttach(t *testing.T) {
+	rdb := testredis.Client(t)
+	prefix := testredis.Prefix(t)
+	startEngine(t, fastEngine(rdb, prefix, "e1", newFakeEngine(20*time.Millisecond)))
+	a := fastClient(t, rdb, prefix)
+	waitEngines(t, a, 1)
+	// b polls too rarely for this test to pass on polls: it must be told.
+	b, err := NewClient(ClientOptions{Redis: rdb, Prefix: prefix, PlaceTimeout: 3 * time.Second, IdleTimeout: 20 * time.Second,
+		PollInterval: time.Hour, HeartbeatInterval: 100 * time.Millisecond, HeartbeatTTL: 400 * time.Millisecond,
+		RefreshInterval: 50 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := context.Background()
+
+	for _, cancel := range []bool{false, true} {
+		id := fmt.Sprintf("attach-%v", cancel)
+		st, err := a.Generate(ctx, engine.Request{ID: id, MaxTokens: 30, Prompt: []int32{1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i <= 3; i++ {
+			if ev, err := st.Recv(ctx); err != nil || ev.Text != fakeText(i, i) {
+				t.Fatalf("first reader, delta %d: have %+v, %v", i, ev, err)
+			}
+		}
+		h := a.Handle(st)
+		if h == "" {
+			t.Fatal("no handle for a stream of the client")
+		}
+		at, err := b.Attach(ctx, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cancel {
+			b.Cancel(id)
+		}
+		var text string
+		var final *engine.Final
+		for final == nil {
+			rctx, stop := context.WithTimeout(ctx, 5*time.Second)
+			ev, err := at.Recv(rctx)
+			stop()
+			if err != nil {
+				t.Fatalf("attached reader: %v after %q", err, text)
+			}
+			text += ev.Text
+			final = ev.Final
+		}
+		switch {
+		case !cancel && (final.FinishReason != engine.FinishLength || text != fakeText(1, 30)):
+			t.Fatalf("have %q, %+v; want every delta from the first, then length", text, final)
+		case cancel && (final.FinishReason != engine.FinishCancelled || !strings.HasPrefix(fakeText(1, 30), text)):
+			t.Fatalf("have %q, %+v; want a prefix of the reply, then cancelled", text, final)
+		}
+		go func() { // the first reader drains what is left
+			for {
+				if _, err := st.Recv(ctx); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	if _, err := b.Attach(ctx, "no-suffix"); err == nil {
+		t.Fatal("attached to a handle no Submit makes")
+	}
 }

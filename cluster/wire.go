@@ -84,8 +84,10 @@ return {f, redis.call('HEXISTS', KEYS[1], 'cancel')}
 
 // appendScript appends one entry to output stream KEYS[2] of request
 // KEYS[1], only while ARGV[1] is the request's fence and it is not done.
-// ARGV: fence, "1" when the entry is the last one, TTL in ms, the channel
-// to notify ("" none), the notification payload, then field/value pairs.
+// It notifies the gateway the request's record names ("gw": the one that
+// submitted it, or the one that attached to it since, Client.Attach).
+// ARGV: fence, "1" when the entry is the last one, TTL in ms, the gateway
+// channels' prefix, the notification payload, then field/value pairs.
 var appendScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return -1 end
 if redis.call('HEXISTS', KEYS[1], 'done') == 1 then return -2 end
@@ -93,7 +95,8 @@ redis.call('XADD', KEYS[2], '*', unpack(ARGV, 6))
 if ARGV[2] == '1' then redis.call('HSET', KEYS[1], 'done', '1') end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
-if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+local gw = redis.call('HGET', KEYS[1], 'gw')
+if gw then redis.call('PUBLISH', ARGV[4] .. gw, ARGV[5]) end
 return redis.call('HEXISTS', KEYS[1], 'cancel')
 `)
 

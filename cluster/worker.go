@@ -126,11 +126,11 @@ type worker struct {
 
 // job is one request this engine holds.
 type job struct {
-	rk, queue, entry, gateway string
-	req                       engine.Request
-	bad                       error           // the request did not decode: refuse it
-	ctx                       context.Context // cancelled to cancel the request
-	cancel                    context.CancelFunc
+	rk, queue, entry string
+	req              engine.Request
+	bad              error           // the request did not decode: refuse it
+	ctx              context.Context // cancelled to cancel the request
+	cancel           context.CancelFunc
 }
 
 // RunEngine feeds requests from Redis to o.Engine and writes their results
@@ -353,7 +353,7 @@ func (w *worker) take(runCtx context.Context, queue string, m redis.XMessage) {
 		return // a takeover handed us back our own running request
 	}
 	jctx, cancel := context.WithCancel(runCtx)
-	j := &job{rk: rk, queue: queue, entry: m.ID, gateway: str(m.Values, fieldGateway), req: r, bad: bad, ctx: jctx, cancel: cancel}
+	j := &job{rk: rk, queue: queue, entry: m.ID, req: r, bad: bad, ctx: jctx, cancel: cancel}
 	w.inflight[rk] = j
 	w.mu.Unlock()
 	w.jobs.Add(1)
@@ -424,11 +424,7 @@ func (w *worker) appendEntry(runCtx context.Context, j *job, fence int64, last b
 	if last {
 		fin = "1"
 	}
-	ch := ""
-	if j.gateway != "" {
-		ch = w.k.gatewayChan(j.gateway)
-	}
-	args := append([]any{fence, fin, w.o.OutTTL.Milliseconds(), ch, j.rk}, fields...)
+	args := append([]any{fence, fin, w.o.OutTTL.Milliseconds(), w.k.gatewayChan(""), j.rk}, fields...)
 	err = w.retry(runCtx, "appending output", func(ctx context.Context) error {
 		n, err := w.durableRun(ctx, appendScript, []string{w.k.req(j.rk), w.k.out(j.rk)}, args...).Int64()
 		if err != nil {
