@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -165,14 +166,17 @@ func (s *Server) recoverExpired(seen map[string]expiredSince, observe time.Durat
 			continue
 		}
 		sid, rid, _ := strings.Cut(member, " ")
-		if err := s.recoverTurn(ctx, sid, rid); err != nil {
+		attached, err := s.recoverTurn(ctx, sid, rid)
+		if err != nil {
 			// Left in the index: its new deadline passes and some
 			// gateway tries again.
 			s.o.Logger.Warn("gateway: recover turn", "session", sid, "request", rid, "err", err)
 			continue
 		}
 		s.metrics.recovered.Inc()
-		s.unregisterTurn(sid, rid)
+		if !attached { // an attached turn is this gateway's now: it renews it
+			s.unregisterTurn(sid, rid)
+		}
 	}
 	for m := range seen {
 		if !still[m] {
@@ -181,36 +185,56 @@ func (s *Server) recoverExpired(seen map[string]expiredSince, observe time.Durat
 	}
 }
 
-// recoverTurn finalizes a turn whose gateway died: the deltas in its log
-// become the stored reply, and a done record ends the log. A turn that had
-// in fact finished only gets the done record it may lack.
-func (s *Server) recoverTurn(ctx context.Context, sid, rid string) error {
-	state, finish, err := s.sessions.requestFinish(ctx, sid, rid)
+// attacher is a Generator whose generations outlive the gateway that
+// started them, because they run in another process (cluster.Client):
+// Handle names one, and another gateway Attaches to it by that name and
+// reads it from its first event.
+type attacher interface {
+	Handle(ev engine.Events) string
+	Attach(ctx context.Context, handle string) (engine.Events, error)
+}
+
+// recoverTurn takes over a turn whose gateway died. When its generation
+// runs on elsewhere (an attacher's, with its handle recorded) this
+// gateway attaches to it and runs the turn to its end: the deltas the log
+// lacks are appended, the reply is stored whole, and resumes read on
+// without a gap (attached). Otherwise the deltas in its log become the
+// stored reply and a done record ends the log. A turn that had in fact
+// finished only gets the done record it may lack.
+func (s *Server) recoverTurn(ctx context.Context, sid, rid string) (attached bool, err error) {
+	state, finish, handle, err := s.sessions.requestFinish(ctx, sid, rid)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if state == "" {
-		return nil // no record: the turn never started, or long expired
+		return false, nil // no record: the turn never started, or long expired
 	}
 	entries, err := s.log.readAfter(ctx, sid, rid, 0, 0)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var text strings.Builder
 	lastSeq := 0
 	for _, e := range entries {
 		if e.Done != nil {
-			return nil // the owner ended it; only its unregister was lost
+			return false, nil // the owner ended it; only its unregister was lost
 		}
 		text.WriteString(e.Text)
 		lastSeq = e.Seq
+	}
+	if a, ok := s.o.Generator.(attacher); ok && state == "running" && handle != "" {
+		err := s.attachTurn(ctx, a, sid, rid, handle, lastSeq, text.String())
+		if err == nil {
+			return true, nil
+		}
+		s.o.Logger.Warn("gateway: cannot attach to a dead gateway's generation; ending its reply", "session", sid, "request", rid, "err", err)
 	}
 	reason := finish
 	if state == "running" {
 		reason = engine.FinishError
 		tenant, user, err := s.sessions.ownerOf(ctx, sid)
 		if err != nil {
-			return err
+			return false, err
 		}
 		stored, err := s.sessions.RecoverTurn(ctx, tenant, user, sid, Message{
 			Request: rid, Content: text.String(), FinishReason: reason,
@@ -218,11 +242,11 @@ func (s *Server) recoverTurn(ctx context.Context, sid, rid string) error {
 			Error: "the gateway generating this reply stopped",
 		})
 		if err != nil {
-			return err
+			return false, err
 		}
 		if !stored {
 			// The owner finished meanwhile; it writes its own done.
-			return nil
+			return false, nil
 		}
 		s.o.Logger.Warn("gateway: recovered the reply of a dead gateway's turn", "session", sid, "request", rid, "deltas", lastSeq)
 	}
@@ -230,5 +254,56 @@ func (s *Server) recoverTurn(ctx context.Context, sid, rid string) error {
 		reason = engine.FinishError
 	}
 	done := ServerFrame{Type: TypeDone, Request: rid, FinishReason: reason, Usage: &Usage{}, Stats: &Stats{}}
-	return s.log.appendDone(ctx, sid, rid, lastSeq, done)
+	return false, s.log.appendDone(ctx, sid, rid, lastSeq, done)
+}
+
+// attachTurn runs, on this gateway, the turn of a dead gateway whose
+// generation goes on elsewhere: it reads the generation from its first
+// event, passes over the logged deltas (head), and handles the rest as a
+// turn does (no socket of its own: clients follow it by resuming).
+func (s *Server) attachTurn(ctx context.Context, a attacher, sid, rid, handle string, logged int, head string) error {
+	tenantID, user, err := s.sessions.ownerOf(ctx, sid)
+	if err != nil {
+		return err
+	}
+	if tenantID == "" {
+		return errors.New("gateway: the session is gone")
+	}
+	ten, err := s.tenants.Get(ctx, tenantID)
+	if err != nil {
+		return fmt.Errorf("gateway: read tenant %s: %w", tenantID, err)
+	}
+	id := engineRequestID(tenantID, sid, rid)
+	t := &turn{s: s, engineID: id, tenant: ten, user: user, session: sid, request: rid, skip: logged, head: head, registered: true}
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		return errors.New("gateway: shutting down")
+	}
+	if _, busy := s.turns[id]; busy {
+		s.mu.Unlock()
+		return errors.New("gateway: the turn runs here already")
+	}
+	s.turns[id] = t
+	s.turnsWG.Add(1)
+	s.mu.Unlock()
+	release := func() {
+		s.mu.Lock()
+		delete(s.turns, id)
+		s.mu.Unlock()
+		s.turnsWG.Done()
+	}
+	stream, err := a.Attach(ctx, handle)
+	if err != nil {
+		release()
+		return err
+	}
+	t.stream = stream
+	s.o.Logger.Warn("gateway: took over a dead gateway's turn; its generation goes on", "session", sid, "request", rid, "logged", logged)
+	go func() {
+		defer release()
+		defer s.unregisterTurn(sid, rid)
+		t.run()
+	}()
+	return nil
 }

@@ -108,7 +108,7 @@ func TestLateOwnerMendsRecoveredReply(t *testing.T) {
 		t.Fatalf("have %+v; want delta 1", f)
 	}
 	// Another gateway takes this one for dead and finalizes the turn.
-	if err := e.srv.recoverTurn(ctx, sid, "r1"); err != nil {
+	if _, err := e.srv.recoverTurn(ctx, sid, "r1"); err != nil {
 		t.Fatal(err)
 	}
 	for range 10 {
@@ -174,5 +174,30 @@ func TestCancelAcrossGateways(t *testing.T) {
 	}
 	if !b.Silent(time.Second) {
 		t.Fatalf("have %+v from the second gateway; want nothing more", b.Read())
+	}
+}
+
+// TestFinishTurnStoresOnce: a turn finished twice (a retried finish, or
+// two gateways that both read one generation to its end after one took
+// the other for dead) stores its reply once.
+func TestFinishTurnStoresOnce(t *testing.T) {
+	e := newEnv(t, nil, "", nil)
+	ctx := context.Background()
+	c := e.rawLogin("alice")
+	sid := rawSession(t, c)
+	if _, err := e.srv.sessions.StartTurn(ctx, "acme", "alice", sid, "r1", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := e.srv.sessions.FinishTurn(ctx, "acme", "alice", sid, Message{Request: "r1", Content: "hi there", FinishReason: "stop"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := e.srv.Sessions().Get(ctx, "acme", "alice", sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Messages) != 2 || v.Messages[1].Content != "hi there" {
+		t.Fatalf("have messages %+v; want the user's and one reply", v.Messages)
 	}
 }

@@ -280,10 +280,15 @@ func (s *SessionStore) StartTurn(ctx context.Context, tenant, user, sid, request
 // dropped) and marks the request done. When crash recovery finalized the
 // turn first (reaped: its owner was taken for dead), the owner's reply
 // replaces the recovered partial one, so a finished reply is never left
-// stored as partial. KEYS: sess, msgs, req. ARGV: message JSON, now ms,
-// record TTL ms, request id, finish reason.
+// stored as partial. A turn already finished by an owner (state done, not
+// reaped) is left as it is and the script answers 2: a retried finish, or
+// the second of two gateways that both read the generation to its end (one
+// attached to it after taking the other for dead) stores nothing twice.
+// KEYS: sess, msgs, req. ARGV: message JSON, now ms, record TTL ms,
+// request id, finish reason.
 var finishScript = redis.NewScript(`
 local rec = redis.call('HMGET', KEYS[3], 'state', 'reaped')
+if rec[1] == 'done' and rec[2] == '0' then return 2 end
 redis.call('HSET', KEYS[3], 'state', 'done', 'finish', ARGV[5], 'reaped', '0')
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -317,7 +322,7 @@ func (s *SessionStore) FinishTurn(ctx context.Context, tenant, user, sid string,
 	if err != nil {
 		return fmt.Errorf("gateway: store assistant message: %w", err)
 	}
-	if n == 0 {
+	if n != 1 {
 		return nil
 	}
 	return s.touch(ctx, tenant, user, sid, m.Created)
@@ -358,16 +363,32 @@ func (s *SessionStore) RecoverTurn(ctx context.Context, tenant, user, sid string
 	return n >= 0, nil
 }
 
-// requestFinish returns a request's state ("" when unknown or expired) and
-// the finish reason it was stored with.
-func (s *SessionStore) requestFinish(ctx context.Context, sid, rid string) (state, finish string, err error) {
-	v, err := s.rdb.HMGet(ctx, s.reqKey(sid, rid), "state", "finish").Result()
+// requestFinish returns a request's state ("" when unknown or expired),
+// the finish reason it was stored with, and the handle under which another
+// gateway may attach to its generation ("" none, see setAttach).
+func (s *SessionStore) requestFinish(ctx context.Context, sid, rid string) (state, finish, attach string, err error) {
+	v, err := s.rdb.HMGet(ctx, s.reqKey(sid, rid), "state", "finish", "attach").Result()
 	if err != nil {
-		return "", "", fmt.Errorf("gateway: read request %s: %w", rid, err)
+		return "", "", "", fmt.Errorf("gateway: read request %s: %w", rid, err)
 	}
 	state, _ = v[0].(string)
 	finish, _ = v[1].(string)
-	return state, finish, nil
+	attach, _ = v[2].(string)
+	return state, finish, attach, nil
+}
+
+// setAttach records, on a running request, the handle of its generation
+// (attacher.Handle), for crash recovery to attach to.
+func (s *SessionStore) setAttach(ctx context.Context, sid, rid, handle string) error {
+	// XX-like: only a record that exists (StartTurn made it) takes it.
+	n, err := s.rdb.Exists(ctx, s.reqKey(sid, rid)).Result()
+	if err == nil && n == 1 {
+		err = s.rdb.HSet(ctx, s.reqKey(sid, rid), "attach", handle).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("gateway: record the generation of %s: %w", rid, err)
+	}
+	return nil
 }
 
 // ownerOf returns the tenant and user of session sid ("" when it is gone).

@@ -30,7 +30,12 @@ type turn struct {
 	session  string
 	request  string
 	stream   engine.Events
-	leased   bool // holds a request slot in the tenant's counters
+	// skip: the first skip deltas are in the log already, head their
+	// text (sent by the gateway that started the turn, now dead): a turn
+	// attached to the generation by crash recovery passes them over.
+	skip   int
+	head   string
+	leased bool // holds a request slot in the tenant's counters
 	// registered: the turn is in the running-turn index (recovery.go)
 	// and this gateway renews it. Set under Server.mu.
 	registered bool
@@ -217,6 +222,16 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 		return ce
 	}
 	t.stream = stream
+	if a, ok := s.o.Generator.(attacher); ok {
+		// Should this gateway die, crash recovery attaches another
+		// to the generation instead of ending the reply partial. A
+		// failure only costs that.
+		if h := a.Handle(stream); h != "" {
+			if err := s.sessions.setAttach(ctx, f.Session, f.Request, h); err != nil {
+				s.o.Logger.Warn("gateway: a takeover will not be possible", "request", id, "err", err)
+			}
+		}
+	}
 	go func() {
 		defer release()
 		defer releaseLease()
@@ -268,6 +283,7 @@ const logRetry = 250 * time.Millisecond
 func (t *turn) run() {
 	s := t.s
 	var text strings.Builder
+	text.WriteString(t.head)
 	seq := 0
 	q := s.logw.queue(t.session, t.request)
 	wait := time.NewTimer(sentWait)
@@ -292,6 +308,9 @@ func (t *turn) run() {
 			continue // tokens that do not yet make whole characters
 		}
 		seq++
+		if seq <= t.skip {
+			continue
+		}
 		text.WriteString(ev.Text)
 		// The delta goes to the client once its append is on the wire
 		// to Redis, not once Redis answered (logwriter.go): a kill

@@ -189,11 +189,14 @@ func lastReply(t *testing.T, c *wsraw.Conn, sid, rid string) (content string, pa
 
 // TestKillMidStreamLosesNothing: the process running a turn is killed with
 // SIGKILL in the middle of a reply. In one process, serve is started again
-// on the same Redis; with gateways and engine apart, the other gateway is
-// there all along. Either way the orphaned turn is finalized from its
-// stream log within seconds: a resume gets every delta that reached Redis
-// and a done within 15 s, and the stored reply is exactly those deltas,
-// marked partial, interrupted "crash".
+// on the same Redis: the orphaned turn is finalized from its stream log
+// within seconds, a resume gets every delta that reached Redis and a done
+// within 15 s, and the stored reply is exactly those deltas, marked
+// partial, interrupted "crash". With gateways and engine apart the
+// generation outlives the gateway: the other gateway, there all along,
+// takes the turn over and reads the engine's stream on, so a client that
+// reconnects there and resumes gets the whole reply (the same as an
+// uninterrupted greedy run), no gap, no duplicate, stored complete.
 func TestKillMidStreamLosesNothing(t *testing.T) {
 	for _, split := range []bool{false, true} {
 		name := "one process, restarted"
@@ -249,6 +252,30 @@ func killMidStream(t *testing.T, split bool) {
 		content, partial, why := lastReply(t, c2, sid, rid)
 		if content != head+tail {
 			t.Fatalf("stored reply %q; want every delta the resume read, %q", content, head+tail)
+		}
+		if split {
+			if !strings.Contains(b.logText(), "took over a dead gateway's turn") {
+				// The reply ended before the kill landed. Try again.
+				if attempt < 3 {
+					_ = b.cmd.Process.Kill()
+					b.wait(10 * time.Second)
+					continue
+				}
+				t.Fatalf("every reply finished before the kill; the takeover was not exercised")
+			}
+			if partial || why != "" || done.FinishReason == "error" || done.FinishReason == "cancelled" {
+				t.Fatalf("have partial %v, interrupted %q, done %+v; want the whole reply, stored complete", partial, why, done)
+			}
+			// The same greedy request, uninterrupted, on the gateway that
+			// took over: the reply the client got must be all of it.
+			sid2 := newSession(t, c2)
+			whole := chatUntil(t, c2, sid2, "ref", 0)
+			rest, _, _ := c2.Collect("ref", 0)
+			if whole+rest != head+tail {
+				t.Fatalf("reply across the takeover %q; want the uninterrupted one %q", head+tail, whole+rest)
+			}
+			t.Logf("attempt %d: %d bytes before the kill, %d more after the takeover; done %v after the kill", attempt, len(head), len(tail), time.Since(restarted).Round(time.Millisecond))
+			return
 		}
 		if !partial {
 			// The reply ended before the kill landed: nothing was
