@@ -48,7 +48,7 @@ func axpysF32Asm(y, w, v []float32, hd, group int) {
 func dotQ8R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
 
 //go:noescape
-func dotQ4R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
+func dotQ4R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int, xc *int32)
 
 //go:noescape
 func dotQ8TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int)
@@ -81,8 +81,24 @@ func dotQ4Asm(w []byte, xq []int8, xd []float32) float32 {
 	return out[0]
 }
 
+// dotQ4RowsAsm computes the activation row's blockSums8 itself; MatMul
+// has them already and calls dotQ4RowsNAsm.
 func dotQ4RowsAsm(w []byte, rb int, xq []int8, xd []float32, out []float32) {
-	rowsR8(dotQ4R8AVX, q4Bytes, w, rb, xq, xd, out)
+	xc := make([]int32, len(xd))
+	blockSums8(xc, xq)
+	dotQ4RowsNAsm(w, rb, len(out), len(xd), 1, xq, xd, xc, out, len(out))
+}
+
+// q4R8 is dotQ4R8AVX with the corrections xc (len(xd) of them, checked
+// here) bound, in rowsR8's form.
+func q4R8(xc []int32, nb int) func(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int) {
+	if nb == 0 {
+		return nil
+	}
+	_ = xc[nb-1]
+	return func(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int) {
+		dotQ4R8AVX(w, rb, xq, xd, nb, out, ngroups, &xc[0])
+	}
 }
 
 // rowsR8 runs an eight-row kernel over len(out) weight rows: whole groups
@@ -131,7 +147,7 @@ func dotQ8RowsNAsm(w []byte, rb, m, nb, na int, xq []int8, xd []float32, _ []int
 
 func dotQ4RowsNAsm(w []byte, rb, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int) {
 	if na == 1 {
-		rowsR8(dotQ4R8AVX, q4Bytes, w, rb, xq[:nb*32], xd[:nb], out[:m])
+		rowsR8(q4R8(xc, nb), q4Bytes, w, rb, xq[:nb*32], xd[:nb], out[:m])
 		return
 	}
 	if nb > 0 {

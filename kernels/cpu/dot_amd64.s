@@ -21,14 +21,17 @@
 	VEXTRACTF128 $1, a, tx \
 	VADDPS tx, ax, ax
 
-// Q4CONSTS11 puts bytes of 0x0F in Y12 and bytes of 8 in Y11.
+// Q4CONSTS11 puts bytes of 0x0F in Y12 and the dword shift counts
+// 0,0,0,0,4,4,4,4 in Y11 (QR4).
 #define Q4CONSTS11 \
 	MOVL         $0x0f0f0f0f, AX \
 	VMOVD        AX, X12 \
 	VPBROADCASTD X12, Y12 \
-	MOVL         $0x08080808, AX \
+	MOVL         $4, AX \
 	VMOVD        AX, X11 \
-	VPBROADCASTD X11, Y11
+	VPBROADCASTD X11, X11 \
+	VPXOR        Y10, Y10, Y10 \
+	VINSERTI128  $1, X11, Y10, Y11
 
 // The batch-1 kernels take eight weight rows at a time, one lane each:
 // every row's block sum is formed exactly in integers and folded, like the
@@ -47,22 +50,26 @@
 	VPMADDUBSW T, V, V \
 	VPMADDWD   Y15, V, V
 
-// QR4 is QR8 for the Q4_0 block at wq (XV is V's low half); Y12 holds
-// bytes of 0x0F and Y11 bytes of 8.
-#define QR4(wq, XV, V, XT, T) \
-	VMOVDQU     wq, XV \
-	VPSRLW      $4, XV, XT \
-	VINSERTI128 $1, XT, V, V \
-	VPAND       Y12, V, V \
-	VPSUBB      Y11, V, V \
-	VPSIGNB     V, Y14, T \
-	VPSIGNB     V, V, V \
-	VPMADDUBSW  T, V, V \
-	VPMADDWD    Y15, V, V
+// QR4 is QR8 for the Q4_0 block at wq, taking its nibbles (the values
+// plus 8) unsigned as they are, so no signs move: the block's 16 bytes go
+// to both halves of V, the high half shifted right by 4 (Y11 holds dword
+// shift counts 0,0,0,0,4,4,4,4), and Y12 bytes of 0x0F keep the nibbles.
+// The sums are then 8·Σx over the sums wanted (R8FOLD4 takes it off).
+#define QR4(wq, V) \
+	VBROADCASTI128 wq, V \
+	VPSRLVD        Y11, V, V \
+	VPAND          Y12, V, V \
+	VPMADDUBSW     Y14, V, V \
+	VPMADDWD       Y15, V, V
 
 // R8FOLD folds the eight rows' partial sums in Y0-Y7 into their exact
 // block sums, lane i = row i, in Y1 (as floats); Y2 is clobbered.
 #define R8FOLD \
+	R8FOLDI \
+	VCVTDQ2PS  Y1, Y1
+
+// R8FOLDI is R8FOLD leaving the sums as int32.
+#define R8FOLDI \
 	VPHADDD    Y1, Y0, Y0 \
 	VPHADDD    Y3, Y2, Y2 \
 	VPHADDD    Y2, Y0, Y0 \
@@ -71,8 +78,15 @@
 	VPHADDD    Y6, Y4, Y4 \
 	VPERM2I128 $0x20, Y4, Y0, Y1 \
 	VPERM2I128 $0x31, Y4, Y0, Y2 \
-	VPADDD     Y2, Y1, Y1 \
-	VCVTDQ2PS  Y1, Y1
+	VPADDD     Y2, Y1, Y1
+
+// R8FOLD4 is R8FOLD for QR4's sums, taking off the activation block's
+// 8·Σx at (R14).
+#define R8FOLD4 \
+	R8FOLDI \
+	VPBROADCASTD (R14), Y2 \
+	VPSUBD       Y2, Y1, Y1 \
+	VCVTDQ2PS    Y1, Y1
 
 // R8SCALE fuses the block sums in Y1, times d_w of each row (the F16s at
 // the rows' current blocks) times the activation's scale, into Y13.
@@ -366,32 +380,34 @@ q8r8block:
 	VZEROUPPER
 	RET
 
-// func dotQ4R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int)
-// dotQ8R8AVX for Q4_0 weight rows.
-TEXT ·dotQ4R8AVX(SB), NOSPLIT, $0-56
+// func dotQ4R8AVX(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int, xc *int32)
+// dotQ8R8AVX for Q4_0 weight rows; xc holds 8·Σx of each activation block.
+TEXT ·dotQ4R8AVX(SB), NOSPLIT, $0-64
 	R8SETUP
 	Q4CONSTS11
 
 q4r8group:
 	R8GROUP
+	MOVQ xc+56(FP), R14
 
 q4r8block:
 	VMOVDQU (DI), Y14
-	QR4(2(SI), X0, Y0, X8, Y8)
-	QR4(2(SI)(R8*1), X1, Y1, X9, Y9)
-	QR4(2(SI)(R8*2), X2, Y2, X10, Y10)
-	QR4(2(SI)(R9*1), X3, Y3, X8, Y8)
-	QR4(2(R10), X4, Y4, X9, Y9)
-	QR4(2(R10)(R8*1), X5, Y5, X10, Y10)
-	QR4(2(R10)(R8*2), X6, Y6, X8, Y8)
-	QR4(2(R10)(R9*1), X7, Y7, X9, Y9)
-	R8FOLD
+	QR4(2(SI), Y0)
+	QR4(2(SI)(R8*1), Y1)
+	QR4(2(SI)(R8*2), Y2)
+	QR4(2(SI)(R9*1), Y3)
+	QR4(2(R10), Y4)
+	QR4(2(R10)(R8*1), Y5)
+	QR4(2(R10)(R8*2), Y6)
+	QR4(2(R10)(R9*1), Y7)
+	R8FOLD4
 	R8SCALE
 	R8PREFETCH
 	ADDQ $18, SI
 	ADDQ $18, R10
 	ADDQ $32, DI
 	ADDQ $4, DX
+	ADDQ $4, R14
 	DECQ CX
 	JNZ  q4r8block
 
