@@ -76,34 +76,9 @@ type TenantLimits struct {
 	// of the engine's dispatcher and its class's policy (the zero value
 	// leaves it to them).
 	Speculation spec.Policy
-	// Speculate is which drafter the tenant allows (SpecAuto, SpecOff,
-	// SpecNGram, SpecDraft; "" reads as SpecAuto).
+	// Speculate is which drafter the tenant allows: a mode of package
+	// specmode ("" reads as specmode.Auto).
 	Speculate string
-}
-
-// Speculation modes: a tenant's or a request's say over which drafter may
-// speculate for it. A mode naming a drafter the engine does not run means
-// plain decoding, as SpecOff does; the engine's own choices (dispatcher,
-// class policy) still apply on top.
-const (
-	SpecAuto  = "auto"  // whatever drafter the engine runs
-	SpecOff   = "off"   // plain decoding
-	SpecNGram = "ngram" // only n-gram drafts
-	SpecDraft = "draft" // only the draft model's drafts
-)
-
-// CheckSpeculate checks a speculation mode ("" is SpecAuto).
-func CheckSpeculate(mode string) error {
-	switch mode {
-	case "", SpecAuto, SpecOff, SpecNGram, SpecDraft:
-		return nil
-	}
-	return fmt.Errorf("engine: unknown speculation mode %q (want auto, off, ngram or draft)", mode)
-}
-
-// specAllows says whether mode lets a drafter named drafter speculate.
-func specAllows(mode, drafter string) bool {
-	return mode == "" || mode == SpecAuto || mode == drafter
 }
 
 // Message is one chat turn, for requests that give messages instead of
@@ -190,7 +165,7 @@ type Request struct {
 	TopLogprobs int
 	// Speculate narrows the tenant's speculation mode for this request
 	// (Limits.Speculate): the request speculates only with a drafter both
-	// allow. "" is SpecAuto, which leaves it to the tenant.
+	// allow. "" is specmode.Auto, which leaves it to the tenant.
 	Speculate string
 	// Generated are tokens already streamed to the client by an earlier
 	// attempt (failover): the engine re-prefills prompt+generated and

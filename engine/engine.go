@@ -15,6 +15,7 @@ import (
 	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/engine/model/chat"
 	"github.com/specgate/specgate/engine/sched"
+	"github.com/specgate/specgate/engine/specmode"
 	"github.com/specgate/specgate/engine/tokenizer"
 	"github.com/specgate/specgate/kernels"
 	"github.com/specgate/specgate/prefixcache"
@@ -409,8 +410,8 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 		return nil, bad("unknown priority %d", int(r.Priority))
 	}
 	for _, m := range []string{r.Speculate, r.Limits.Speculate} {
-		if CheckSpeculate(m) != nil {
-			return nil, bad("unknown speculation mode %q (want auto, off, ngram or draft)", m)
+		if err := specmode.Check(m); err != nil {
+			return nil, bad("%v", err)
 		}
 	}
 	if r.MaxTokens < 0 {

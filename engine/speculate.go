@@ -7,6 +7,7 @@ import (
 	"github.com/specgate/specgate/engine/guided"
 	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/engine/spec"
+	"github.com/specgate/specgate/engine/specmode"
 )
 
 // How the engine speculates (all on the step goroutine). The algorithm is
@@ -33,10 +34,11 @@ import (
 //     through the usual stop checks as one delta; the tree's extra
 //     blocks go back to the pool before the step ends.
 
-// Drafter kinds for Speculation.Drafter.
+// Drafter kinds for Speculation.Drafter. The two drafters are named as the
+// speculation modes that allow only them.
 const (
-	DraftNGram = "ngram"
-	DraftModel = "draft"
+	DraftNGram = specmode.NGram
+	DraftModel = specmode.Draft
 	DraftOff   = "off"
 )
 
@@ -123,7 +125,7 @@ func (st *specState) policy(s *sequence) spec.Policy {
 	if st.noSampled && !s.sampler.Greedy() {
 		p.Off = true
 	}
-	if d := st.drafter; !specAllows(s.req.Limits.Speculate, d) || !specAllows(s.req.Speculate, d) {
+	if d := st.drafter; !specmode.Allows(s.req.Limits.Speculate, d) || !specmode.Allows(s.req.Speculate, d) {
 		p.Off = true
 	}
 	if s.req.Logprobs {

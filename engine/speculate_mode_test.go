@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/specgate/specgate/engine/specmode"
 )
 
 // TestSpeculateModes: a request speculates only with a drafter both its
@@ -45,15 +47,15 @@ func TestSpeculateModes(t *testing.T) {
 		drafts            bool
 	}{
 		{"defaults", "", "", true},
-		{"auto both", SpecAuto, SpecAuto, true},
-		{"request names the engine's drafter", "", SpecNGram, true},
-		{"tenant names the engine's drafter", SpecNGram, "", true},
-		{"request off", SpecAuto, SpecOff, false},
-		{"tenant off, request may not widen it", SpecOff, SpecNGram, false},
-		{"tenant off, request auto", SpecOff, SpecAuto, false},
-		{"request names a drafter the engine lacks", "", SpecDraft, false},
-		{"tenant names a drafter the engine lacks", SpecDraft, SpecAuto, false},
-		{"tenant and request disagree", SpecNGram, SpecDraft, false},
+		{"auto both", specmode.Auto, specmode.Auto, true},
+		{"request names the engine's drafter", "", specmode.NGram, true},
+		{"tenant names the engine's drafter", specmode.NGram, "", true},
+		{"request off", specmode.Auto, specmode.Off, false},
+		{"tenant off, request may not widen it", specmode.Off, specmode.NGram, false},
+		{"tenant off, request auto", specmode.Off, specmode.Auto, false},
+		{"request names a drafter the engine lacks", "", specmode.Draft, false},
+		{"tenant names a drafter the engine lacks", specmode.Draft, specmode.Auto, false},
+		{"tenant and request disagree", specmode.NGram, specmode.Draft, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := run(Options{}, tt.tenant, tt.req)
@@ -95,9 +97,9 @@ func TestSpeculateModeRefusals(t *testing.T) {
 			t.Errorf("request %q, tenant %q: have %v; want bad_request", r.Speculate, r.Limits.Speculate, err)
 		}
 	}
-	for _, ok := range []string{"", SpecAuto, SpecOff, SpecNGram, SpecDraft} {
-		if err := CheckSpeculate(ok); err != nil {
-			t.Errorf("CheckSpeculate(%q): %v", ok, err)
+	for _, ok := range []string{"", specmode.Auto, specmode.Off, specmode.NGram, specmode.Draft} {
+		if err := specmode.Check(ok); err != nil {
+			t.Errorf("specmode.Check(%q): %v", ok, err)
 		}
 	}
 }

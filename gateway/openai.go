@@ -87,6 +87,7 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/specmode"
 	"github.com/specgate/specgate/tenants"
 )
 
@@ -480,8 +481,8 @@ func (c *oaiCommon) engineParams(req *engine.Request, tenantClass string) *oaiEr
 		}
 	}
 	req.Priority = requestPriority(tenantClass, c.Priority)
-	if engine.CheckSpeculate(c.Speculate) != nil {
-		return oaiInvalid("speculate", fmt.Sprintf("speculate=%q; want auto, off, ngram or draft", c.Speculate))
+	if err := specmode.Check(c.Speculate); err != nil {
+		return oaiInvalid("speculate", "speculate: "+err.Error())
 	}
 	req.Speculate = c.Speculate
 	return nil

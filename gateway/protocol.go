@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"regexp"
 	"unicode/utf8"
+
+	"github.com/specgate/specgate/engine/specmode"
 )
 
 // ProtocolVersion is the protocol this gateway speaks (PROTOCOL.md).
@@ -286,10 +288,8 @@ func checkParams(typ string, p *ChatParams) error {
 	default:
 		return badRequest(typ + ": priority must be interactive, standard or batch")
 	}
-	switch p.Speculate {
-	case "", "auto", "off", "ngram", "draft":
-	default:
-		return badRequest(typ + ": speculate must be auto, off, ngram or draft")
+	if err := specmode.Check(p.Speculate); err != nil {
+		return badRequest(typ + ": speculate: " + err.Error())
 	}
 	n := 0
 	for _, set := range []bool{len(p.Schema) > 0, p.Regex != "", len(p.Choices) > 0, p.JSON} {

@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/specgate/specgate/engine/specmode"
 )
 
 // TestSpeculatePolicy: the policy is stored with the limits, "" reads as
@@ -17,7 +19,7 @@ func TestSpeculatePolicy(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
 	for _, tc := range []struct{ in, want string }{
-		{"", SpecAuto}, {SpecAuto, SpecAuto}, {SpecOff, SpecOff}, {SpecNGram, SpecNGram}, {SpecDraft, SpecDraft},
+		{"", specmode.Auto}, {specmode.Auto, specmode.Auto}, {specmode.Off, specmode.Off}, {specmode.NGram, specmode.NGram}, {specmode.Draft, specmode.Draft},
 	} {
 		tn := Tenant{ID: "t-" + tc.want + tc.in, Keys: []Key{hsKey(t, "k-"+tc.want+tc.in)}, Limits: Limits{Speculate: tc.in}}
 		got, err := s.Create(ctx, tn)
@@ -33,13 +35,13 @@ func TestSpeculatePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	old, err := s.Update(ctx, "old", func(*Tenant) error { return nil })
-	if err != nil || old.Limits.Speculate != SpecAuto || old.Limits.MaxConcurrent != 2 {
+	if err != nil || old.Limits.Speculate != specmode.Auto || old.Limits.MaxConcurrent != 2 {
 		t.Errorf("have %+v, %v; want an old record to read as auto", old, err)
 	}
 
 	h := AdminHandler(s, "tok")
 	patch := func(body string) (int, Tenant) {
-		req := httptest.NewRequest("PATCH", "/admin/v1/tenants/t-off"+SpecOff, strings.NewReader(body))
+		req := httptest.NewRequest("PATCH", "/admin/v1/tenants/t-off"+specmode.Off, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer tok")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
@@ -47,7 +49,7 @@ func TestSpeculatePolicy(t *testing.T) {
 		_ = json.Unmarshal(rec.Body.Bytes(), &out)
 		return rec.Code, out
 	}
-	if code, tn := patch(`{"limits":{"speculate":"ngram"}}`); code != http.StatusOK || tn.Limits.Speculate != SpecNGram {
+	if code, tn := patch(`{"limits":{"speculate":"ngram"}}`); code != http.StatusOK || tn.Limits.Speculate != specmode.NGram {
 		t.Errorf("PATCH speculate ngram: have %d %+v", code, tn)
 	}
 	if code, _ := patch(`{"limits":{"speculate":"sometimes"}}`); code != http.StatusBadRequest {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/specgate/specgate/engine/specmode"
 	"github.com/specgate/specgate/internal/keyspace"
 )
 
@@ -59,20 +60,12 @@ type Limits struct {
 	// MaxContext caps prompt + max_tokens of one request, in tokens.
 	MaxContext int `json:"max_context"`
 	// Speculate is which speculative decoding the tenant's requests may
-	// use: SpecAuto (whatever the server runs; "" reads as auto), SpecOff
-	// (plain decoding), SpecNGram or SpecDraft (only that drafter; plain
-	// decoding on a server that runs the other). A request may narrow it,
-	// never widen it.
+	// use, a mode of package specmode: Auto (whatever the server runs; ""
+	// reads as auto), Off (plain decoding), NGram or Draft (only that
+	// drafter; plain decoding on a server that runs the other). A request
+	// may narrow it, never widen it.
 	Speculate string `json:"speculate,omitempty"`
 }
-
-// Speculation modes, as the engine names them.
-const (
-	SpecAuto  = "auto"
-	SpecOff   = "off"
-	SpecNGram = "ngram"
-	SpecDraft = "draft"
-)
 
 // Tenant is one customer's record.
 type Tenant struct {
@@ -154,12 +147,11 @@ func (t *Tenant) Validate() error {
 	if l.MaxConnections < 0 || l.MaxConcurrent < 0 || l.TokensPerMinute < 0 || l.MaxContext < 0 {
 		return fmt.Errorf("%w: negative limit in %+v", ErrInvalid, l)
 	}
-	switch l.Speculate {
-	case "":
-		t.Limits.Speculate = SpecAuto
-	case SpecAuto, SpecOff, SpecNGram, SpecDraft:
-	default:
-		return fmt.Errorf("%w: speculate %q (want auto, off, ngram or draft)", ErrInvalid, l.Speculate)
+	if err := specmode.Check(l.Speculate); err != nil {
+		return fmt.Errorf("%w: speculate: %w", ErrInvalid, err)
+	}
+	if l.Speculate == "" {
+		t.Limits.Speculate = specmode.Auto
 	}
 	if len(t.Keys) > MaxActiveKeys {
 		return ErrTooManyKeys

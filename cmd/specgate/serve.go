@@ -24,6 +24,7 @@ import (
 	"github.com/specgate/specgate/engine/model/download"
 	"github.com/specgate/specgate/engine/model/synth"
 	"github.com/specgate/specgate/engine/prom"
+	"github.com/specgate/specgate/engine/specmode"
 	"github.com/specgate/specgate/gateway"
 	"github.com/specgate/specgate/kernels"
 	"github.com/specgate/specgate/tenants"
@@ -44,7 +45,7 @@ func runServe(ctx context.Context, args []string) error {
 	quantum := fs.Int("quantum", 0, "fair-share quantum: tokens a weight-1 tenant is credited per round (0 = engine default, 256)")
 	aging := fs.Duration("aging", 0, "wait after which a request counts one priority class higher (0 = engine default, 5s)")
 	kvType := kvTypeFlag(fs)
-	specMode := fs.String("spec", engine.SpecAuto, "speculative decoding: off, ngram (drafts by n-gram lookup over the conversation), draft (drafts by --draft-model) or auto (draft with --draft-model, else ngram); the engine keeps it off where it measures a loss, and tenants and requests may narrow it")
+	specMode := fs.String("spec", specmode.Auto, "speculative decoding: off, ngram (drafts by n-gram lookup over the conversation), draft (drafts by --draft-model) or auto (draft with --draft-model, else ngram); the engine keeps it off where it measures a loss, and tenants and requests may narrow it")
 	draftModel := fs.String("draft-model", "", "GGUF draft model for --spec draft or auto: a smaller model of the same vocabulary, or the target quantized (a self-draft)")
 	adminToken := fs.String("admin-token", os.Getenv("SPECGATE_ADMIN_TOKEN"), "token guarding /admin/v1 ($SPECGATE_ADMIN_TOKEN); empty disables it")
 	dev := fs.Bool("dev", false, "create a 'dev' tenant if missing and print a sign-in URL with a token")
@@ -194,17 +195,17 @@ type servedEngine struct {
 // rather than guessed at.
 func speculation(mode, draftModel string) (string, error) {
 	switch mode {
-	case engine.SpecOff, engine.SpecNGram:
+	case specmode.Off, specmode.NGram:
 		if draftModel != "" {
 			return "", fmt.Errorf("--draft-model drafts only with --spec draft or auto, not --spec %s", mode)
 		}
 		return mode, nil
-	case engine.SpecDraft:
+	case specmode.Draft:
 		if draftModel == "" {
 			return "", errors.New("--spec draft needs --draft-model FILE: a smaller model of the same vocabulary, or the target quantized")
 		}
 		return engine.DraftModel, nil
-	case engine.SpecAuto:
+	case specmode.Auto:
 		if draftModel != "" {
 			return engine.DraftModel, nil
 		}

@@ -175,8 +175,8 @@ func TestTenantSpec(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"tenant", "update", "acme", "--spec", "eagle"}, `speculate "eagle" (want auto, off, ngram or draft)`},
-		{[]string{"tenant", "create", "bad", "--spec", "on"}, `speculate "on"`},
+		{[]string{"tenant", "update", "acme", "--spec", "eagle"}, `"eagle" (want auto, off, ngram or draft)`},
+		{[]string{"tenant", "create", "bad", "--spec", "on"}, `speculate: unknown speculation mode "on"`},
 		{[]string{"tenant", "update", "acme"}, "update needs at least one flag"},
 		{[]string{"tenant", "update", "acme", "--alg", "RS256"}, "flag provided but not defined: -alg"},
 		{[]string{"tenant", "update", "nosuch", "--spec", "off"}, "not found"},
