@@ -64,13 +64,7 @@ func (l *passLogits) sample(reqs []kernels.SampleRow) []int32 {
 		return l.out
 	}
 	for i, r := range reqs {
-		l.ref.Reset(r.Params)
-		row := l.host[r.Row*l.vocab : (r.Row+1)*l.vocab]
-		if r.Mask != nil {
-			l.out[i] = l.ref.SampleMasked(row, r.Mask, r.History)
-		} else {
-			l.out[i] = l.ref.Sample(row, r.History)
-		}
+		l.out[i] = l.ref.SampleRow(l.host[r.Row*l.vocab:(r.Row+1)*l.vocab], r)
 	}
 	return l.out
 }

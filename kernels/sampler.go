@@ -53,8 +53,8 @@ type Sampler interface {
 	// ArgmaxMasked).
 	ArgmaxRows(out []int32, logits Tensor, rows []int, masks [][]uint64)
 	// SampleRows writes to out[i] the token rows[i] draws: exactly what
-	// engine/sample's Sampler for rows[i].Params returns from
-	// Sample(row, History), or from SampleMasked(row, Mask, History) when
+	// engine/sample's Sampler.SampleRow(row, rows[i]) returns, which is
+	// its Sample(row, History), or SampleMasked(row, Mask, History) when
 	// Mask is not nil.
 	SampleRows(out []int32, logits Tensor, rows []SampleRow)
 }

@@ -136,6 +136,18 @@ func (s *Sampler) SampleMasked(logits []float32, mask []uint64, history []int32)
 	return s.drawCompact(len(history))
 }
 
+// SampleRow is the reference for one row of a kernels.Sampler's
+// SampleRows: it re-aims s at r.Params (as Reset) and returns
+// Sample(logits, r.History), or SampleMasked(logits, r.Mask, r.History)
+// when r.Mask is not nil. logits is row r.Row; r.Row itself is not read.
+func (s *Sampler) SampleRow(logits []float32, r kernels.SampleRow) int32 {
+	s.Reset(r.Params)
+	if r.Mask != nil {
+		return s.SampleMasked(logits, r.Mask, r.History)
+	}
+	return s.Sample(logits, r.History)
+}
+
 // ProbsMasked writes into dst (len(dst) ≥ len(logits)) exactly what Probs
 // would for logits with every id the mask disallows set to -Inf. It
 // clears dst[:len(logits)] and then writes only the surviving ids, so

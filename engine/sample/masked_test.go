@@ -262,3 +262,27 @@ func BenchmarkSampleMasked(b *testing.B) {
 		}
 	}
 }
+
+// TestSampleRow: SampleRow takes its settings from the row, whatever the
+// sampler held before, and masks only when the row has a mask: a nil mask
+// is no mask, where SampleMasked would read it as allowing nothing.
+func TestSampleRow(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const n = 500
+	l := randomLogits(r, n, 3)
+	hist := []int32{1, 2, 3, 2}
+	s := New(Params{Temperature: 5, TopK: 2, Seed: 99}) // overwritten per row
+	for i, p := range maskedParams {
+		p.Seed = uint64(i)
+		mask := randMask(r, n, (n+63)/64, 0.3)
+		if have, want := s.SampleRow(l, kernels.SampleRow{Params: p, History: hist}), New(p).Sample(l, hist); have != want {
+			t.Errorf("params %d, no mask: have %d; want Sample's %d", i, have, want)
+		}
+		if have, want := s.SampleRow(l, kernels.SampleRow{Params: p, Mask: mask, History: hist}), New(p).SampleMasked(l, mask, hist); have != want {
+			t.Errorf("params %d, mask: have %d; want SampleMasked's %d", i, have, want)
+		}
+		if s.Params() != p {
+			t.Errorf("params %d: the sampler holds %+v after SampleRow", i, s.Params())
+		}
+	}
+}

@@ -83,13 +83,7 @@ func (t *sampleTask) run(w, lo, hi int) {
 	s := &t.samplers[w]
 	for i := lo; i < hi; i++ {
 		r := &t.rows[i]
-		s.Reset(r.Params)
-		row := t.lt.row(r.Row)
-		if r.Mask != nil {
-			t.out[i] = s.SampleMasked(row, r.Mask, r.History)
-		} else {
-			t.out[i] = s.Sample(row, r.History)
-		}
+		t.out[i] = s.SampleRow(t.lt.row(r.Row), *r)
 	}
 }
 
