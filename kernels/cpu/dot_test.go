@@ -48,8 +48,9 @@ func TestDotF32Asm(t *testing.T) {
 
 // TestGemmF32 checks every tile shape and edge of gemmF32 (the weight rows
 // left over a multiple of four, the activation rows over three, the tail
-// under a vector, several passes and spans of k) against dotF32Go, output by output, bit for bit: an
-// output must not depend on the tile it falls in.
+// under a vector, several passes and spans of k, plain and packed weight
+// rows) against dotF32Go, output by output, bit for bit: an output must not
+// depend on the tile it falls in.
 func TestGemmF32(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	var sc gemmScratch
@@ -58,27 +59,38 @@ func TestGemmF32(t *testing.T) {
 			continue
 		}
 		useAsm(asm)
-		for _, k := range append(floatLens, 1024, 2048) {
+		for _, k := range append(floatLens, 260, 1024, 2048) {
 			for _, mw := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 19} {
 				for _, nx := range []int{1, 2, 3, 4, 5, 6, 7, 32, 34, 37} {
 					w, x := randVec(r, mw*k), randVec(r, nx*k)
-					ldo := mw + 3
-					out := make([]float32, nx*ldo)
-					for i := range out {
-						out[i] = 9
+					wp := make([]float32, len(w))
+					for i := range mw {
+						gemmPackRow(wp, mw, i, w[i*k:(i+1)*k])
 					}
-					gemmF32(out, ldo, w, mw, x, nx, k, &sc)
-					for j := range nx {
-						for i := range ldo {
-							have := out[j*ldo+i]
-							if i >= mw {
-								if have != 9 {
-									t.Fatalf("asm=%v k=%d %d×%d: wrote past row %d at %d", asm, k, mw, nx, j, i)
+					for _, packed := range []bool{false, true} {
+						name := fmt.Sprintf("asm=%v packed=%v k=%d %d×%d", asm, packed, k, mw, nx)
+						ldo := mw + 3
+						out := make([]float32, nx*ldo)
+						for i := range out {
+							out[i] = 9
+						}
+						if packed {
+							gemmF32(out, ldo, wp, true, mw, x, nx, k, &sc)
+						} else {
+							gemmF32(out, ldo, w, false, mw, x, nx, k, &sc)
+						}
+						for j := range nx {
+							for i := range ldo {
+								have := out[j*ldo+i]
+								if i >= mw {
+									if have != 9 {
+										t.Fatalf("%s: wrote past row %d at %d", name, j, i)
+									}
+									continue
 								}
-								continue
-							}
-							if want := dotF32Go(w[i*k:(i+1)*k], x[j*k:(j+1)*k]); !sameBits(have, want) {
-								t.Fatalf("asm=%v k=%d %d×%d: out[%d][%d] = %g; want %g", asm, k, mw, nx, j, i, have, want)
+								if want := dotF32Go(w[i*k:(i+1)*k], x[j*k:(j+1)*k]); !sameBits(have, want) {
+									t.Fatalf("%s: out[%d][%d] = %g; want %g", name, j, i, have, want)
+								}
 							}
 						}
 					}

@@ -18,10 +18,38 @@ const (
 )
 
 // gemmScratch is one worker's buffers for gemmF32: the tiles'
-// accumulators (twelve vectors of eight per tile) and one span of a pass's
-// weight rows packed back to back, for row strides that would map every
-// row onto the same few L1 sets.
+// accumulators (twelve vectors of eight per tile), a row for packing
+// converted weights and one for the Go kernel to unpack a row into.
 type gemmScratch struct {
-	acc  [gemmXRows / 3 * gemmTiles * 96]float32
-	pack [gemmWRows * gemmKC]float32
+	acc         [gemmXRows / 3 * gemmTiles * 96]float32
+	row, unpack []float32
+}
+
+// gemmPackRows reports whether a chunk of weight rows of k floats meeting
+// n activation rows is worth packing (gemmPackRow): rows 512·c floats
+// apart fall on the same L1 sets two by two or worse, so a pass's rows
+// would evict each other before the activation rows after the first met
+// them.
+func gemmPackRows(k, n int) bool { return k%512 == 0 && n > 3 }
+
+// gemmPackRow copies row, weight row i of mw rows of len(row) floats, into
+// w in gemmF32's packed layout: span by span of gemmKC floats of k, the
+// span of every row back to back, so a pass's rows over one span are
+// contiguous.
+func gemmPackRow(w []float32, mw, i int, row []float32) {
+	k := len(row)
+	for kb := 0; kb < k; kb += gemmKC {
+		n := min(gemmKC, k-kb)
+		copy(w[kb*mw+i*n:kb*mw+(i+1)*n], row[kb:])
+	}
+}
+
+// gemmAt returns float l of weight row i of mw rows of k floats, packed or
+// not.
+func gemmAt(w []float32, packed bool, mw, k, i, l int) float32 {
+	if !packed {
+		return w[i*k+l]
+	}
+	kb := l / gemmKC * gemmKC
+	return w[kb*mw+i*min(gemmKC, k-kb)+l-kb]
 }

@@ -58,7 +58,7 @@ func dotF32Asm(a, b []float32) float32 {
 // activation rows (two or one for the last), a weight row left over by
 // running it as all four rows of a tile into scratch, pass by pass, and
 // then fuses the tails shorter than a vector into every output.
-func gemmF32Asm(out []float32, ldo int, w []float32, mw int, x []float32, nx int, k int, sc *gemmScratch) {
+func gemmF32Asm(out []float32, ldo int, w []float32, packed bool, mw int, x []float32, nx int, k int, sc *gemmScratch) {
 	if mw == 0 || nx == 0 {
 		return
 	}
@@ -70,18 +70,16 @@ func gemmF32Asm(out []float32, ldo int, w []float32, mw int, x []float32, nx int
 	}
 	_, _, _ = w[mw*k-1], x[nx*k-1], out[(nx-1)*ldo+mw-1]
 	k8 := k &^ 7
-	// Rows 512·c floats apart share their L1 sets two by two or worse:
-	// such weight rows are packed. With one triple of activation rows or
-	// less, nothing meets a weight row twice: the rows stream through
-	// whole, unpacked.
-	kc, pack := gemmKC, k%512 == 0
-	if nx <= 3 {
-		kc, pack = max(k8, 8), false
+	// With one triple of activation rows or less, nothing meets a weight
+	// row twice: unpacked rows stream through whole.
+	kc := gemmKC
+	if nx <= 3 && !packed {
+		kc = max(k8, 8)
 	}
 	for i0 := 0; i0 < mw; i0 += gemmWRows {
 		i1 := min(mw, i0+gemmWRows)
 		for j0 := 0; j0 < nx; j0 += gemmXRows {
-			gemmPass(out, ldo, w, i0, i1, x, j0, min(nx, j0+gemmXRows), k, k8, kc, sc, pack)
+			gemmPass(out, ldo, w, packed, mw, i0, i1, x, j0, min(nx, j0+gemmXRows), k, k8, kc, sc)
 		}
 	}
 	if k8 == k {
@@ -90,10 +88,9 @@ func gemmF32Asm(out []float32, ldo int, w []float32, mw int, x []float32, nx int
 	for j := range nx {
 		xr := x[j*k : (j+1)*k]
 		for i := range mw {
-			wr := w[i*k : (i+1)*k]
 			s := out[j*ldo+i]
 			for l := k8; l < k; l++ {
-				s = fma32(wr[l], xr[l], s)
+				s = fma32(gemmAt(w, packed, mw, k, i, l), xr[l], s)
 			}
 			out[j*ldo+i] = s
 		}
@@ -101,10 +98,10 @@ func gemmF32Asm(out []float32, ldo int, w []float32, mw int, x []float32, nx int
 }
 
 // gemmPass computes the vector part of outputs [i0, i1) × [j0, j1): for
-// each span of kc floats of k, activation triple by triple (each stays in L1 while the
-// pass's weight rows, in L1 too, meet it), one call for the pass's whole
-// quads of weight rows and one per row left over.
-func gemmPass(out []float32, ldo int, w []float32, i0, i1 int, x []float32, j0, j1 int, k, k8, kc int, sc *gemmScratch, pack bool) {
+// each span of kc floats of k, activation triple by triple (each stays in
+// L1 while the pass's weight rows, in L1 too, meet it), one call for the
+// pass's whole quads of weight rows and one per row left over.
+func gemmPass(out []float32, ldo int, w []float32, packed bool, mw, i0, i1 int, x []float32, j0, j1 int, k, k8, kc int, sc *gemmScratch) {
 	quads := (i1 - i0) / 4
 	left := i0 + 4*quads
 	var single [12]float32
@@ -118,11 +115,9 @@ func gemmPass(out []float32, ldo int, w []float32, i0, i1 int, x []float32, j0, 
 			flags |= gemmFinish
 		}
 		wp, ldw := w[i0*k+kb:], k
-		if pack && n > 0 {
-			for i := i0; i < i1; i++ {
-				copy(sc.pack[(i-i0)*n:(i-i0+1)*n], w[i*k+kb:])
-			}
-			wp, ldw = sc.pack[:], n
+		if packed {
+			ldw = min(kc, k-kb)
+			wp = w[kb*mw+i0*ldw:]
 		}
 		for t, j := 0, j0; j < j1; t, j = t+1, j+3 {
 			r := min(3, j1-j)

@@ -255,22 +255,41 @@ func rowsSplit(n int) int {
 
 // runFloat is run for F32 weights and those converted to F32 rows (F16,
 // BF16): gemmF32, one pass's worth of activation rows at a time so they
-// stay in cache while the chunk's weight rows, converted once, meet them.
+// stay in cache while the chunk's weight rows, converted or packed once,
+// meet them.
 func (t *matmulTask) runFloat(wk, lo, hi int) {
 	n, k, m := t.x.rows, t.x.cols, t.w.rows
 	out, x := t.dst.f32, t.x.f32
+	sc := &t.b.scratch[wk]
+	packed := gemmPackRows(k, n)
 	var w []float32
-	if t.w.dt == kernels.F32 {
+	switch {
+	case t.w.dt == kernels.F32 && !packed:
 		w = t.w.f32[lo*k : hi*k]
-	} else {
-		w = t.b.scratch[wk].floats((hi - lo) * k)
+	case t.w.dt == kernels.F32:
+		w = sc.floats((hi - lo) * k)
+		for o := lo; o < hi; o++ {
+			gemmPackRow(w, hi-lo, o-lo, t.w.row(o))
+		}
+	case !packed:
+		w = sc.floats((hi - lo) * k)
 		for o := lo; o < hi; o++ {
 			convertRow(w[(o-lo)*k:(o-lo+1)*k], t.w.dt, t.w.rawRow(o))
+		}
+	default:
+		w = sc.floats((hi - lo) * k)
+		if cap(sc.gemm.row) < k {
+			sc.gemm.row = make([]float32, k)
+		}
+		row := sc.gemm.row[:k]
+		for o := lo; o < hi; o++ {
+			convertRow(row, t.w.dt, t.w.rawRow(o))
+			gemmPackRow(w, hi-lo, o-lo, row)
 		}
 	}
 	for r0 := 0; r0 < n; r0 += gemmXRows {
 		r1 := min(n, r0+gemmXRows)
-		gemmF32(out[r0*m+lo:], m, w, hi-lo, x[r0*k:r1*k], r1-r0, k, &t.b.scratch[wk].gemm)
+		gemmF32(out[r0*m+lo:], m, w, packed, hi-lo, x[r0*k:r1*k], r1-r0, k, &sc.gemm)
 	}
 }
 
