@@ -20,6 +20,9 @@ func gemmF32T43(w *float32, ldw int, x *float32, ldx int, n int, acc *float32, o
 func gemmF32T42(w *float32, ldw int, x *float32, ldx int, n int, acc *float32, out *float32, ldo int, flags int, quads int)
 
 //go:noescape
+func gemmF32T81(w *float32, ldw int, x *float32, ldx int, n int, acc *float32, out *float32, ldo int, flags int, quads int)
+
+//go:noescape
 func gemmF32T41(w *float32, ldw int, x *float32, ldx int, n int, acc *float32, out *float32, ldo int, flags int, quads int)
 
 const (
@@ -123,7 +126,15 @@ func gemmPass(out []float32, ldo int, w []float32, packed bool, mw, i0, i1 int, 
 			r := min(3, j1-j)
 			acc := sc.acc[t*gemmTiles*96:]
 			xj := &x[j*k+kb]
-			if quads > 0 {
+			switch {
+			case r == 1 && quads >= 2:
+				// One activation row (batch-1 decode): eight weight
+				// rows a call, then a quad left over.
+				gemmF32T81(&wp[0], ldw, xj, k, n, &acc[0], &out[j*ldo+i0], ldo, flags, quads/2)
+				if q := quads - 1; quads%2 == 1 {
+					gemmF32T41(&wp[4*q*ldw], ldw, xj, k, n, &acc[q*96], &out[j*ldo+i0+4*q], ldo, flags, 1)
+				}
+			case quads > 0:
 				gemmTile(r, &wp[0], ldw, xj, k, n, &acc[0], &out[j*ldo+i0], ldo, flags, quads)
 			}
 			for i := left; i < i1; i++ {

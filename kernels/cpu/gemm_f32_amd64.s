@@ -235,8 +235,7 @@ gemmf32t42next:
 	VZEROUPPER
 	RET
 
-// gemmF32T41 is batch-1 decode's kernel: four independent chains hide the
-// FMA latency, and the weights stream straight into the multiply-adds.
+// gemmF32T41 takes the four rows gemmF32T81 leaves over.
 // func gemmF32T41(w *float32, ldw int, x *float32, ldx int, n int, acc *float32, out *float32, ldo int, flags int, quads int)
 TEXT ·gemmF32T41(SB), NOSPLIT, $0-80
 	GSETUP
@@ -287,6 +286,90 @@ gemmf32t41finish:
 
 gemmf32t41next:
 	QNEXT(gemmf32t41tile)
+	VZEROUPPER
+	RET
+
+// gemmF32T81 is batch-1 decode's kernel: eight weight rows against one
+// activation row, eight independent chains, the weights streaming straight
+// into the multiply-adds. Eight streams keep more cache misses in flight
+// than four do, which a lone core's share of memory bandwidth needs. Its
+// quads argument counts tiles of eight rows: a tile's accumulators for
+// rows 0-3 and 4-7 are two four-row tiles' (acc and acc + 384 bytes), its
+// results out and out + 4.
+// func gemmF32T81(w *float32, ldw int, x *float32, ldx int, n int, acc *float32, out *float32, ldo int, flags int, quads int)
+TEXT ·gemmF32T81(SB), NOSPLIT, $0-80
+	GSETUP
+
+gemmf32t81tile:
+	QSTART
+	LEAQ  (SI)(R8*4), R10
+	TESTQ $gemmStart, R12
+	JNZ   gemmf32t81zero
+	VMOVUPS 0(BX), Y0
+	VMOVUPS 32(BX), Y1
+	VMOVUPS 64(BX), Y2
+	VMOVUPS 96(BX), Y3
+	VMOVUPS 384(BX), Y4
+	VMOVUPS 416(BX), Y5
+	VMOVUPS 448(BX), Y6
+	VMOVUPS 480(BX), Y7
+	JMP     gemmf32t81body
+
+gemmf32t81zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+gemmf32t81body:
+	TESTQ CX, CX
+	JZ    gemmf32t81end
+
+gemmf32t81loop:
+	VMOVUPS     (DI), Y12
+	VFMADD231PS (SI), Y12, Y0
+	VFMADD231PS (SI)(R8*1), Y12, Y1
+	VFMADD231PS (SI)(R8*2), Y12, Y2
+	VFMADD231PS (SI)(R9*1), Y12, Y3
+	VFMADD231PS (R10), Y12, Y4
+	VFMADD231PS (R10)(R8*1), Y12, Y5
+	VFMADD231PS (R10)(R8*2), Y12, Y6
+	VFMADD231PS (R10)(R9*1), Y12, Y7
+	ADDQ $32, SI
+	ADDQ $32, R10
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  gemmf32t81loop
+
+gemmf32t81end:
+	TESTQ $gemmFinish, R12
+	JNZ   gemmf32t81finish
+	VMOVUPS Y0, 0(BX)
+	VMOVUPS Y1, 32(BX)
+	VMOVUPS Y2, 64(BX)
+	VMOVUPS Y3, 96(BX)
+	VMOVUPS Y4, 384(BX)
+	VMOVUPS Y5, 416(BX)
+	VMOVUPS Y6, 448(BX)
+	VMOVUPS Y7, 480(BX)
+	JMP     gemmf32t81next
+
+gemmf32t81finish:
+	HSUM4(Y0, Y1, Y2, Y3, X0, X1)
+	VMOVUPS X0, (DX)
+	HSUM4(Y4, Y5, Y6, Y7, X4, X5)
+	VMOVUPS X4, 16(DX)
+
+gemmf32t81next:
+	LEAQ (R13)(R8*8), R13
+	ADDQ $768, BX
+	ADDQ $32, DX
+	DECQ AX
+	JNZ  gemmf32t81tile
 	VZEROUPPER
 	RET
 
