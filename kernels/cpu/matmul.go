@@ -46,31 +46,45 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 		return
 	}
 	if wt.dt == kernels.Q8_0 || wt.dt == kernels.Q4_0 {
-		nb := k / kernels.QK
-		if cap(b.xq) < n*k {
-			b.xq = make([]int8, n*k)
-		}
-		if cap(b.xd) < n*nb {
-			b.xd = make([]float32, n*nb)
-		}
-		t.xq, t.xd = b.xq[:n*k], b.xd[:n*nb]
-		if wt.dt == kernels.Q4_0 {
-			if cap(b.xc) < n*nb {
-				b.xc = make([]int32, n*nb)
-			}
-			t.xc = b.xc[:n*nb]
-		}
-		b.qx = quantTask{xq: t.xq, xd: t.xd, xc: t.xc, x: xt}
-		b.pool.run(&b.qx, n, max(1, 16384/k))
+		t.xq, t.xd, t.xc = b.quantInput(xt, wt.dt)
 	}
-	grain := m
-	if n*m*k >= 1<<15 {
-		// A multiple of 8: the batch-1 Q8_0/Q4_0 kernels take weight rows
-		// eight at a time, and a shorter chunk runs all eight lanes anyway.
-		grain = min(64, max(8, m/(b.threads*8))&^7)
-	}
-	b.pool.run(t, m, grain)
+	b.pool.run(t, m, b.grain(n, m, k))
 	*t = matmulTask{}
+}
+
+// grain is the chunk of weight rows one worker claims outside the tiled
+// kernels: a multiple of 8, since the Q8_0/Q4_0 kernels take weight rows
+// eight at a time and a shorter chunk runs all eight lanes anyway.
+func (b *Backend) grain(n, m, k int) int {
+	if n*m*k < 1<<15 {
+		return m
+	}
+	return min(64, max(8, m/(b.threads*8))&^7)
+}
+
+// quantInput quantizes x to Q8_0 for the Q8_0 and Q4_0 kernels below the
+// tiled batch, in the backend's buffers: the values, the block scales and,
+// for Q4_0 weights (dt), the blockSums8.
+func (b *Backend) quantInput(xt *Tensor, dt kernels.DType) (xq []int8, xd []float32, xc []int32) {
+	n, k := xt.rows, xt.cols
+	nb := k / kernels.QK
+	if cap(b.xq) < n*k {
+		b.xq = make([]int8, n*k)
+	}
+	if cap(b.xd) < n*nb {
+		b.xd = make([]float32, n*nb)
+	}
+	xq, xd = b.xq[:n*k], b.xd[:n*nb]
+	if dt == kernels.Q4_0 {
+		if cap(b.xc) < n*nb {
+			b.xc = make([]int32, n*nb)
+		}
+		xc = b.xc[:n*nb]
+	}
+	b.qx = quantTask{xq: xq, xd: xd, xc: xc, x: xt}
+	b.pool.run(&b.qx, n, max(1, 16384/k))
+	b.qx = quantTask{}
+	return xq, xd, xc
 }
 
 // tileInput quantizes x into the tile layout for weights of type dt (the
@@ -129,8 +143,10 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 			wt.rows%tileW == 0 && wt.cols == xt.cols && d.rows == xt.rows && d.cols == wt.rows
 	}
 	if !tiled {
-		for i := range ws {
-			b.MatMul(dsts[i], x, ws[i])
+		if !b.matmulManyQuant(dsts, xt, ws) {
+			for i := range ws {
+				b.MatMul(dsts[i], x, ws[i])
+			}
 		}
 		return
 	}
@@ -149,8 +165,46 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 	clear(t.parts)
 }
 
+// matmulManyQuant is MatMulMany for Q8_0 or Q4_0 weights below the tiled
+// batch: x quantized once for all the weights, and one pass over all their
+// rows, which balances the workers and saves a wait per weight (a layer's
+// q, k and v are three small MatMuls otherwise). It reports false, having
+// done nothing, where the weights do not allow it.
+func (b *Backend) matmulManyQuant(dsts []kernels.Tensor, xt *Tensor, ws []kernels.Tensor) bool {
+	if len(ws) < 2 || xt.rows == 0 || xt.cols == 0 {
+		return false
+	}
+	dt := tensor(ws[0], "MatMulMany").dt
+	if dt != kernels.Q8_0 && dt != kernels.Q4_0 {
+		return false
+	}
+	for i, w := range ws {
+		wt, d := tensor(w, "MatMulMany"), writable(dsts[i], "MatMulMany")
+		// Whole groups of eight rows a weight, so that chunks stay aligned
+		// to the kernels' groups.
+		if wt.dt != dt || wt.cols != xt.cols || wt.rows == 0 || wt.rows%8 != 0 || d.rows != xt.rows || d.cols != wt.rows {
+			return false
+		}
+	}
+	xq, xd, xc := b.quantInput(xt, dt)
+	t := &b.many
+	t.parts, t.start = t.parts[:0], t.start[:0]
+	total := 0
+	for i, w := range ws {
+		wt := tensor(w, "MatMulMany")
+		t.parts = append(t.parts, matmulTask{b: b, dst: writable(dsts[i], "MatMulMany"), x: xt, w: wt,
+			xq: xq, xd: xd, xc: xc})
+		t.start = append(t.start, total)
+		total += wt.rows
+	}
+	b.pool.run(t, total, b.grain(xt.rows, total, xt.cols))
+	clear(t.parts)
+	return true
+}
+
 // manyTask runs MatMulMany's weights as one range of rows: every part's
-// rows are a whole number of tiles, so chunks of whole tiles stay aligned.
+// rows are a whole number of tiles (or of the multi-row kernels' groups of
+// eight), so chunks of whole tiles or groups stay aligned.
 type manyTask struct {
 	parts []matmulTask
 	start []int
@@ -161,7 +215,11 @@ func (t *manyTask) run(wk, lo, hi int) {
 		p := &t.parts[i]
 		s := t.start[i]
 		if a, e := max(lo, s), min(hi, s+p.w.rows); a < e {
-			p.runTiles(wk, a-s, e-s)
+			if p.tile != nil {
+				p.runTiles(wk, a-s, e-s)
+			} else {
+				p.runQuant(a-s, e-s)
+			}
 		}
 	}
 }
