@@ -48,8 +48,9 @@ type Sampler struct {
 	cand   []int32   // surviving candidate ids
 	probs  []float32 // Sample's distribution
 	w      []float64 // unnormalised probabilities for top-p
+	byID   []uint64  // top-k's candidates: id<<32 | float32 weight bits
 
-	// The masked path's scratch (masked.go).
+	// The masked path's scratch (masked.go), which sampleTopK borrows too.
 	ids  []int32   // allowed ids, ascending
 	vals []float32 // their (penalised) logits
 	pc   []float32 // their probabilities
@@ -129,6 +130,9 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 		}
 		return Argmax(l)
 	}
+	if k := s.p.TopK; k > 0 && k < len(logits) {
+		return s.sampleTopK(logits, history)
+	}
 	s.probs = grow(s.probs, len(logits))
 	s.Probs(logits, history, s.probs)
 	return s.Draw(s.probs, len(history))
@@ -175,6 +179,47 @@ func (s *Sampler) softmax(l []float32, cand []int32, maxL float32, dst []float32
 	for _, id := range cand {
 		dst[id] = float32(float64(dst[id]) / z)
 	}
+}
+
+// sampleTopK is Sample with top-k on. Only the k best tokens can be drawn,
+// so past the one pass that finds them it works on those alone, where
+// Probs clears a whole row and Draw sums it twice. The result is Draw of
+// Probs bit for bit: the softmax's normaliser is summed in the order Probs
+// sums it (best first), and the draw's running sums run in id order, as
+// Draw's do, skipping the zeros Draw skips.
+func (s *Sampler) sampleTopK(logits []float32, history []int32) int32 {
+	l := s.penalised(logits, history)
+	cand := s.topN(l, s.p.TopK)
+	// cand[0] is Argmax(l): the largest, the lowest id on a tie, and id 0
+	// when nothing beats -Inf (penalised leaves no NaN).
+	top := cand[0]
+	maxL := l[top]
+	if math.IsInf(float64(maxL), 0) {
+		return top // Probs' one-hot on the argmax
+	}
+	cand = s.filterTop(l, cand, maxL)
+	inv := 1 / float64(s.p.Temperature)
+	m := float64(maxL)
+	var z float64
+	s.byID = grow(s.byID, len(cand))
+	for j, id := range cand {
+		e := math.Exp((float64(l[id]) - m) * inv)
+		if e != e {
+			e = 0 // as softmax
+		}
+		z += e
+		// id above, the float32 weight softmax stores below: sorting
+		// sorts by id.
+		s.byID[j] = uint64(id)<<32 | uint64(math.Float32bits(float32(e)))
+	}
+	slices.Sort(s.byID)
+	s.ids = grow(s.ids, len(cand))
+	s.pc = grow(s.pc, len(cand))
+	for j, v := range s.byID {
+		s.ids[j] = int32(v >> 32)
+		s.pc[j] = float32(float64(math.Float32frombits(uint32(v))) / z)
+	}
+	return s.drawCompact(len(history))
 }
 
 // Draw returns the index drawn from probs (weights need not sum exactly to
@@ -302,35 +347,40 @@ func grow[T any](b []T, n int) []T {
 // the top-p selection below identical for the full and the compacted row:
 // both hand it the same finite entries in the same order.
 func (s *Sampler) filter(l []float32, maxL float32, n int) []int32 {
-	k := s.p.TopK
-	topP := float64(s.p.TopP)
-	pOn := topP > 0 && topP < 1
-	var cand []int32
-	switch {
-	case k > 0 && k < n:
-		cand = s.topN(l, k) // sorted, so top-p is a prefix scan
-		if pOn {
-			cand = nucleus(l, cand, topP, logSumExp(l, cand))
-		}
-	default:
-		cand = s.cand[:0]
-		for i, v := range l {
-			if v > negInf {
-				cand = append(cand, int32(i))
-			}
-		}
-		s.cand = cand
-		if pOn {
-			s.w = grow(s.w, len(l))
-			var z float64
-			for i, v := range l {
-				e := math.Exp(float64(v - maxL))
-				s.w[i] = e
-				z += e
-			}
-			cand = nucleusSelect(l, s.w, cand, topP*z)
+	if k := s.p.TopK; k > 0 && k < n {
+		return s.filterTop(l, s.topN(l, k), maxL)
+	}
+	cand := s.cand[:0]
+	for i, v := range l {
+		if v > negInf {
+			cand = append(cand, int32(i))
 		}
 	}
+	s.cand = cand
+	if topP := float64(s.p.TopP); topP > 0 && topP < 1 {
+		s.w = grow(s.w, len(l))
+		var z float64
+		for i, v := range l {
+			e := math.Exp(float64(v - maxL))
+			s.w[i] = e
+			z += e
+		}
+		cand = nucleusSelect(l, s.w, cand, topP*z)
+	}
+	return s.minP(l, cand, maxL)
+}
+
+// filterTop is filter with top-k on: cand is topN's k best, best first, so
+// top-p is a prefix scan.
+func (s *Sampler) filterTop(l []float32, cand []int32, maxL float32) []int32 {
+	if topP := float64(s.p.TopP); topP > 0 && topP < 1 {
+		cand = nucleus(l, cand, topP, logSumExp(l, cand))
+	}
+	return s.minP(l, cand, maxL)
+}
+
+// minP keeps the candidates min-p lets through, in their order.
+func (s *Sampler) minP(l []float32, cand []int32, maxL float32) []int32 {
 	if s.p.MinP > 0 {
 		// p_i ≥ MinP·p_max ⇔ logit_i ≥ max + ln(MinP), as llama.cpp compares.
 		// MinP ≥ 1 keeps just the maximum (and its ties), never nothing.
@@ -456,25 +506,26 @@ func (s *Sampler) topN(l []float32, m int) []int32 {
 			h = append(h, int32(i))
 		}
 	} else {
-		for i := range l {
-			id := int32(i)
-			if len(h) < m {
-				h = append(h, id)
-				// sift up: the root is the worst of the heap
-				for j := len(h) - 1; j > 0; {
-					p := (j - 1) / 2
-					if !before(l, h[p], h[j]) {
-						break
-					}
-					h[p], h[j] = h[j], h[p]
-					j = p
+		for i := range m {
+			h = append(h, int32(i))
+			// sift up: the root is the worst of the heap
+			for j := len(h) - 1; j > 0; {
+				p := (j - 1) / 2
+				if !before(l, h[p], h[j]) {
+					break
 				}
+				h[p], h[j] = h[j], h[p]
+				j = p
+			}
+		}
+		// Every id in the heap is below i, so before(l, i, h[0]) is
+		// l[i] > l[h[0]]: most of the row is turned away by one compare.
+		worst := l[h[0]]
+		for i := m; i < len(l); i++ {
+			if !(l[i] > worst) {
 				continue
 			}
-			if !before(l, id, h[0]) {
-				continue
-			}
-			h[0] = id
+			h[0] = int32(i)
 			for j := 0; ; {
 				c := 2*j + 1
 				if c >= len(h) {
@@ -489,6 +540,7 @@ func (s *Sampler) topN(l []float32, m int) []int32 {
 				h[j], h[c] = h[c], h[j]
 				j = c
 			}
+			worst = l[h[0]]
 		}
 	}
 	slices.SortFunc(h, func(a, b int32) int {

@@ -457,3 +457,126 @@ func TestUniformByPosition(t *testing.T) {
 		t.Errorf("position 20 drew %d first, then something else", want)
 	}
 }
+
+// tieLogits is a row of n logits with many ties (few distinct values) and
+// some NaN, -Inf and +Inf entries as asked.
+func tieLogits(r *rand.Rand, n int, nan, negInf, posInf bool) []float32 {
+	l := make([]float32, n)
+	for i := range l {
+		l[i] = float32(r.IntN(12)) / 4 // 12 values: ties everywhere
+	}
+	for range 1 + n/50 {
+		if nan {
+			l[r.IntN(n)] = float32(math.NaN())
+		}
+		if negInf {
+			l[r.IntN(n)] = float32(math.Inf(-1))
+		}
+	}
+	if posInf {
+		l[r.IntN(n)] = float32(math.Inf(1))
+	}
+	return l
+}
+
+// TestTopN checks topN's selection against a sort of the whole row by the
+// same order (higher logit first, lower id on a tie), on rows with ties
+// and infinities, for k from 1 to the row's length.
+func TestTopN(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	var s Sampler
+	for trial := range 300 {
+		n := 1 + r.IntN(400)
+		var l []float32
+		if trial%2 == 0 {
+			l = tieLogits(r, n, false, trial%3 == 0, trial%5 == 0)
+		} else {
+			l = randomLogits(r, n, 3)
+		}
+		all := make([]int32, n)
+		for i := range all {
+			all[i] = int32(i)
+		}
+		slices.SortStableFunc(all, func(a, b int32) int {
+			if before(l, a, b) {
+				return -1
+			}
+			if before(l, b, a) {
+				return 1
+			}
+			return 0
+		})
+		for _, k := range []int{1, 2, 3, 40, n / 2, n - 1, n} {
+			if k < 1 {
+				continue
+			}
+			if have, want := s.topN(l, k), all[:min(k, n)]; !slices.Equal(have, want) {
+				t.Fatalf("trial %d n %d k %d: have %v; want %v (row %v)", trial, n, k, have, want, l)
+			}
+		}
+	}
+}
+
+// TestTopKSampleIsDrawOfProbs: with top-k on, Sample works on the k best
+// tokens alone; it must still draw exactly Draw(Probs), which writes and
+// sums the whole row, over rows with ties, NaN, -Inf and +Inf, settings
+// that cut the k best further (top-p, min-p), extreme temperatures and
+// penalties, for k from 1 to one below the row's length.
+func TestTopKSampleIsDrawOfProbs(t *testing.T) {
+	r := rand.New(rand.NewPCG(33, 34))
+	params := []Params{
+		{Temperature: 1, TopK: 1},
+		{Temperature: 0.8, TopK: 2},
+		{Temperature: 1, TopK: 40},
+		{Temperature: 0.7, TopK: 40, TopP: 0.9},
+		{Temperature: 1.2, TopK: 50, TopP: 0.5, MinP: 0.1},
+		{Temperature: 1, TopK: 40, MinP: 1},
+		{Temperature: 0.9, TopK: 30, RepeatPenalty: 1.3, PresencePenalty: 0.5, FrequencyPenalty: 0.2, RepeatLastN: -1},
+		{Temperature: float32(math.Inf(1)), TopK: 20},
+		{Temperature: 1e-30, TopK: 20},
+		{Temperature: 1e-45, TopK: 5},
+		{Temperature: 3, TopK: -1}, // off: the dense path, as a control
+	}
+	for pi, p := range params {
+		for trial := range 60 {
+			p := p
+			p.Seed = uint64(trial)
+			n := 2 + r.IntN(600)
+			k := p.TopK
+			if trial%7 == 6 {
+				p.TopK = n - 1
+			}
+			var l []float32
+			switch trial % 4 {
+			case 0:
+				l = randomLogits(r, n, 1+4*r.Float64())
+			case 1:
+				l = tieLogits(r, n, false, false, false)
+			case 2:
+				l = tieLogits(r, n, true, true, false)
+			case 3:
+				l = tieLogits(r, n, true, true, trial%8 == 3)
+			}
+			if trial%9 == 8 { // nothing above -Inf
+				for i := range l {
+					l[i] = float32(math.Inf(-1))
+				}
+			}
+			hist := make([]int32, r.IntN(80))
+			for i := range hist {
+				hist[i] = int32(r.IntN(n))
+			}
+			a, b := New(p), New(p)
+			dst := make([]float32, n)
+			for step := range 3 {
+				h := hist[:len(hist)-step*len(hist)/3]
+				x := a.Sample(l, h)
+				b.Probs(l, h, dst)
+				if y := b.Draw(dst, len(h)); x != y {
+					t.Fatalf("params %d (%+v) trial %d step %d n %d: Sample have %d; Draw(Probs) %d", pi, p, trial, step, n, x, y)
+				}
+			}
+			p.TopK = k
+		}
+	}
+}
