@@ -20,7 +20,11 @@ package spec
 // token, not the length of the conversation. The zero value is ready to
 // use.
 type NGram struct {
-	// MinN and MaxN bound the suffix lengths tried; zero means 1 and 4.
+	// MinN and MaxN bound the suffix lengths tried; zero means 2 and 4.
+	// A single token's continuation is a poor guess (in chats that quote
+	// an earlier turn, about one in six is what the target says next,
+	// against one in two after two tokens and three in four after
+	// three), and every drafted token costs a row of the target's pass.
 	MinN, MaxN int
 	// Window, when above zero, bounds how many most recent tokens of the
 	// conversation are searched; zero searches all of it.
@@ -50,7 +54,7 @@ func (g *NGram) Rewind(slot, n int) {
 func (g *NGram) params() (minN, maxN, scan int) {
 	minN, maxN, scan = g.MinN, g.MaxN, g.MaxScan
 	if minN <= 0 {
-		minN = 1
+		minN = 2
 	}
 	if maxN < minN {
 		maxN = max(minN, 4)
