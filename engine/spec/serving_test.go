@@ -176,7 +176,8 @@ func TestServingChainsOnly(t *testing.T) {
 
 // TestServingLosslessSampled: over many seeds, the first three tokens the
 // engine emits for a sampled request with speculation on (a draft model,
-// and n-gram lookup, on a branching tree) have exactly the target's
+// and n-gram lookup, on a static branching tree; the draft model on a
+// dynamic tree) have exactly the target's
 // distribution, computed by enumeration outside the engine; and each
 // seed's output is its output with speculation off. With a known-bad
 // acceptance rule (take the drafts unverified) and a drafter that is
@@ -190,6 +191,7 @@ func TestServingLosslessSampled(t *testing.T) {
 		t.Skip("statistical end-to-end test; -short runs the unit-level ones only")
 	}
 	wide := func() *spec.Dispatcher { return spec.Fixed(spec.Wide) }
+	dyn := func() *spec.Dispatcher { return spec.Fixed(spec.Dynamic(8)) }
 	cases := []struct {
 		name  string
 		sp    engine.Speculation
@@ -198,6 +200,9 @@ func TestServingLosslessSampled(t *testing.T) {
 	}{
 		{"draft", drafters(p, wide)["draft"], 1600, true},
 		{"ngram", drafters(p, wide)["ngram"], 800, true},
+		// A dynamic tree: grown by the draft's own (sampled) confidence,
+		// its shape differs from seed to seed.
+		{"draft/dyn8", drafters(p, dyn)["draft"], 800, true},
 		// A random model of the same vocabulary drafts tokens the target
 		// seldom picks: verification must throw them out, and the bad
 		// rule, which keeps them, is caught by a wide margin with fewer
