@@ -180,8 +180,8 @@ func (e *Engine) draft(p *stepPlan) {
 // commitDrafts is the commit phase's speculative call: the spec step
 // verifies the drafted decodes and commits their tokens through
 // specHost.Commit; then the blocks trees took beyond their sequences' K/V
-// go back. It adds what it did to res.
-func (e *Engine) commitDrafts(now time.Time, res *stepResult) {
+// go back. The counts go into the step's report through specHost.Commit.
+func (e *Engine) commitDrafts(now time.Time) {
 	st := e.spec
 	plain := 0
 	for _, s := range st.seqs {
@@ -190,9 +190,7 @@ func (e *Engine) commitDrafts(now time.Time, res *stepResult) {
 		}
 	}
 	st.now = now
-	rep := st.step.Commit(specHost{e}, plain)
-	res.Tokens += rep.Tokens - plain
-	res.Drafted, res.Accepted, res.Drafter = rep.Drafted, rep.Accepted, rep.Drafter
+	st.step.Commit(specHost{e}, plain)
 	for _, s := range st.seqs {
 		// The next decode's block is placed as the scheduler plans it.
 		if keep := e.blocks(s.kv); e.seqs[s.req.ID] == s && len(s.table) > keep {

@@ -149,18 +149,6 @@ type stepPlan struct {
 	progress bool
 }
 
-// stepResult is what commit did: the figures a per-step report is made
-// of.
-type stepResult struct {
-	// Tokens counts the tokens committed to sequences (a sequence that
-	// ended mid-step counts the tokens it took).
-	Tokens int
-	// Drafted and Accepted count draft tokens put into the batch and
-	// accepted by verification; Drafter names the drafter.
-	Drafted, Accepted int
-	Drafter           string
-}
-
 // plan runs the scheduling round and builds the step's batch: preemptions,
 // prefix cache lookups, block placement, the planned rows and the draft
 // trees. It neither runs the model nor emits anything: sequences it could
@@ -249,9 +237,8 @@ func (e *Engine) run(p *stepPlan) error {
 
 // commit takes the forward pass's logits for p at time now: the K/V the
 // pass wrote, the next token of every row (verifying drafted trees) and
-// their events.
-func (e *Engine) commit(p *stepPlan, now time.Time) stepResult {
-	var res stepResult
+// their events. What it did goes into the step's report (e.report).
+func (e *Engine) commit(p *stepPlan, now time.Time) {
 	for _, pc := range p.placed {
 		pc.s.kv = pc.c.Start + pc.c.N
 	}
@@ -277,14 +264,13 @@ func (e *Engine) commit(p *stepPlan, now time.Time) stepResult {
 		if s.req.Logprobs {
 			s.nextLP = e.logprobs(e.logits.hostRow(r.Row), tok, s.req.TopLogprobs)
 		}
-		res.Tokens += e.accept(s, []int32{tok}, now)
+		e.accept(s, []int32{tok}, now)
 	}
 	clear(reqs) // drop the borrowed masks and histories
 	e.logits.reqs = reqs[:0]
 	if e.spec != nil && len(p.decodes) > 0 {
-		e.commitDrafts(now, &res)
+		e.commitDrafts(now)
 	}
-	return res
 }
 
 // placedChunk is a chunk that went into the step's batch.

@@ -142,10 +142,12 @@ func TestCommitAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	oneHot(p, toks)
-	res := e.commit(p, clk.Now())
-	if res.Tokens != 2 {
-		t.Errorf("have %d tokens committed; want 2", res.Tokens)
+	e.commit(p, clk.Now())
+	// The step's report, as publish would hand it to the observer.
+	if r := &e.report; r.DecodeTokens != 2 || len(r.Drafts) != 0 {
+		t.Errorf("have %d tokens committed, drafts %+v; want 2, none", r.DecodeTokens, r.Drafts)
 	}
+	e.report.reset()
 	if ev := queued(sb); len(ev) != 1 || ev[0].Final == nil || ev[0].Final.FinishReason != FinishStop {
 		t.Errorf("b: have events %+v; want one final, stopped", ev)
 	}
@@ -174,13 +176,14 @@ func TestCommitAlone(t *testing.T) {
 	// node's; rows 1+i are node i's.
 	oneHot(p, []int32{draft[0], draft[1], other, draft[3], 5})
 	before := s.generated()
-	res = e.commit(p, clk.Now())
+	e.commit(p, clk.Now())
 	wantToks := []int32{draft[0], draft[1], other}
 	if got := s.tokens[len(s.tokens)-3:]; s.generated() != before+3 || !slices.Equal(got, wantToks) {
 		t.Errorf("have %d new tokens ending %v; want %v", s.generated()-before, got, wantToks)
 	}
-	if res.Tokens != 3 || res.Drafted != 4 || res.Accepted != 2 || res.Drafter != "ngram" {
-		t.Errorf("have step result %+v; want 3 tokens, 4 drafted, 2 accepted by ngram", res)
+	wantDrafts := []DraftCount{{Drafter: "ngram", Drafts: 1, Drafted: 4, Accepted: 2}}
+	if r := &e.report; r.DecodeTokens != 3 || !slices.Equal(r.Drafts, wantDrafts) {
+		t.Errorf("have report of %d tokens, drafts %+v; want 3 tokens, drafts %+v", r.DecodeTokens, r.Drafts, wantDrafts)
 	}
 	if s.kv != len(s.tokens)-1 {
 		t.Errorf("have %d tokens in KV of %d; want all but the last", s.kv, len(s.tokens))
