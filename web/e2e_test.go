@@ -31,6 +31,7 @@ import (
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model"
 	_ "github.com/specgate/specgate/engine/model/llama"
+	"github.com/specgate/specgate/engine/spec"
 	"github.com/specgate/specgate/gateway"
 	"github.com/specgate/specgate/internal/testmodels"
 	"github.com/specgate/specgate/internal/testredis"
@@ -253,7 +254,14 @@ func startChatServer(t *testing.T, redisSrv ...*testredis.Server) *chatServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := engine.New(m, engine.Options{})
+	// The model's Q8_0 file drafts a fixed chain for it, so every answer
+	// has speculation's counts to show (the default dispatcher may leave
+	// drafting off on a model this small).
+	draft, err := model.Load(testmodels.Path(t, testmodels.Stories260KQ8_0), be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(m, engine.Options{Speculation: engine.Speculation{Drafter: engine.DraftModel, Model: draft, Dispatcher: spec.Fixed(spec.Chain(4))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,6 +542,18 @@ func TestBrowserChat(t *testing.T) {
 	// A first message: the real model's answer streams in and completes.
 	first := b.sendAndFinish("Once upon a time there was a cat")
 	t.Logf("answer: %q", first.Text)
+	// Its stats show what speculation did: the draft tokens verified and
+	// the ones kept.
+	stats := evalJS[string](b, jsLast+`.querySelector('[data-testid=message-stats]')?.textContent ?? ""`)
+	kept, drafted := -1, -1
+	for _, part := range strings.Split(stats, " · ") {
+		if strings.HasSuffix(part, " drafts accepted") {
+			fmt.Sscanf(part, "%d of %d drafts accepted", &kept, &drafted)
+		}
+	}
+	if drafted <= 0 || kept < 0 || kept > drafted {
+		t.Errorf("have stats %q; want \"K of N drafts accepted\" with 0 ≤ K ≤ N, N > 0", stats)
+	}
 	if n := evalJS[int](b, `document.querySelectorAll('[data-testid=session-item]').length`); n != 1 {
 		t.Fatalf("have %d chats in the list; want 1", n)
 	}

@@ -693,6 +693,8 @@ function statsText(d) {
   if (s.tokens_per_s) parts.push(`${s.tokens_per_s.toFixed(1)} tok/s`);
   // One token per step is plain decoding: only more says speculation paid.
   if (s.accepted_per_step > 1) parts.push(`${s.accepted_per_step.toFixed(2)} tokens/step (speculative)`);
+  // Draft tokens the model verified, and how many of them it kept.
+  if (s.drafted_tokens > 0) parts.push(`${s.accepted_tokens || 0} of ${s.drafted_tokens} drafts accepted`);
   if (s.queue_ms) parts.push(`queued ${Math.round(s.queue_ms)} ms`);
   if (u.prompt_tokens != null) parts.push(`${u.prompt_tokens} prompt${u.cached_tokens ? ` (${u.cached_tokens} cached)` : ""}`);
   if (u.completion_tokens != null) parts.push(`${u.completion_tokens} generated`);
