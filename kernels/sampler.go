@@ -19,6 +19,13 @@ type SampleParams struct {
 // Greedy reports whether p always picks the (penalised) argmax.
 func (p SampleParams) Greedy() bool { return !(p.Temperature > 0) }
 
+// Penalties reports whether a penalty can change a logit when drawing
+// after a history of n tokens.
+func (p SampleParams) Penalties(n int) bool {
+	rep := p.RepeatPenalty
+	return n > 0 && (rep > 0 && rep != 1 || p.PresencePenalty != 0 || p.FrequencyPenalty != 0)
+}
+
 // SampleRow asks a Sampler for one token: the next token after History,
 // drawn from one row of a logits tensor.
 type SampleRow struct {

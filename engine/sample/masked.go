@@ -181,10 +181,7 @@ func compactBetter(allowed, n int) bool {
 }
 
 // penalties reports whether any penalty can change a logit.
-func (s *Sampler) penalties(history []int32) bool {
-	rep := s.p.RepeatPenalty
-	return len(history) > 0 && (rep > 0 && rep != 1 || s.p.PresencePenalty != 0 || s.p.FrequencyPenalty != 0)
-}
+func (s *Sampler) penalties(history []int32) bool { return s.p.Penalties(len(history)) }
 
 // maskedRow returns a scratch copy of logits with the mask applied by the
 // reference op: the dense fallback.

@@ -61,14 +61,41 @@ func (b *Backend) SampleRows(out []int32, logits kernels.Tensor, rows []kernels.
 	}
 	t := &b.samp
 	t.out, t.lt, t.rows, t.samplers = out, lt, rows, b.samplers
-	// A greedy row without a mask or penalties is one pass over the row,
-	// too short to be worth handing out; a sampled one takes several.
-	grain := 1
-	if len(rows) < 4 {
-		grain = len(rows)
-	}
-	b.pool.run(t, len(rows), grain)
+	b.pool.run(t, len(rows), sampleGrain(rows))
 	*t = sampleTask{}
+}
+
+// A greedy row without penalties is one pass over the row (or less, under
+// a mask), too short to be worth handing to another core alone; a sampled
+// or penalised row takes several (a copy, a NaN scan, the top-k pass, or
+// top-p's weights over the whole row). Rows run in parallel once their cost
+// reaches splitCost one-pass rows.
+const (
+	greedyCost  = 1
+	sampledCost = 4
+	splitCost   = 4
+)
+
+// sampleGrain is the chunk SampleRows hands the pool: every row on its own
+// (claimed by whichever worker is free, so a few costly rows spread and
+// many cheap ones balance), or all of them at once where the batch is
+// cheaper than waking a helper. The split follows the rows' cost, not
+// their count: two sampled rows are worth two cores, three greedy ones
+// are not.
+func sampleGrain(rows []kernels.SampleRow) int {
+	cost := 0
+	for i := range rows {
+		p := &rows[i].Params
+		if p.Greedy() && !p.Penalties(len(rows[i].History)) {
+			cost += greedyCost
+		} else {
+			cost += sampledCost
+		}
+		if cost >= splitCost && i > 0 {
+			return 1
+		}
+	}
+	return max(len(rows), 1)
 }
 
 // sampleTask is SampleRows handed to the pool.

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/specgate/specgate/engine/sample"
@@ -17,7 +18,7 @@ func BenchmarkSampleRows(b *testing.B) {
 	const vocab = 32000
 	for _, threads := range []int{1, 2} {
 		be := open(b, threads)
-		for _, n := range []int{1, 8, 32} {
+		for _, n := range []int{1, 2, 8, 32} {
 			r := rand.New(rand.NewPCG(1, uint64(n)))
 			vals := make([]float32, n*vocab)
 			for i := range vals {
@@ -59,6 +60,39 @@ func BenchmarkSampleRows(b *testing.B) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// TestSampleGrain: SampleRows splits a batch by what its rows cost, not
+// by how many there are: a few sampled or penalised rows are spread over
+// the workers, a few plain greedy ones (masked or not) stay on one.
+func TestSampleGrain(t *testing.T) {
+	greedy := kernels.SampleRow{History: []int32{1, 2}}
+	masked := kernels.SampleRow{Mask: []uint64{3}}
+	sampled := kernels.SampleRow{Params: kernels.SampleParams{Temperature: 0.8, TopK: 40}}
+	penalised := kernels.SampleRow{Params: kernels.SampleParams{RepeatPenalty: 1.1}, History: []int32{1}}
+	unpenalised := kernels.SampleRow{Params: kernels.SampleParams{RepeatPenalty: 1.1}} // no history yet
+	rep := func(r kernels.SampleRow, n int) []kernels.SampleRow { return slices.Repeat([]kernels.SampleRow{r}, n) }
+	for _, tt := range []struct {
+		name string
+		rows []kernels.SampleRow
+		want int
+	}{
+		{"none", nil, 1},
+		{"one sampled", rep(sampled, 1), 1},
+		{"two sampled", rep(sampled, 2), 1},
+		{"three sampled", rep(sampled, 3), 1},
+		{"two penalised greedy", rep(penalised, 2), 1},
+		{"greedy then sampled", []kernels.SampleRow{greedy, sampled}, 1},
+		{"three greedy", rep(greedy, 3), 3},
+		{"three masked greedy", rep(masked, 3), 3},
+		{"three greedy, penalties without a history", rep(unpenalised, 3), 3},
+		{"four greedy", rep(greedy, 4), 1},
+		{"many greedy", rep(greedy, 64), 1},
+	} {
+		if have := sampleGrain(tt.rows); have != tt.want {
+			t.Errorf("%s: have grain %d; want %d", tt.name, have, tt.want)
 		}
 	}
 }
