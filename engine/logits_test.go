@@ -48,10 +48,9 @@ func (b *samplerCount) SampleRows(out []int32, logits kernels.Tensor, rows []ker
 	b.Backend.SampleRows(out, logits, rows)
 }
 
-// hostSampling is the CPU backend without the Sampler ops (every other op
-// stays): the two embedded values both have ArgmaxRows and SampleRows at
-// the same depth, so neither is promoted and the engine samples host rows
-// by the reference.
+// hostSampling is the CPU backend without the Sampler op (every other op
+// stays): the two embedded values both have SampleRows at the same depth,
+// so it is not promoted and the engine samples host rows by the reference.
 type hostSampling struct {
 	*cpu.Backend
 	noSampler
@@ -59,7 +58,6 @@ type hostSampling struct {
 
 type noSampler struct{}
 
-func (noSampler) ArgmaxRows() {}
 func (noSampler) SampleRows() {}
 
 var (

@@ -5,18 +5,6 @@ import (
 	"math/bits"
 )
 
-// MaskedLogits is an optional Backend op that applies token masks (from
-// guided decoding) to rows of a logits tensor where the logits live, so a
-// device backend need not copy them to the host first. Callers check for
-// it and otherwise download the rows and call MaskLogitsRef.
-//
-// logits is an F32 tensor (rows × vocab). For each i, row rows[i] is
-// changed exactly as MaskLogitsRef(row, masks[i]) changes it. The masks are
-// read-only and only borrowed for the call.
-type MaskedLogits interface {
-	MaskLogits(logits Tensor, rows []int, masks [][]uint64)
-}
-
 // negInfBlock is copied over runs of disallowed tokens: one memmove per
 // run is several times faster than a store per element.
 var negInfBlock = func() (b [4096]float32) {

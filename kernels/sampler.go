@@ -44,21 +44,21 @@ type SampleRow struct {
 	History []int32
 }
 
-// Sampler is an optional Backend op set that turns rows of a logits tensor
+// Sampler is an optional Backend op that turns rows of a logits tensor
 // into tokens where the logits live, so that only token ids cross to the
-// host: the engine's per-step sampling, guided masks included, and the
-// draws of speculative verification. A backend without it has its rows
-// downloaded and sampled by the host reference, engine/sample, which is
-// also what every implementation must equal: the same token for the same
-// row, settings, mask and history, bit for bit, so a request's text never
-// depends on the backend's choice of path. Neither op writes the logits.
+// host: the engine's per-step sampling, greedy rows and guided masks
+// included, and the draws of speculative verification. A backend without
+// it has its rows downloaded and sampled by the host reference,
+// engine/sample, which is also what every implementation must equal: the
+// same token for the same row, settings, mask and history, bit for bit, so
+// a request's text never depends on the backend's choice of path.
+//
+// It is one op for every kind of row because one call per step is what a
+// device wants: a greedy row without penalties is an argmax read where the
+// row lies, a masked or penalised one is worked on a copy there, and the
+// step's ids come back in one transfer. The op never writes the logits: a
+// request's log-probabilities are read from the raw row afterwards.
 type Sampler interface {
-	// ArgmaxRows writes to out[i] the index of the largest value of row
-	// rows[i] of logits: the lowest index on a tie; NaN never wins; 0 for
-	// a row with nothing above -Inf. When masks is not nil and masks[i]
-	// is not nil, only the tokens masks[i] allows compete (engine/sample's
-	// ArgmaxMasked).
-	ArgmaxRows(out []int32, logits Tensor, rows []int, masks [][]uint64)
 	// SampleRows writes to out[i] the token rows[i] draws: exactly what
 	// engine/sample's Sampler.SampleRow(row, rows[i]) returns, which is
 	// its Sample(row, History), or SampleMasked(row, Mask, History) when

@@ -11,8 +11,8 @@
 // cached mask: sample.Sampler.SampleMasked, ProbsMasked and
 // sample.ArgmaxMasked read only the allowed logits (the cost follows the
 // number of allowed tokens, not the vocabulary), with the same result as
-// writing -Inf over the others (kernels.MaskLogitsRef or a backend's
-// kernels.MaskedLogits) and sampling the row.
+// writing -Inf over the others (kernels.MaskLogitsRef) and sampling the
+// row.
 //
 // EOS tokens are allowed exactly in accepting states. A state that is not
 // dead can always be completed by some byte string; if the vocabulary

@@ -7,44 +7,12 @@ import (
 	"github.com/specgate/specgate/kernels"
 )
 
-// The CPU backend's logits live in host memory already, so its logits ops
-// are the host reference (engine/sample, kernels.MaskLogitsRef) run on the
-// tensor's rows in place: nothing is copied, and the results are the
-// reference's by construction. Rows are independent, so a batch of them is
+// The CPU backend's logits live in host memory already, so its Sampler op
+// is the host reference (engine/sample) run on the tensor's rows in place:
+// nothing is copied, and the results are the reference's by construction. Rows are independent, so a batch of them is
 // spread over the workers, each with a sampler of its own.
 
-var (
-	_ kernels.Sampler      = (*Backend)(nil)
-	_ kernels.MaskedLogits = (*Backend)(nil)
-)
-
-// MaskLogits is kernels.MaskedLogits: kernels.MaskLogitsRef on each row.
-func (b *Backend) MaskLogits(logits kernels.Tensor, rows []int, masks [][]uint64) {
-	lt := writable(logits, "MaskLogits")
-	if len(rows) != len(masks) {
-		panic(fmt.Sprintf("cpu: MaskLogits: %d rows, %d masks", len(rows), len(masks)))
-	}
-	for i, r := range rows {
-		kernels.MaskLogitsRef(lt.row(checkRow(lt, r, "MaskLogits")), masks[i])
-	}
-}
-
-// ArgmaxRows is kernels.Sampler's argmax: sample.Argmax, or
-// sample.ArgmaxMasked for a row with a mask.
-func (b *Backend) ArgmaxRows(out []int32, logits kernels.Tensor, rows []int, masks [][]uint64) {
-	lt := f32Tensor(logits, "ArgmaxRows")
-	if len(out) != len(rows) || masks != nil && len(masks) != len(rows) {
-		panic(fmt.Sprintf("cpu: ArgmaxRows: %d outputs and %d masks for %d rows", len(out), len(masks), len(rows)))
-	}
-	for i, r := range rows {
-		row := lt.row(checkRow(lt, r, "ArgmaxRows"))
-		if masks != nil && masks[i] != nil {
-			out[i] = sample.ArgmaxMasked(row, masks[i])
-		} else {
-			out[i] = sample.Argmax(row)
-		}
-	}
-}
+var _ kernels.Sampler = (*Backend)(nil)
 
 // SampleRows is kernels.Sampler's draw: engine/sample's Sampler on each
 // row, in place.

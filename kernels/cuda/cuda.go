@@ -145,7 +145,6 @@ type buffer struct {
 }
 
 var _ kernels.Backend = (*Backend)(nil)
-var _ kernels.MaskedLogits = (*Backend)(nil)
 var _ kernels.TreeAttention = (*Backend)(nil)
 var _ kernels.SlotCopier = (*Backend)(nil)
 

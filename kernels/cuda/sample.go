@@ -12,9 +12,10 @@ import (
 	"github.com/specgate/specgate/kernels"
 )
 
-// MaskLogits is kernels.MaskedLogits: row rows[i] of logits keeps the
-// tokens whose bit is set in masks[i] and gets -Inf elsewhere, on the
-// device. The masks are copied before MaskLogits returns.
+// MaskLogits changes row rows[i] of logits as kernels.MaskLogitsRef does
+// with masks[i]: it keeps the tokens whose bit is set and gets -Inf
+// elsewhere, on the device. SampleRows runs it on copies of the masked
+// rows. The masks are copied before MaskLogits returns.
 func (b *Backend) MaskLogits(logits kernels.Tensor, rows []int, masks [][]uint64) {
 	lt := writable(logits, "MaskLogits")
 	if len(rows) != len(masks) {
@@ -138,41 +139,6 @@ func (b *Backend) fetchInt32(out []int32, src cu.DevicePtr) {
 
 var _ kernels.Sampler = (*Backend)(nil)
 
-// ArgmaxRows is kernels.Sampler's argmax. Rows without a mask are read
-// where they are; masked ones are copied to scratch and masked there, so
-// the logits stay as they are.
-func (b *Backend) ArgmaxRows(out []int32, logits kernels.Tensor, rows []int, masks [][]uint64) {
-	lt := f32Tensor(logits, "ArgmaxRows")
-	if len(out) != len(rows) || masks != nil && len(masks) != len(rows) {
-		panic(fmt.Sprintf("cuda: ArgmaxRows: %d outputs and %d masks for %d rows", len(out), len(masks), len(rows)))
-	}
-	rowIndex(lt, rows, "ArgmaxRows")
-	var plain, work []int // indices into rows
-	for i := range rows {
-		if masks != nil && masks[i] != nil {
-			work = append(work, i)
-		} else {
-			plain = append(plain, i)
-		}
-	}
-	b.argmaxAt(out, lt, rows, plain)
-	if len(work) == 0 {
-		return
-	}
-	sc, srcs := b.sampleScratch(lt, len(work)), make([]int, len(work))
-	ms := make([][]uint64, len(work))
-	for j, i := range work {
-		srcs[j], ms[j] = rows[i], masks[i]
-	}
-	b.copyRows(sc, lt, srcs)
-	b.MaskLogits(sc, seq(len(work)), ms)
-	res := make([]int32, len(work))
-	b.Argmax(res, sc, seq(len(work)))
-	for j, i := range work {
-		out[i] = res[j]
-	}
-}
-
 // SampleRows is kernels.Sampler's draw, all on the device but the
 // uniforms and the penalty windows' counts: a row that is a plain argmax
 // (greedy, no mask, no penalty) is read where it is; every other row is
@@ -246,10 +212,7 @@ func (b *Backend) SampleRows(out []int32, logits kernels.Tensor, rows []kernels.
 
 // penalised reports whether r's penalties can change a logit, as
 // engine/sample decides it.
-func penalised(r kernels.SampleRow) bool {
-	p := r.Params
-	return len(r.History) > 0 && (p.RepeatPenalty > 0 && p.RepeatPenalty != 1 || p.PresencePenalty != 0 || p.FrequencyPenalty != 0)
-}
+func penalised(r kernels.SampleRow) bool { return r.Params.Penalties(len(r.History)) }
 
 // penalties are penalize_rows' arguments: per row, the distinct ids of its
 // penalty window with their counts, and its settings.
@@ -342,13 +305,4 @@ func (b *Backend) copyRows(dst, src *Tensor, srcs []int) {
 	}
 	defer b.enter()()
 	b.gather(dst, src, idx)
-}
-
-// seq returns 0, 1, ..., n-1.
-func seq(n int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = i
-	}
-	return s
 }

@@ -76,14 +76,15 @@ var sampleParams = []kernels.SampleParams{
 	{Temperature: 0.5, FrequencyPenalty: 1, RepeatLastN: 8, Seed: 7},
 }
 
-// testLogits checks the logits ops a backend has (kernels.Sampler,
-// kernels.MaskedLogits) against the host reference, token for token: a
-// backend's choice of path must never change a request's text.
+// testLogits checks a backend's kernels.Sampler against the host
+// reference, token for token: a backend's choice of path must never change
+// a request's text. The batch holds every kind of row the op tells apart:
+// plain greedy rows (an argmax where the row lies), greedy rows with a
+// mask or penalties, and sampled ones, each with and without a mask.
 func testLogits(t *testing.T, b kernels.Backend) {
-	s, sampler := b.(kernels.Sampler)
-	m, masker := b.(kernels.MaskedLogits)
-	if !sampler && !masker {
-		t.Skip("backend has no logits ops; the engine samples on the host")
+	s, ok := b.(kernels.Sampler)
+	if !ok {
+		t.Skip("backend has no Sampler; the engine samples on the host")
 	}
 	r := rand.New(rand.NewPCG(16, 1))
 	for _, vocab := range []int{64, 1000, 3001} {
@@ -91,60 +92,34 @@ func testLogits(t *testing.T, b kernels.Backend) {
 		vals := logitsRows(r, n, vocab)
 		lt := upload(b, n, vocab, vals)
 		rows := make([]kernels.SampleRow, n)
-		idx := make([]int, n)
-		masks := make([][]uint64, n)
 		for i := range rows {
-			idx[i] = n - 1 - i // out of order, as a batch's sampled rows may be
-			if r.IntN(2) == 0 {
-				masks[i] = logitsMask(r, vocab)
+			var mask []uint64
+			switch {
+			case i == 0: // a plain greedy row (sampleParams[0] is greedy)
+			case i == len(sampleParams): // a greedy row under a mask
+				mask = logitsMask(r, vocab)
+			case r.IntN(2) == 0:
+				mask = logitsMask(r, vocab)
 			}
 			hist := make([]int32, r.IntN(100))
 			for j := range hist {
 				hist[j] = int32(r.IntN(vocab + 2)) // ids past the row are ignored
 			}
-			rows[i] = kernels.SampleRow{Row: idx[i], Params: sampleParams[i%len(sampleParams)], Mask: masks[i], History: hist}
+			// Rows out of order, as a batch's sampled rows may be.
+			rows[i] = kernels.SampleRow{Row: n - 1 - i, Params: sampleParams[i%len(sampleParams)], Mask: mask, History: hist}
 		}
-		row := func(i int) []float32 { return vals[i*vocab : (i+1)*vocab] }
-		if sampler {
-			out := make([]int32, n)
-			s.ArgmaxRows(out, lt, idx, masks)
-			for i, tok := range out {
-				want := sample.Argmax(row(idx[i]))
-				if masks[i] != nil {
-					want = sample.ArgmaxMasked(row(idx[i]), masks[i])
-				}
-				if tok != want {
-					t.Errorf("vocab %d: ArgmaxRows row %d: %d; reference %d", vocab, idx[i], tok, want)
-				}
-			}
-			s.ArgmaxRows(out[:3], lt, idx[:3], nil)
-			for i, tok := range out[:3] {
-				if want := sample.Argmax(row(idx[i])); tok != want {
-					t.Errorf("vocab %d: ArgmaxRows without masks, row %d: %d; reference %d", vocab, idx[i], tok, want)
-				}
-			}
-			s.SampleRows(out, lt, rows)
-			for i, tok := range out {
-				// A fresh sampler per row: the op's samplers carry scratch
-				// from row to row, the reference must not.
-				if want := sample.New(rows[i].Params).SampleRow(row(idx[i]), rows[i]); tok != want {
-					t.Errorf("vocab %d: SampleRows row %d (%+v, mask %v): %d; reference %d", vocab, idx[i], rows[i].Params, masks[i] != nil, tok, want)
-				}
-			}
-			if have := download(b, lt); !sameBits(have, vals) {
-				t.Errorf("vocab %d: the sampler ops wrote the logits", vocab)
+		out := make([]int32, n)
+		s.SampleRows(out, lt, rows)
+		for i, tok := range out {
+			// A fresh sampler per row: the op's samplers carry scratch
+			// from row to row, the reference must not.
+			row := vals[rows[i].Row*vocab : (rows[i].Row+1)*vocab]
+			if want := sample.New(rows[i].Params).SampleRow(row, rows[i]); tok != want {
+				t.Errorf("vocab %d: SampleRows row %d (%+v, mask %v): %d; reference %d", vocab, rows[i].Row, rows[i].Params, rows[i].Mask != nil, tok, want)
 			}
 		}
-		if masker {
-			mm := [][]uint64{logitsMask(r, vocab), logitsMask(r, vocab), logitsMask(r, vocab), logitsMask(r, vocab)}
-			m.MaskLogits(lt, idx[:4], mm)
-			want := slices.Clone(vals)
-			for i, ri := range idx[:4] {
-				kernels.MaskLogitsRef(want[ri*vocab:(ri+1)*vocab], mm[i])
-			}
-			if have := download(b, lt); !sameBits(have, want) {
-				t.Errorf("vocab %d: MaskLogits differs from MaskLogitsRef", vocab)
-			}
+		if have := download(b, lt); !sameBits(have, vals) {
+			t.Errorf("vocab %d: SampleRows wrote the logits", vocab)
 		}
 	}
 }
