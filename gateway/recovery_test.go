@@ -201,3 +201,27 @@ func TestFinishTurnStoresOnce(t *testing.T) {
 		t.Fatalf("have messages %+v; want the user's and one reply", v.Messages)
 	}
 }
+
+// TestSetAttachNeedsTheRecord: a generation handle lands on a running
+// request's record, and never recreates a record deleted meanwhile (it
+// would come back without a TTL).
+func TestSetAttachNeedsTheRecord(t *testing.T) {
+	e := newEnv(t, nil, "", nil)
+	ctx := context.Background()
+	c := e.rawLogin("alice")
+	sid := rawSession(t, c)
+	if _, err := e.srv.sessions.StartTurn(ctx, "acme", "alice", sid, "r1", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	for _, rid := range []string{"r1", "gone"} {
+		if err := e.srv.sessions.setAttach(ctx, sid, rid, "h-"+rid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, h, err := e.srv.sessions.requestFinish(ctx, sid, "r1"); err != nil || h != "h-r1" {
+		t.Fatalf("have handle %q, %v; want h-r1", h, err)
+	}
+	if n := e.rdb.Exists(ctx, e.srv.ks.Request(sid, "gone")).Val(); n != 0 {
+		t.Fatal("setAttach created a request record")
+	}
+}

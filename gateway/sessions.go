@@ -377,15 +377,19 @@ func (s *SessionStore) requestFinish(ctx context.Context, sid, rid string) (stat
 	return state, finish, attach, nil
 }
 
+// attachScript sets a request record's generation handle, only on a
+// record that exists: one deleted with its session meanwhile must not
+// come back as a stray hash without a TTL. KEYS: req. ARGV: handle.
+var attachScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'attach', ARGV[1])
+return 1
+`)
+
 // setAttach records, on a running request, the handle of its generation
 // (attacher.Handle), for crash recovery to attach to.
 func (s *SessionStore) setAttach(ctx context.Context, sid, rid, handle string) error {
-	// XX-like: only a record that exists (StartTurn made it) takes it.
-	n, err := s.rdb.Exists(ctx, s.reqKey(sid, rid)).Result()
-	if err == nil && n == 1 {
-		err = s.rdb.HSet(ctx, s.reqKey(sid, rid), "attach", handle).Err()
-	}
-	if err != nil {
+	if err := attachScript.Run(ctx, s.rdb, []string{s.reqKey(sid, rid)}, handle).Err(); err != nil {
 		return fmt.Errorf("gateway: record the generation of %s: %w", rid, err)
 	}
 	return nil
