@@ -328,9 +328,16 @@ func TestMultiProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ns, err := cluster.Nodes(ctx, rdb, prefix)
-	if err != nil || len(ns) != 4 {
-		t.Fatalf("have nodes %+v, %v; want 2 gateways and 2 engines", ns, err)
+	// A node says it is ready before its first heartbeat lands: on a
+	// busy machine that can take a moment.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ns, err := cluster.Nodes(ctx, rdb, prefix)
+		if err == nil && len(ns) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("have nodes %+v, %v; want 2 gateways and 2 engines", ns, err)
+		}
 	}
 
 	const prompt = "Once upon a time"
