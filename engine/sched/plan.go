@@ -88,29 +88,36 @@ func (s *Scheduler) Schedule(now time.Time, r Resources) Plan {
 // tenant's weight counts against its own class, not the flood's.
 func (p *planner) weightedCap(target, efficient int) int {
 	// Tenants in run order, so that the sums do not depend on map order.
-	type key struct {
-		t *tenant
-		c Class
-	}
-	pend := map[key]int{}
+	// Each tenant's pending tokens per class sit in its scratch fields,
+	// stamped with this call, so a step allocates nothing here.
+	s := p.s
+	s.mark++
 	var tenants [numClasses][]*tenant
+	for cl := range tenants {
+		tenants[cl] = s.capTenants[cl][:0]
+	}
 	var classDemand [numClasses]int
-	seen := map[*tenant]bool{}
+	seen := 0
 	demand := 0
 	for _, q := range p.run {
 		if d := q.total - q.kv; d > 0 {
-			k := key{q.t, q.class}
-			if _, ok := pend[k]; !ok {
-				tenants[q.class] = append(tenants[q.class], q.t)
+			t := q.t
+			if t.pendMark[q.class] != s.mark {
+				t.pendMark[q.class], t.pend[q.class] = s.mark, 0
+				tenants[q.class] = append(tenants[q.class], t)
 			}
-			pend[k] += d
+			if t.seenMark != s.mark {
+				t.seenMark = s.mark
+				seen++
+			}
+			t.pend[q.class] += d
 			classDemand[q.class] += d
 			demand += d
-			seen[q.t] = true
 		}
 	}
+	s.capTenants = tenants
 	timeBound := target > 0 && demand > target
-	if len(seen) < 2 || !timeBound && (efficient <= 0 || demand < efficient) {
+	if seen < 2 || !timeBound && (efficient <= 0 || demand < efficient) {
 		return 0
 	}
 	above, c := 0, math.Inf(1)
@@ -125,7 +132,7 @@ func (p *planner) weightedCap(target, efficient int) int {
 			w += t.lim.Weight
 		}
 		for _, t := range ts {
-			c = math.Min(c, float64(pend[key{t, Class(cl)}])*w/t.lim.Weight)
+			c = math.Min(c, float64(t.pend[cl])*w/t.lim.Weight)
 		}
 		break
 	}
@@ -587,18 +594,14 @@ func (p *planner) commit() Plan {
 // tenant runs nothing of its class (a batch request under an interactive
 // flood, a tenant whose every request waits) ages as before.
 func (s *Scheduler) ageQueued(now time.Time) {
-	type key struct {
-		t *tenant
-		c Class
-	}
-	served := map[key]bool{}
+	s.mark++
 	for _, q := range s.running {
-		served[key{q.t, q.class}] = true
+		q.t.servedMark[q.class] = s.mark
 	}
 	for _, t := range s.tenants {
 		for c := range t.queue {
 			for _, q := range t.queue[c] {
-				if !served[key{t, Class(c)}] {
+				if t.servedMark[c] != s.mark {
 					q.waited += now.Sub(q.since)
 				}
 				q.since = now

@@ -263,6 +263,11 @@ type Scheduler struct {
 	// carry is the fraction of a token the last weighted step cap left
 	// over (see Resources.Efficient), so caps like 21⅓ average out.
 	carry float64
+	// mark stamps the tenants' scratch fields (tenant.pendMark,
+	// seenMark, servedMark) for one pass over them; capTenants is
+	// weightedCap's room for its per-class tenant lists.
+	mark       uint64
+	capTenants [numClasses][]*tenant
 }
 
 type seq struct {
@@ -303,6 +308,12 @@ type tenant struct {
 	// virtual time by which running sequences share a step budget that
 	// cannot hold them all.
 	vt float64
+	// Scratch for one pass of weightedCap or ageQueued, valid where its
+	// mark is the scheduler's: pending tokens per class, and whether the
+	// tenant was counted or runs a sequence of the class.
+	pend                 [numClasses]int
+	pendMark, servedMark [numClasses]uint64
+	seenMark             uint64
 }
 
 // New returns an empty scheduler.
