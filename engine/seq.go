@@ -41,7 +41,9 @@ type sequence struct {
 	// nil without a constraint. It is kept across preemptions: they drop
 	// KV, never tokens.
 	matcher *guided.Matcher
-	detok   *tokenizer.Detokenizer
+	// draftMask is matcher's mask after a draft path, for drafters.
+	draftMask spec.MaskFunc
+	detok     *tokenizer.Detokenizer
 	// held is text not yet emitted because it could be the start of a
 	// stop string; heldToks are the tokens behind it (and any text
 	// emitted early in the same delta run).

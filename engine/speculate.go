@@ -161,12 +161,19 @@ func (e *Engine) draft(p *stepPlan) {
 		q.Class = int(s.req.Priority)
 		q.Params = s.req.Sample
 		q.Mask = nil
-		if m := s.matcher; m != nil {
-			gr, root, base := m.Grammar(), m.State(), len(s.tokens)
-			q.Mask = func(ctx []int32) []uint64 {
-				g, _ := gr.Walk(root, ctx[base:])
-				return gr.Mask(g)
+		if s.matcher != nil {
+			if s.draftMask == nil {
+				// Made once per sequence, not per step: it reads the
+				// cursor and the committed tokens when the drafter
+				// calls it, within the step that planned it.
+				s.draftMask = func(ctx []int32) []uint64 {
+					m := s.matcher
+					gr := m.Grammar()
+					g, _ := gr.Walk(m.State(), ctx[len(s.tokens):])
+					return gr.Mask(g)
+				}
 			}
+			q.Mask = s.draftMask
 		}
 		q.History = s.history
 		st.decs = append(st.decs, q)

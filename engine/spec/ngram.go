@@ -111,6 +111,9 @@ type ngramIndex struct {
 	hay []int32
 	at  map[int32][]int32 // ascending positions of each token in hay
 	fb  feedback          // the last dynamic tree, for calibration
+	// hits is lookup's room for the occurrences it finds, reused from
+	// node to node.
+	hits []ngramHit
 }
 
 // sync makes the index hold history followed by tokens, keeping what it
@@ -188,7 +191,8 @@ func (q ngramQuery) lookup(path []int32, k int, mask []uint64) ([]int32, []float
 		lo = max(L-q.window, 0)
 	}
 	last := at(L - 1)
-	var hits []ngramHit
+	hits := q.ix.hits[:0]
+	defer func() { q.ix.hits = hits[:0] }()
 	try := func(e int) {
 		n := 0
 		for n < q.maxN && e-n >= lo && at(e-n) == at(L-1-n) {
