@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/specgate/specgate/engine"
@@ -229,16 +228,6 @@ func (r *specRun) add(o specRun) {
 	r.cpu += o.cpu
 	r.drafted += o.drafted
 	r.accepted += o.accepted
-}
-
-// cpuTime is the process's CPU time so far (0 where the platform does not
-// say).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func (r specRun) rate() float64 {
