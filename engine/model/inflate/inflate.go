@@ -24,14 +24,11 @@ package inflate
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"io"
 	"math"
 	"math/rand/v2"
-	"runtime"
-	"sync"
 
 	"github.com/specgate/specgate/engine/model/gguf"
+	"github.com/specgate/specgate/engine/model/internal/seeded"
 	"github.com/specgate/specgate/kernels"
 )
 
@@ -282,24 +279,12 @@ func NewWriter(src *gguf.File, o Options) (*gguf.Writer, error) {
 		if t.norm {
 			dt, dims = kernels.F32, dims[:1]
 		}
-		b := &builder{s: s, src: src, t: t, noise: o.Noise, seed: tensorSeed(o.Seed, i, t.name)}
+		b := &builder{s: s, src: src, t: t, noise: o.Noise, seed: seeded.TensorSeed(o.Seed, i, t.name)}
 		if err := w.AddTensorFunc(t.name, dt, dims, func(dst []byte) error { return b.fill(dst, dt) }); err != nil {
 			return nil, fmt.Errorf("inflate: %w", err)
 		}
 	}
 	return w, nil
-}
-
-// Write writes the inflated model to w.
-func Write(w io.Writer, src *gguf.File, o Options) error {
-	gw, err := NewWriter(src, o)
-	if err != nil {
-		return err
-	}
-	if _, err := gw.WriteTo(w); err != nil {
-		return fmt.Errorf("inflate: %w", err)
-	}
-	return nil
 }
 
 // WriteFile writes the inflated model to path.
@@ -312,12 +297,6 @@ func WriteFile(path string, src *gguf.File, o Options) error {
 		return fmt.Errorf("inflate: %w", err)
 	}
 	return nil
-}
-
-func tensorSeed(seed int64, i int, name string) [2]uint64 {
-	h := fnv.New64a()
-	io.WriteString(h, name)
-	return [2]uint64{uint64(seed), h.Sum64() ^ uint64(i)<<48}
 }
 
 // builder makes one target tensor's values.
@@ -410,19 +389,20 @@ const rowChunk = 64
 func (b *builder) fill(dst []byte, dt kernels.DType) error {
 	t, s := b.t, b.s
 	if t.norm {
-		vals := make([]float32, t.cols)
 		src, _, n, err := b.source(t.name)
 		if err != nil {
 			return err
 		}
 		scale := s.normScale()
-		for i := range vals {
-			vals[i] = scale
-			if i < n {
-				vals[i] = src[i] * scale
+		// One row, one chunk; nothing is drawn.
+		return seeded.Fill(dst, dt, 1, t.cols, 1, b.seed, func(c seeded.Chunk) {
+			for i := range c.Vals {
+				c.Vals[i] = scale
+				if i < n {
+					c.Vals[i] = src[i] * scale
+				}
 			}
-		}
-		return encode(dst, dt, vals)
+		})
 	}
 	r, err := b.region()
 	if err != nil {
@@ -439,75 +419,28 @@ func (b *builder) fill(dst []byte, dt kernels.DType) error {
 		}
 	}
 	noiseStd := b.noise / math.Sqrt(float64(t.cols))
-	rowBytes, err := dt.RowBytes(t.cols)
-	if err != nil {
-		return err
-	}
-	chunks := (t.rows + rowChunk - 1) / rowChunk
-	workers := min(runtime.GOMAXPROCS(0), chunks)
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	next := 0
-	for wi := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			vals := make([]float32, rowChunk*t.cols)
-			for {
-				mu.Lock()
-				c := next
-				next++
-				mu.Unlock()
-				if c >= chunks {
-					return
-				}
-				// One generator per chunk: the bytes do not depend on
-				// how many goroutines drew them.
-				rng := rand.New(rand.NewPCG(b.seed[0], b.seed[1]+uint64(c)*0x9e3779b97f4a7c15))
-				r0 := c * rowChunk
-				n := min(rowChunk, t.rows-r0)
-				v := vals[:n*t.cols]
-				for i := range n {
-					row := r0 + i
-					out := v[i*t.cols : (i+1)*t.cols]
-					for j := range out {
-						switch {
-						case row < r.sRows && j < r.sCols:
-							out[j] = src[row*r.sCols+j]
-						case row >= r.readRow:
-							out[j] = uniform(rng, r.readStd)
-						case j >= r.noiseCol && row < s.sDim && noiseStd > 0:
-							out[j] = uniform(rng, noiseStd)
-						default:
-							out[j] = 0
-						}
-					}
-				}
-				if err := encode(dst[r0*rowBytes:(r0+n)*rowBytes], dt, v); err != nil {
-					errs[wi] = err
-					return
+	return seeded.Fill(dst, dt, t.rows, t.cols, rowChunk, b.seed, func(c seeded.Chunk) {
+		rng := rand.New(c.Src)
+		for i := range len(c.Vals) / t.cols {
+			row := c.Row + i
+			out := c.Vals[i*t.cols : (i+1)*t.cols]
+			for j := range out {
+				switch {
+				case row < r.sRows && j < r.sCols:
+					out[j] = src[row*r.sCols+j]
+				case row >= r.readRow:
+					out[j] = uniform(rng, r.readStd)
+				case j >= r.noiseCol && row < s.sDim && noiseStd > 0:
+					out[j] = uniform(rng, noiseStd)
+				default:
+					out[j] = 0
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+		}
+	})
 }
 
 // uniform draws from a uniform distribution with standard deviation std.
 func uniform(rng *rand.Rand, std float64) float32 {
 	return float32((2*rng.Float64() - 1) * std * math.Sqrt(3))
-}
-
-func encode(dst []byte, dt kernels.DType, vals []float32) error {
-	q, err := kernels.Quantize(dt, vals)
-	if err != nil {
-		return err
-	}
-	if len(q) != len(dst) {
-		return fmt.Errorf("%d bytes encoded for %d", len(q), len(dst))
-	}
-	copy(dst, q)
-	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -162,13 +163,7 @@ func TestNoiseMovesTheOutput(t *testing.T) {
 	if !(low > high) || high > 0.5 || low < 0.5 {
 		t.Errorf("agreement at noise 0.05: %.2f, at 2: %.2f; want the first above 0.5 and above the second, the second at most 0.5", low, high)
 	}
-	sum := func(o inflate.Options) [32]byte {
-		var buf bytes.Buffer
-		if err := inflate.Write(&buf, src, o); err != nil {
-			t.Fatal(err)
-		}
-		return sha256.Sum256(buf.Bytes())
-	}
+	sum := func(o inflate.Options) [32]byte { return sha256.Sum256(write(t, src, o)) }
 	o := small
 	o.Noise = 0.3
 	a, b := sum(o), sum(o)
@@ -178,13 +173,42 @@ func TestNoiseMovesTheOutput(t *testing.T) {
 	}
 }
 
-func TestMetadataSaysItIsNotTrained(t *testing.T) {
+// TestBytesIgnoreGOMAXPROCS: the drawn values (noise, added units and
+// layers) and the quantization are the same bytes however many goroutines
+// share the draw.
+func TestBytesIgnoreGOMAXPROCS(t *testing.T) {
 	src := openSource(t, testmodels.Stories260K)
-	var buf bytes.Buffer
-	if err := inflate.Write(&buf, src, small); err != nil {
+	o := small
+	o.Noise, o.Type = 0.3, kernels.Q8_0
+	sum := func(procs int) [32]byte {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		return sha256.Sum256(write(t, src, o))
+	}
+	one := sum(1)
+	for _, procs := range []int{2, 5} {
+		if sum(procs) != one {
+			t.Errorf("GOMAXPROCS %d wrote other bytes than GOMAXPROCS 1", procs)
+		}
+	}
+}
+
+// write returns the inflated model's file.
+func write(t *testing.T, src *gguf.File, o inflate.Options) []byte {
+	t.Helper()
+	gw, err := inflate.NewWriter(src, o)
+	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := gguf.Parse(buf.Bytes())
+	var buf bytes.Buffer
+	if _, err := gw.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestMetadataSaysItIsNotTrained(t *testing.T) {
+	src := openSource(t, testmodels.Stories260K)
+	f, err := gguf.Parse(write(t, src, small))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,20 +10,16 @@
 package synth
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
-	"runtime"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/specgate/specgate/engine/model/gguf"
+	"github.com/specgate/specgate/engine/model/internal/seeded"
 	"github.com/specgate/specgate/kernels"
 )
 
@@ -224,7 +220,7 @@ func NewWriter(o Options) (*gguf.Writer, error) {
 		if t.std == 0 {
 			dims = dims[:1]
 		}
-		seed := tensorSeed(o.Seed, i, t.name)
+		seed := seeded.TensorSeed(o.Seed, i, t.name)
 		if err := w.AddTensorFunc(t.name, t.dt, dims, func(dst []byte) error { return draw(dst, t, seed) }); err != nil {
 			return nil, fmt.Errorf("synth: %w", err)
 		}
@@ -268,65 +264,16 @@ func Setup(tb testing.TB, o Options) string {
 	return path
 }
 
-// tensorSeed mixes the model seed with the tensor's place and name, so
-// tensors differ from each other and do not change when others are added.
-func tensorSeed(seed int64, i int, name string) [2]uint64 {
-	h := fnv.New64a()
-	io.WriteString(h, name)
-	return [2]uint64{uint64(seed), h.Sum64() ^ uint64(i)<<48}
-}
-
-// chunkElems is how many elements one draw task covers: big enough to
-// amortise the goroutine hand-off, small enough to spread a tensor over
-// every core.
+// chunkElems is about how many elements one chunk of a tensor's draw
+// covers: big enough to amortise the goroutine hand-off, small enough to
+// spread a tensor over every core. Changing it changes every model's bytes.
 const chunkElems = 1 << 16
 
-// draw fills dst with the tensor's weights, encoded as t.dt. Rows are drawn
-// in fixed chunks, each from its own generator seeded by the chunk index,
-// so the bytes do not depend on how many goroutines drew them.
+// draw fills dst with the tensor's weights, encoded as t.dt.
 func draw(dst []byte, t tensor, seed [2]uint64) error {
-	rowBytes, err := t.dt.RowBytes(t.cols)
-	if err != nil {
-		return err
-	}
-	chunkRows := max(1, chunkElems/t.cols)
-	chunks := (t.rows + chunkRows - 1) / chunkRows
-	workers := min(runtime.GOMAXPROCS(0), chunks)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
-	for wi := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]float32, chunkRows*t.cols)
-			for {
-				c := int(next.Add(1)) - 1
-				if c >= chunks {
-					return
-				}
-				r0 := c * chunkRows
-				n := min(chunkRows, t.rows-r0)
-				vals := buf[:n*t.cols]
-				fillChunk(vals, t.std, rand.NewPCG(seed[0], seed[1]+uint64(c)*0x9e3779b97f4a7c15))
-				out := dst[r0*rowBytes : (r0+n)*rowBytes]
-				if t.dt == kernels.F32 {
-					for i, v := range vals {
-						binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
-					}
-					continue
-				}
-				q, err := kernels.Quantize(t.dt, vals)
-				if err != nil {
-					errs[wi] = err
-					return
-				}
-				copy(out, q)
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return seeded.Fill(dst, t.dt, t.rows, t.cols, max(1, chunkElems/t.cols), seed, func(c seeded.Chunk) {
+		fillChunk(c.Vals, t.std, c.Src)
+	})
 }
 
 // fillChunk draws uniform values with standard deviation std (a uniform
