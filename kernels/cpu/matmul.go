@@ -132,7 +132,7 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 		panic(fmt.Sprintf("cpu: MatMulMany: %d outputs for %d weights", len(dsts), len(ws)))
 	}
 	xt := f32Tensor(x, "MatMulMany")
-	if b.matmulManyK(dsts, xt, ws) {
+	if b.matmulManyK(dsts, xt, ws) || b.matmulManyFloat(dsts, xt, ws) {
 		return
 	}
 	tiled := len(ws) > 0 && xt.rows >= tileMinRows
@@ -202,6 +202,38 @@ func (b *Backend) matmulManyQuant(dsts []kernels.Tensor, xt *Tensor, ws []kernel
 	return true
 }
 
+// matmulManyFloat is MatMulMany for float weights (F32, F16, BF16) of one
+// width: one range of all their rows, so the workers share them out at
+// once and wait once, not once per weight. It reports false, having done
+// nothing, for anything else.
+func (b *Backend) matmulManyFloat(dsts []kernels.Tensor, xt *Tensor, ws []kernels.Tensor) bool {
+	if len(ws) < 2 || xt.rows == 0 || xt.cols == 0 {
+		return false
+	}
+	total := 0
+	for i, w := range ws {
+		wt := tensor(w, "MatMulMany")
+		d := writable(dsts[i], "MatMulMany")
+		if wt.dt != kernels.F32 && wt.dt != kernels.F16 && wt.dt != kernels.BF16 ||
+			wt.rows == 0 || wt.cols != xt.cols || d.rows != xt.rows || d.cols != wt.rows {
+			return false
+		}
+		total += wt.rows
+	}
+	t := &b.many
+	t.parts, t.start = t.parts[:0], t.start[:0]
+	total = 0
+	for i, w := range ws {
+		wt := tensor(w, "MatMulMany")
+		t.parts = append(t.parts, matmulTask{b: b, dst: writable(dsts[i], "MatMulMany"), x: xt, w: wt})
+		t.start = append(t.start, total)
+		total += wt.rows
+	}
+	b.pool.run(t, total, b.grain(xt.rows, total, xt.cols))
+	clear(t.parts)
+	return true
+}
+
 // manyTask runs MatMulMany's weights as one range of rows: every part's
 // rows are a whole number of tiles (or of the multi-row kernels' groups of
 // eight), so chunks of whole tiles or groups stay aligned.
@@ -215,11 +247,7 @@ func (t *manyTask) run(wk, lo, hi int) {
 		p := &t.parts[i]
 		s := t.start[i]
 		if a, e := max(lo, s), min(hi, s+p.w.rows); a < e {
-			if p.tile != nil {
-				p.runTiles(wk, a-s, e-s)
-			} else {
-				p.runQuant(a-s, e-s)
-			}
+			p.run(wk, a-s, e-s)
 		}
 	}
 }
