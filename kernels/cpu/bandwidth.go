@@ -37,7 +37,7 @@ func MeasureBandwidth(bytes int, dur time.Duration) (bytesPerSec float64) {
 				// Four weight rows against one activation row, as a
 				// batch-1 decode reads them: each cache line once from
 				// memory (the activation row is the first weight row).
-				gemmF32(o[:], 4, part, false, 4, part, 1, per/4, &sc)
+				gemmF32(o[:], 4, part, false, 4, part, false, 1, per/4, &sc)
 				sink[t] += o[0]
 				total[t] += int64(len(part)) * 4
 			}

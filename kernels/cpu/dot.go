@@ -28,9 +28,9 @@ var (
 	// dotF32 returns Σ a[i]·b[i]; len(b) ≥ len(a).
 	dotF32 func(a, b []float32) float32
 	// gemmF32 sets out[j·ldo+i] = dotF32(w row i, x row j) for i < mw and
-	// j < nx; the rows of x are k floats each, back to back, and so are
-	// those of w, or packed by gemmPackRow; sc is the calling worker's.
-	gemmF32 func(out []float32, ldo int, w []float32, packed bool, mw int, x []float32, nx int, k int, sc *gemmScratch)
+	// j < nx; the rows of w (x) are k floats each, back to back, or packed
+	// by gemmPackRow when wpacked (xpacked); sc is the calling worker's.
+	gemmF32 func(out []float32, ldo int, w []float32, wpacked bool, mw int, x []float32, xpacked bool, nx int, k int, sc *gemmScratch)
 	// dotQ8 returns the dot product of a Q8_0 weight row (len(xd) blocks)
 	// with one quantized activation row.
 	dotQ8 func(w []byte, xq []int8, xd []float32) float32
@@ -114,18 +114,15 @@ func dotF32Go(a, b []float32) float32 {
 	return s
 }
 
-func gemmF32Go(out []float32, ldo int, w []float32, packed bool, mw int, x []float32, nx int, k int, sc *gemmScratch) {
+func gemmF32Go(out []float32, ldo int, w []float32, wpacked bool, mw int, x []float32, xpacked bool, nx int, k int, sc *gemmScratch) {
+	if xpacked {
+		x = sc.unpacked(&sc.unpackX, x, nx, k)
+	}
+	if wpacked {
+		w = sc.unpacked(&sc.unpack, w, mw, k)
+	}
 	for i := range mw {
 		wr := w[i*k : (i+1)*k]
-		if packed {
-			if cap(sc.unpack) < k {
-				sc.unpack = make([]float32, k)
-			}
-			wr = sc.unpack[:k]
-			for l := range wr {
-				wr[l] = gemmAt(w, packed, mw, k, i, l)
-			}
-		}
 		for j := range nx {
 			out[j*ldo+i] = dotF32Go(wr, x[j*k:(j+1)*k])
 		}

@@ -63,22 +63,28 @@ func TestGemmF32(t *testing.T) {
 			for _, mw := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 19} {
 				for _, nx := range []int{1, 2, 3, 4, 5, 6, 7, 32, 34, 37} {
 					w, x := randVec(r, mw*k), randVec(r, nx*k)
-					wp := make([]float32, len(w))
+					wp, xp := make([]float32, len(w)), make([]float32, len(x))
 					for i := range mw {
 						gemmPackRow(wp, mw, i, w[i*k:(i+1)*k])
 					}
-					for _, packed := range []bool{false, true} {
+					for j := range nx {
+						gemmPackRow(xp, nx, j, x[j*k:(j+1)*k])
+					}
+					for _, packed := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
 						name := fmt.Sprintf("asm=%v packed=%v k=%d %d×%d", asm, packed, k, mw, nx)
 						ldo := mw + 3
 						out := make([]float32, nx*ldo)
 						for i := range out {
 							out[i] = 9
 						}
-						if packed {
-							gemmF32(out, ldo, wp, true, mw, x, nx, k, &sc)
-						} else {
-							gemmF32(out, ldo, w, false, mw, x, nx, k, &sc)
+						wa, xa := w, x
+						if packed[0] {
+							wa = wp
 						}
+						if packed[1] {
+							xa = xp
+						}
+						gemmF32(out, ldo, wa, packed[0], mw, xa, packed[1], nx, k, &sc)
 						for j := range nx {
 							for i := range ldo {
 								have := out[j*ldo+i]

@@ -61,7 +61,7 @@ func dotF32Asm(a, b []float32) float32 {
 // activation rows (two or one for the last), a weight row left over by
 // running it as all four rows of a tile into scratch, pass by pass, and
 // then fuses the tails shorter than a vector into every output.
-func gemmF32Asm(out []float32, ldo int, w []float32, packed bool, mw int, x []float32, nx int, k int, sc *gemmScratch) {
+func gemmF32Asm(out []float32, ldo int, w []float32, wpacked bool, mw int, x []float32, xpacked bool, nx int, k int, sc *gemmScratch) {
 	if mw == 0 || nx == 0 {
 		return
 	}
@@ -72,39 +72,52 @@ func gemmF32Asm(out []float32, ldo int, w []float32, packed bool, mw int, x []fl
 		return
 	}
 	_, _, _ = w[mw*k-1], x[nx*k-1], out[(nx-1)*ldo+mw-1]
-	k8 := k &^ 7
+	g := gemmArgs{out: out, ldo: ldo, w: w, wpacked: wpacked, mw: mw, x: x, xpacked: xpacked, nx: nx, k: k, k8: k &^ 7, kc: gemmKC, sc: sc}
 	// With one triple of activation rows or less, nothing meets a weight
 	// row twice: unpacked rows stream through whole.
-	kc := gemmKC
-	if nx <= 3 && !packed {
-		kc = max(k8, 8)
+	if nx <= 3 && !wpacked && !xpacked {
+		g.kc = max(g.k8, 8)
 	}
 	for i0 := 0; i0 < mw; i0 += gemmWRows {
 		i1 := min(mw, i0+gemmWRows)
 		for j0 := 0; j0 < nx; j0 += gemmXRows {
-			gemmPass(out, ldo, w, packed, mw, i0, i1, x, j0, min(nx, j0+gemmXRows), k, k8, kc, sc)
+			g.pass(i0, i1, j0, min(nx, j0+gemmXRows))
 		}
 	}
-	if k8 == k {
+	if g.k8 == k {
 		return
 	}
 	for j := range nx {
-		xr := x[j*k : (j+1)*k]
 		for i := range mw {
 			s := out[j*ldo+i]
-			for l := k8; l < k; l++ {
-				s = fma32(gemmAt(w, packed, mw, k, i, l), xr[l], s)
+			for l := g.k8; l < k; l++ {
+				s = fma32(gemmAt(w, wpacked, mw, k, i, l), gemmAt(x, xpacked, nx, k, j, l), s)
 			}
 			out[j*ldo+i] = s
 		}
 	}
 }
 
-// gemmPass computes the vector part of outputs [i0, i1) × [j0, j1): for
-// each span of kc floats of k, activation triple by triple (each stays in
-// L1 while the pass's weight rows, in L1 too, meet it), one call for the
+// gemmArgs are gemmF32Asm's arguments, k8 (k less its tail) and kc (the
+// span of k a pass takes at a time).
+type gemmArgs struct {
+	out           []float32
+	ldo           int
+	w             []float32
+	wpacked       bool
+	mw            int
+	x             []float32
+	xpacked       bool
+	nx, k, k8, kc int
+	sc            *gemmScratch
+}
+
+// pass computes the vector part of outputs [i0, i1) × [j0, j1): for each
+// span of kc floats of k, activation triple by triple (each stays in L1
+// while the pass's weight rows, in L1 too, meet it), one call for the
 // pass's whole quads of weight rows and one per row left over.
-func gemmPass(out []float32, ldo int, w []float32, packed bool, mw, i0, i1 int, x []float32, j0, j1 int, k, k8, kc int, sc *gemmScratch) {
+func (g *gemmArgs) pass(i0, i1, j0, j1 int) {
+	k, k8, kc, out, ldo := g.k, g.k8, g.kc, g.out, g.ldo
 	quads := (i1 - i0) / 4
 	left := i0 + 4*quads
 	var single [12]float32
@@ -117,28 +130,35 @@ func gemmPass(out []float32, ldo int, w []float32, packed bool, mw, i0, i1 int, 
 		if kb+n >= k8 {
 			flags |= gemmFinish
 		}
-		wp, ldw := w[i0*k+kb:], k
-		if packed {
+		// The span's weight row i0 and activation row 0, and their
+		// strides.
+		wp, ldw := g.w[i0*k+kb:], k
+		if g.wpacked {
 			ldw = min(kc, k-kb)
-			wp = w[kb*mw+i0*ldw:]
+			wp = g.w[kb*g.mw+i0*ldw:]
+		}
+		xp, ldx := g.x[kb:], k
+		if g.xpacked {
+			ldx = min(kc, k-kb)
+			xp = g.x[kb*g.nx:]
 		}
 		for t, j := 0, j0; j < j1; t, j = t+1, j+3 {
 			r := min(3, j1-j)
-			acc := sc.acc[t*gemmTiles*96:]
-			xj := &x[j*k+kb]
+			acc := g.sc.acc[t*gemmTiles*96:]
+			xj := &xp[j*ldx]
 			switch {
 			case r == 1 && quads >= 2:
 				// One activation row (batch-1 decode): eight weight
 				// rows a call, then a quad left over.
-				gemmF32T81(&wp[0], ldw, xj, k, n, &acc[0], &out[j*ldo+i0], ldo, flags, quads/2)
+				gemmF32T81(&wp[0], ldw, xj, ldx, n, &acc[0], &out[j*ldo+i0], ldo, flags, quads/2)
 				if q := quads - 1; quads%2 == 1 {
-					gemmF32T41(&wp[4*q*ldw], ldw, xj, k, n, &acc[q*96], &out[j*ldo+i0+4*q], ldo, flags, 1)
+					gemmF32T41(&wp[4*q*ldw], ldw, xj, ldx, n, &acc[q*96], &out[j*ldo+i0+4*q], ldo, flags, 1)
 				}
 			case quads > 0:
-				gemmTile(r, &wp[0], ldw, xj, k, n, &acc[0], &out[j*ldo+i0], ldo, flags, quads)
+				gemmTile(r, &wp[0], ldw, xj, ldx, n, &acc[0], &out[j*ldo+i0], ldo, flags, quads)
 			}
 			for i := left; i < i1; i++ {
-				gemmTile(r, &wp[(i-i0)*ldw], 0, xj, k, n, &acc[(quads+i-left)*96], &single[0], 4, flags, 1)
+				gemmTile(r, &wp[(i-i0)*ldw], 0, xj, ldx, n, &acc[(quads+i-left)*96], &single[0], 4, flags, 1)
 				if flags&gemmFinish != 0 {
 					for jj := range r {
 						out[(j+jj)*ldo+i] = single[4*jj]

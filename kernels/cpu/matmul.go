@@ -38,6 +38,9 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 	}
 	t := &b.mm
 	*t = matmulTask{b: b, dst: d, x: xt, w: wt}
+	if isFloat(wt.dt) {
+		t.xf = b.packFloatInput(xt)
+	}
 	if tk := tileStoreKernel(wt.dt); tk != nil && n >= tileMinRows {
 		t.tile = tk
 		t.act = b.tileInput(xt, wt.dt)
@@ -214,24 +217,50 @@ func (b *Backend) matmulManyFloat(dsts []kernels.Tensor, xt *Tensor, ws []kernel
 	for i, w := range ws {
 		wt := tensor(w, "MatMulMany")
 		d := writable(dsts[i], "MatMulMany")
-		if wt.dt != kernels.F32 && wt.dt != kernels.F16 && wt.dt != kernels.BF16 ||
-			wt.rows == 0 || wt.cols != xt.cols || d.rows != xt.rows || d.cols != wt.rows {
+		if !isFloat(wt.dt) || wt.rows == 0 || wt.cols != xt.cols || d.rows != xt.rows || d.cols != wt.rows {
 			return false
 		}
 		total += wt.rows
 	}
+	xf := b.packFloatInput(xt)
 	t := &b.many
 	t.parts, t.start = t.parts[:0], t.start[:0]
 	total = 0
 	for i, w := range ws {
 		wt := tensor(w, "MatMulMany")
-		t.parts = append(t.parts, matmulTask{b: b, dst: writable(dsts[i], "MatMulMany"), x: xt, w: wt})
+		t.parts = append(t.parts, matmulTask{b: b, dst: writable(dsts[i], "MatMulMany"), x: xt, w: wt, xf: xf})
 		t.start = append(t.start, total)
 		total += wt.rows
 	}
 	b.pool.run(t, total, b.grain(xt.rows, total, xt.cols))
 	clear(t.parts)
 	return true
+}
+
+func isFloat(dt kernels.DType) bool {
+	return dt == kernels.F32 || dt == kernels.F16 || dt == kernels.BF16
+}
+
+// packFloatInput returns x packed for gemmF32, pass by pass of gemmXRows
+// rows (each pass's rows as gemmPackRow lays them out, so a pass is
+// x.f32's slice of the same rows), in the backend's buffer; or nil when
+// gemmPackRows says rows of x's width are better left as they are.
+func (b *Backend) packFloatInput(xt *Tensor) []float32 {
+	n, k := xt.rows, xt.cols
+	if !gemmPackRows(k, n) {
+		return nil
+	}
+	if cap(b.xf) < n*k {
+		b.xf = make([]float32, n*k)
+	}
+	xf := b.xf[:n*k]
+	for r0 := 0; r0 < n; r0 += gemmXRows {
+		r1 := min(n, r0+gemmXRows)
+		for j := r0; j < r1; j++ {
+			gemmPackRow(xf[r0*k:r1*k], r1-r0, j-r0, xt.row(j))
+		}
+	}
+	return xf
 }
 
 // manyTask runs MatMulMany's weights as one range of rows: every part's
@@ -288,6 +317,8 @@ type matmulTask struct {
 	xq        []int8
 	xd        []float32
 	xc        []int32 // the rows' blockSums8, for Q4_0 weights
+	// xf, when not nil, holds x packed for gemmF32 (packFloatInput).
+	xf []float32
 	// tile, when not nil, is the tiled kernel, and act the activations
 	// in its layout.
 	tile tileStoreFunc
@@ -373,9 +404,12 @@ func (t *matmulTask) runFloat(wk, lo, hi int) {
 			gemmPackRow(w, hi-lo, o-lo, row)
 		}
 	}
+	if t.xf != nil {
+		x = t.xf
+	}
 	for r0 := 0; r0 < n; r0 += gemmXRows {
 		r1 := min(n, r0+gemmXRows)
-		gemmF32(out[r0*m+lo:], m, w, packed, hi-lo, x[r0*k:r1*k], r1-r0, k, &sc.gemm)
+		gemmF32(out[r0*m+lo:], m, w, packed, hi-lo, x[r0*k:r1*k], t.xf != nil, r1-r0, k, &sc.gemm)
 	}
 }
 
