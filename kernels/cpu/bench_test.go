@@ -66,8 +66,9 @@ func BenchmarkBandwidth(b *testing.B) {
 
 // BenchmarkDecode runs the matrix products of one step of a ~120M-parameter
 // Llama-shaped model (12 layers of 768 wide, FFN 3072, an 8192-token output
-// head) at batch 1 and 8, and reports tokens/s and the fraction of the
-// memory-bandwidth floor (weight bytes / measured bandwidth) achieved.
+// head) at batch 1, 4 (a speculative verification) and 8, and reports
+// tokens/s and the fraction of the memory-bandwidth floor (weight bytes /
+// measured bandwidth) achieved.
 func BenchmarkDecode(b *testing.B) {
 	const layers, dim, ffn, vocab = 12, 768, 3072, 8192
 	be := open(b, 0)
@@ -86,7 +87,7 @@ func BenchmarkDecode(b *testing.B) {
 		}
 		head := mk(vocab, dim)
 		floor := float64(total) / bw
-		for _, n := range []int{1, 8} {
+		for _, n := range []int{1, 4, 8} {
 			b.Run(fmt.Sprintf("%v/n=%d", dt, n), func(b *testing.B) {
 				x, y, h := be.Alloc(n, dim), be.Alloc(n, dim), be.Alloc(n, ffn)
 				h2, logits := be.Alloc(n, ffn), be.Alloc(n, vocab)
