@@ -76,6 +76,7 @@ type Backend struct {
 	mm   matmulTask
 	many manyTask
 	qx   quantTask
+	px   packTask
 	attn attnTask
 	// attnItems and attnPart back Attention's items and long rows'
 	// partial results.

@@ -254,13 +254,25 @@ func (b *Backend) packFloatInput(xt *Tensor) []float32 {
 		b.xf = make([]float32, n*k)
 	}
 	xf := b.xf[:n*k]
-	for r0 := 0; r0 < n; r0 += gemmXRows {
-		r1 := min(n, r0+gemmXRows)
-		for j := r0; j < r1; j++ {
-			gemmPackRow(xf[r0*k:r1*k], r1-r0, j-r0, xt.row(j))
-		}
-	}
+	b.px = packTask{x: xt, xf: xf}
+	b.pool.run(&b.px, n, max(1, 16384/k))
+	b.px = packTask{}
 	return xf
+}
+
+// packTask packs rows of x into xf for packFloatInput.
+type packTask struct {
+	x  *Tensor
+	xf []float32
+}
+
+func (t *packTask) run(_, lo, hi int) {
+	n, k := t.x.rows, t.x.cols
+	for j := lo; j < hi; j++ {
+		r0 := j / gemmXRows * gemmXRows
+		r1 := min(n, r0+gemmXRows)
+		gemmPackRow(t.xf[r0*k:r1*k], r1-r0, j-r0, t.x.row(j))
+	}
 }
 
 // manyTask runs MatMulMany's weights as one range of rows: every part's
