@@ -302,7 +302,7 @@ func (l *streamLog) appendGroup(ctx context.Context, bs []logBatch, idx []int, r
 			continue
 		}
 		if cerr == nil {
-			cerr = err
+			cerr = groupErr(err)
 		}
 		if cerr != nil {
 			res[i].err = fmt.Errorf("gateway: append deltas %d.. of %s: %w", bs[i].entries[0].Seq, bs[i].rid, cerr)
@@ -320,6 +320,19 @@ func (l *streamLog) appendGroup(ctx context.Context, bs []logBatch, idx []int, r
 	}
 }
 
+// groupErr is what a pipeline's error says of a command that itself
+// succeeded. A Redis reply is another command's refusal (the pipeline
+// reports the first one) and says nothing of this command's write, which
+// landed; anything else (the connection, the replicas' WAIT) fails every
+// command of the pipeline.
+func groupErr(err error) error {
+	var re redis.Error
+	if errors.As(err, &re) {
+		return nil
+	}
+	return err
+}
+
 // appendScripted runs the append script for the batches idx (one primary).
 func (l *streamLog) appendScripted(ctx context.Context, bs []logBatch, idx []int, res []logResult) {
 	cmds := make([]*redis.Cmd, len(idx))
@@ -333,7 +346,7 @@ func (l *streamLog) appendScripted(ctx context.Context, bs []logBatch, idx []int
 		cerr := err
 		if cmds[j] != nil {
 			if n, cerr = cmds[j].Int(); cerr == nil {
-				cerr = err
+				cerr = groupErr(err)
 			}
 		}
 		if cerr != nil {

@@ -220,3 +220,65 @@ func (h pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		return next(ctx, cmds)
 	}
 }
+
+// TestRefusedAppendFailsOnlyItsBatch: Redis refusing one command of an
+// append round (an XADD of a delta already there, a log it cannot append
+// to) says nothing of the other logs' batches in the same pipeline. They
+// landed, so they must count as logged: a batch reported failed holds its
+// deltas back from the crash guarantee and warns of an outage that is not.
+func TestRefusedAppendFailsOnlyItsBatch(t *testing.T) {
+	rdb := testredis.Client(t)
+	l := &streamLog{rdb: rdb, ks: keyspace.New(testredis.Prefix(t)), maxLen: 100, ttl: time.Minute, w: durable.New(rdb, durable.Options{})}
+	ctx := context.Background()
+	entries := func(seqs ...int) []logEntry {
+		var es []logEntry
+		for _, q := range seqs {
+			es = append(es, logEntry{Seq: q, Text: fmt.Sprint("d", q)})
+		}
+		return es
+	}
+	for _, tc := range []struct {
+		name   string
+		setup  func(key string) error // the refused batch's log beforehand
+		bad    []int                  // the refused batch's deltas
+		badErr bool                   // the refused batch itself fails
+		good   []int                  // another log's deltas, same round
+	}{
+		{"delta already there", func(key string) error {
+			return l.appendBatches(ctx, []logBatch{{sid: "x", rid: key, entries: entries(1), expire: true}})[0].err
+		}, []int{1}, false, []int{1}},
+		{"delta into a log of the wrong type", func(key string) error {
+			return rdb.Set(ctx, l.key("x", key), "not a stream", time.Minute).Err()
+		}, []int{1}, true, []int{1}},
+		{"backlog into a log of the wrong type", func(key string) error {
+			return rdb.Set(ctx, l.key("x", key), "not a stream", time.Minute).Err()
+		}, []int{1, 2}, true, []int{1, 2}},
+		{"delta already there, backlog beside it", func(key string) error {
+			return l.appendBatches(ctx, []logBatch{{sid: "x", rid: key, entries: entries(1), expire: true}})[0].err
+		}, []int{1}, false, []int{1, 2, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rid := strings.ReplaceAll(tc.name, " ", "_")
+			if err := tc.setup(rid); err != nil {
+				t.Fatal(err)
+			}
+			res := l.appendBatches(ctx, []logBatch{
+				{sid: "x", rid: rid, entries: entries(tc.bad...), expire: true},
+				{sid: "y", rid: rid, entries: entries(tc.good...), expire: true},
+			})
+			if (res[0].err != nil) != tc.badErr {
+				t.Fatalf("refused batch: have err %v; want failed=%v", res[0].err, tc.badErr)
+			}
+			es, err := l.readAfter(ctx, "y", rid, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res[1].err != nil || !res[1].open {
+				t.Fatalf("the other batch landed (%d of %d deltas in its log) yet reports open=%v err=%v", len(es), len(tc.good), res[1].open, res[1].err)
+			}
+			if len(es) != len(tc.good) {
+				t.Fatalf("the other log holds %d deltas; want %d", len(es), len(tc.good))
+			}
+		})
+	}
+}

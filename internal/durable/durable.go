@@ -66,8 +66,9 @@ func New(rdb redis.UniversalClient, o Options) *Writer {
 var ErrNotReplicated = errors.New("durable: write not on enough replicas")
 
 // Pipelined sends fn's commands, which must all be on key's hash slot, and
-// then waits for the primary's replicas (at most Replicas). It returns the
-// commands' error, the wait's, or nil.
+// then waits for the primary's replicas (at most Replicas). It returns
+// ErrNotReplicated when the replicas fell short, else the first command's
+// error, or nil.
 func (w *Writer) Pipelined(ctx context.Context, key string, fn func(p redis.Pipeliner)) error {
 	if w.replicas <= 0 {
 		_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { fn(p); return nil })
@@ -101,14 +102,17 @@ func (w *Writer) Pipelined(ctx context.Context, key string, fn func(p redis.Pipe
 		}
 		return nil
 	})
-	if err != nil || wait == nil {
+	if wait == nil || wait.Err() != nil {
 		return err
 	}
+	// The WAIT ran, so the connection held: err, if any, is one command's
+	// refusal, and the caller tells the others' writes apart by their
+	// own errors. Those writes count only once the replicas hold them.
 	if n, _ := wait.Int64(); n < int64(want) {
 		w.forget(conn)
 		return fmt.Errorf("%w: %d of %d within %v", ErrNotReplicated, n, want, w.timeout)
 	}
-	return nil
+	return err
 }
 
 // expected is how many replicas to wait for on conn's server: the ones it

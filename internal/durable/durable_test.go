@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -51,5 +52,31 @@ func TestNoReplicaNoWait(t *testing.T) {
 	}
 	if d := time.Since(start); d > 4*time.Second {
 		t.Fatalf("20 writes took %v: they waited for a replica that does not exist", d)
+	}
+}
+
+// TestRefusedCommandStillWaitsForReplicas: one command of a pipeline
+// refused by Redis does not hide a short WAIT. Callers take the other
+// commands' writes as done when only a refusal came back, so a write the
+// replicas lack must still say ErrNotReplicated.
+func TestRefusedCommandStillWaitsForReplicas(t *testing.T) {
+	s := testredis.Start(t)
+	rdb := s.Client()
+	w := New(rdb, Options{Replicas: 1, Timeout: 50 * time.Millisecond})
+	// The primary counts a replica that never acknowledges: what a
+	// replica stalled behind its link looks like to WAIT.
+	w.known[rdb.String()] = replicaCount{n: 1, at: time.Now().Add(time.Hour)}
+	ctx := context.Background()
+	var first, refused *redis.IntCmd
+	err := w.Pipelined(ctx, "k", func(p redis.Pipeliner) {
+		first = p.Incr(ctx, "n")
+		p.Set(ctx, "k", "not a number", 0)
+		refused = p.Incr(ctx, "k")
+	})
+	if first.Err() != nil || refused.Err() == nil {
+		t.Fatalf("have INCR n: %v, INCR k: %v; want the second refused", first.Err(), refused.Err())
+	}
+	if !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("have %v; want ErrNotReplicated: the replicas hold none of the writes", err)
 	}
 }
