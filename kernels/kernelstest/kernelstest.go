@@ -541,10 +541,12 @@ func testRoPE(t *testing.T, b kernels.Backend) {
 			for i, p := range pos {
 				RefRoPE(want[i*k:(i+1)*k], p, tc.p)
 				// A backend may form the angles as GGML does, position
-				// times a float32 power taken again and again: each
-				// step rounds, and the angle's error grows to about
-				// pos·dims·2^-24.
-				slack := 3 * float64(p) * float64(dims) / (1 << 24)
+				// times a float32 power taken again and again: each of
+				// the dims/2 steps rounds once (a relative 2^-24 at
+				// most), so an angle's error stays under
+				// pos·(dims/2)·2^-24, and a rotated value of magnitude
+				// about 2 moves by twice that.
+				slack := float64(p) * float64(dims) / (1 << 24)
 				check(t, fmt.Sprintf("RoPE pos %d", p), have[i*k:(i+1)*k], want[i*k:(i+1)*k], 2e-5+slack, 1e-5)
 			}
 		})
