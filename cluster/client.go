@@ -341,7 +341,7 @@ func (c *Client) Attach(ctx context.Context, handle string) (engine.Events, erro
 	i := strings.LastIndexByte(handle, '#') // Submit: the id, '#', a random suffix
 	id := handle[:max(i, 0)]
 	if id == "" {
-		return nil, fmt.Errorf("cluster: attach: %q is not a request handle", handle)
+		return nil, fmt.Errorf("cluster: attach: %q is not a request handle: %w", handle, engine.ErrGone)
 	}
 	// Only to a request that still exists: its record expires OutTTL
 	// after its last write, and a fresh one would wait on nothing.
@@ -353,7 +353,7 @@ func (c *Client) Attach(ctx context.Context, handle string) (engine.Events, erro
 		return nil, &UnavailableError{Reason: "cannot attach to the request", Err: err}
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("cluster: attach: request %s is gone", id)
+		return nil, fmt.Errorf("cluster: attach: request %s: %w", id, engine.ErrGone)
 	}
 	s := &Stream{c: c, id: id, rk: handle, last: "0", notify: make(chan struct{}, 1)}
 	c.mu.Lock()

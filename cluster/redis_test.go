@@ -480,7 +480,11 @@ func TestAttach(t *testing.T) {
 			}
 		}()
 	}
-	if _, err := b.Attach(ctx, "no-suffix"); err == nil {
-		t.Fatal("attached to a handle no Submit makes")
+	// Gone says no retry can succeed: the gateway then ends the reply
+	// with what its log holds instead of trying again.
+	for _, h := range []string{"no-suffix", "acme/gone#0123"} {
+		if _, err := b.Attach(ctx, h); !errors.Is(err, engine.ErrGone) {
+			t.Fatalf("attach to %q: have %v; want engine.ErrGone", h, err)
+		}
 	}
 }

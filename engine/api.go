@@ -286,3 +286,7 @@ func (e *Error) Error() string { return "engine: " + e.Code + ": " + e.Message }
 
 // ErrClosed is returned by Submit after the engine stopped.
 var ErrClosed = errors.New("engine: closed")
+
+// ErrGone says a generation named by a handle no longer exists: it ended
+// and its output expired, so attaching to it can never succeed.
+var ErrGone = errors.New("engine: no such generation")

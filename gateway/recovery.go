@@ -129,6 +129,14 @@ return 1
 // recoverExpired finalizes turns whose deadline passed at least observe
 // ago (by this gateway's own observation) and that this gateway claims.
 func (s *Server) recoverExpired(seen map[string]expiredSince, observe time.Duration) {
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	if draining {
+		// A turn taken over now could not run to its end here; the
+		// gateways that stay take it.
+		return
+	}
 	ctx, cancel := context.WithTimeout(s.runCtx, 10*time.Second)
 	defer cancel()
 	now := s.o.Clock.Now()
@@ -198,8 +206,11 @@ type attacher interface {
 // runs on elsewhere (an attacher's, with its handle recorded) this
 // gateway attaches to it and runs the turn to its end: the deltas the log
 // lacks are appended, the reply is stored whole, and resumes read on
-// without a gap (attached). Otherwise the deltas in its log become the
-// stored reply and a done record ends the log. A turn that had in fact
+// without a gap (attached). An attach that fails while the generation
+// may run on stores nothing and returns the error: the turn stays in the
+// index for a later try. Otherwise (no handle, or the generation is gone)
+// the deltas in its log become the stored reply and a done record ends
+// the log. A turn that had in fact
 // finished only gets the done record it may lack.
 func (s *Server) recoverTurn(ctx context.Context, sid, rid string) (attached bool, err error) {
 	state, finish, handle, err := s.sessions.requestFinish(ctx, sid, rid)
@@ -227,7 +238,14 @@ func (s *Server) recoverTurn(ctx context.Context, sid, rid string) (attached boo
 		if err == nil {
 			return true, nil
 		}
-		s.o.Logger.Warn("gateway: cannot attach to a dead gateway's generation; ending its reply", "session", sid, "request", rid, "err", err)
+		if !errors.Is(err, engine.ErrGone) && !errors.Is(err, errSessionGone) {
+			// The generation may still run (this gateway is draining,
+			// Redis or the engines hiccuped): ending the reply now
+			// would store a partial one that no gateway could mend.
+			// Left in the index, the turn is tried again.
+			return false, fmt.Errorf("gateway: attach to a dead gateway's generation: %w", err)
+		}
+		s.o.Logger.Warn("gateway: the dead gateway's generation is gone; ending its reply", "session", sid, "request", rid, "err", err)
 	}
 	reason := finish
 	if state == "running" {
@@ -257,6 +275,10 @@ func (s *Server) recoverTurn(ctx context.Context, sid, rid string) (attached boo
 	return false, s.log.appendDone(ctx, sid, rid, lastSeq, done)
 }
 
+// errSessionGone: the turn's session was deleted; nothing can store its
+// reply.
+var errSessionGone = errors.New("gateway: the session is gone")
+
 // attachTurn runs, on this gateway, the turn of a dead gateway whose
 // generation goes on elsewhere: it reads the generation from its first
 // event, passes over the logged deltas (head), and handles the rest as a
@@ -267,7 +289,7 @@ func (s *Server) attachTurn(ctx context.Context, a attacher, sid, rid, handle st
 		return err
 	}
 	if tenantID == "" {
-		return errors.New("gateway: the session is gone")
+		return errSessionGone
 	}
 	ten, err := s.tenants.Get(ctx, tenantID)
 	if err != nil {

@@ -1,0 +1,176 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/specgate/specgate/engine"
+)
+
+// attachGen is the fake generator plus attacher: a generation that runs
+// on elsewhere and is read again from its first event. Attach fails with
+// err while it is set.
+type attachGen struct {
+	*fakeGenerator
+	words []string
+	err   error
+}
+
+func (g *attachGen) Handle(ev engine.Events) string { return "h" }
+func (g *attachGen) Attach(ctx context.Context, handle string) (engine.Events, error) {
+	g.mu.Lock()
+	err := g.err
+	g.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return &fakeStream{words: g.words, cancel: make(chan struct{}), ctx: context.Background()}, nil
+}
+
+func (g *attachGen) failAttach(err error) {
+	g.mu.Lock()
+	g.err = err
+	g.mu.Unlock()
+}
+
+// deadTurn leaves in Redis what a gateway that died mid-reply leaves: its
+// index entry, the running record with a generation handle, and the
+// deltas it logged.
+func deadTurn(t *testing.T, e *env, sid, rid string, logged []string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := e.srv.registerTurn(ctx, sid, rid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.srv.sessions.StartTurn(ctx, "acme", "alice", sid, rid, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.sessions.setAttach(ctx, sid, rid, "h"); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range logged {
+		if _, err := e.srv.log.appendDeltas(ctx, sid, rid, []logEntry{{Seq: i + 1, Text: w}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// lastMessage is the session's last stored message.
+func lastMessage(t *testing.T, e *env, sid string) Message {
+	t.Helper()
+	v, err := e.srv.Sessions().Get(context.Background(), "acme", "alice", sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Messages[len(v.Messages)-1]
+}
+
+// waitReply waits for rid's reply to be stored.
+func waitReply(t *testing.T, e *env, sid, rid string) Message {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if m := lastMessage(t, e, sid); m.Role == "assistant" && m.Request == rid {
+			return m
+		}
+	}
+	t.Fatal("no reply stored")
+	return Message{}
+}
+
+// TestTakeoverEndsPartialOnlyWhenTheGenerationIsGone: recovery ends a
+// dead gateway's split-mode reply partial only when its generation is
+// gone. While the generation may still run (this gateway drains, the
+// engines or Redis hiccup) nothing is stored and the turn stays in the
+// index, so a later try attaches and stores the reply whole.
+func TestTakeoverEndsPartialOnlyWhenTheGenerationIsGone(t *testing.T) {
+	words := []string{"one ", "two ", "three ", "four"}
+	for _, tc := range []struct {
+		name     string
+		attach   error // Attach's error
+		draining bool
+		gone     bool // the reply ends partial with the logged text
+	}{
+		{name: "generation gone", attach: fmt.Errorf("attach: %w", engine.ErrGone), gone: true},
+		{name: "engines unreachable", attach: errors.New("cluster: unavailable")},
+		{name: "gateway draining", draining: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, nil, "", nil)
+			g := &attachGen{fakeGenerator: e.gen, words: words, err: tc.attach}
+			e.srv.o.Generator = g
+			c := e.rawLogin("alice")
+			sid := rawSession(t, c)
+			deadTurn(t, e, sid, "r1", words[:2])
+			setDraining := func(v bool) {
+				e.srv.mu.Lock()
+				e.srv.draining = v
+				e.srv.mu.Unlock()
+			}
+			setDraining(tc.draining)
+			ctx := context.Background()
+			attached, err := e.srv.recoverTurn(ctx, sid, "r1")
+			if tc.gone {
+				if err != nil || attached {
+					t.Fatalf("have attached=%v err=%v; want the reply ended", attached, err)
+				}
+				m := waitReply(t, e, sid, "r1")
+				if !m.Partial || m.Interrupted != interruptCrash || m.Content != "one two " {
+					t.Fatalf("stored %+v; want the logged %q, partial (crash)", m, "one two ")
+				}
+				return
+			}
+			if err == nil || attached {
+				t.Fatalf("have attached=%v err=%v; want an error to retry on", attached, err)
+			}
+			if m := lastMessage(t, e, sid); m.Role == "assistant" {
+				t.Fatalf("stored %+v while the generation may run on", m)
+			}
+			if _, err := e.rdb.ZScore(ctx, e.srv.ks.RunningTurns(), turnMember(sid, "r1")).Result(); err != nil {
+				t.Fatalf("the turn left the index (%v): no gateway would try again", err)
+			}
+			// The next try, once the cause passed, takes the turn over.
+			setDraining(false)
+			g.failAttach(nil)
+			if attached, err := e.srv.recoverTurn(ctx, sid, "r1"); err != nil || !attached {
+				t.Fatalf("retry: attached=%v err=%v", attached, err)
+			}
+			if m := waitReply(t, e, sid, "r1"); m.Partial || m.Content != strings.Join(words, "") {
+				t.Fatalf("stored %+v; want the whole generation %q", m, strings.Join(words, ""))
+			}
+		})
+	}
+}
+
+// TestDrainingGatewayClaimsNoTurn: a draining gateway's watcher leaves
+// dead gateways' turns to the gateways that stay: it claims none.
+func TestDrainingGatewayClaimsNoTurn(t *testing.T) {
+	e := newEnv(t, nil, "", nil)
+	e.srv.o.Generator = &attachGen{fakeGenerator: e.gen, words: []string{"one"}}
+	c := e.rawLogin("alice")
+	sid := rawSession(t, c)
+	deadTurn(t, e, sid, "r1", nil)
+	ctx := context.Background()
+	key, member := e.srv.ks.RunningTurns(), turnMember(sid, "r1")
+	if err := e.rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: member}).Err(); err != nil { // long expired
+		t.Fatal(err)
+	}
+	e.srv.mu.Lock()
+	e.srv.draining = true
+	e.srv.mu.Unlock()
+	seen := map[string]expiredSince{}
+	for range 2 { // the first round only notes it expired
+		e.srv.recoverExpired(seen, 0)
+	}
+	if score, err := e.rdb.ZScore(ctx, key, member).Result(); err != nil || score != 1 {
+		t.Fatalf("index entry: have %v, %v; want it untouched (deadline 1)", score, err)
+	}
+	if m := lastMessage(t, e, sid); m.Role == "assistant" {
+		t.Fatalf("a draining gateway stored %+v", m)
+	}
+}
