@@ -234,7 +234,7 @@ func (s *Server) recoverTurn(ctx context.Context, sid, rid string) (attached boo
 		lastSeq = e.Seq
 	}
 	if a, ok := s.o.Generator.(attacher); ok && state == "running" && handle != "" {
-		err := s.attachTurn(ctx, a, sid, rid, handle, lastSeq, text.String())
+		err := s.attachTurn(ctx, a, sid, rid, handle, lastSeq)
 		if err == nil {
 			return true, nil
 		}
@@ -281,9 +281,9 @@ var errSessionGone = errors.New("gateway: the session is gone")
 
 // attachTurn runs, on this gateway, the turn of a dead gateway whose
 // generation goes on elsewhere: it reads the generation from its first
-// event, passes over the logged deltas (head), and handles the rest as a
+// event, passes over the logged deltas, and handles the rest as a
 // turn does (no socket of its own: clients follow it by resuming).
-func (s *Server) attachTurn(ctx context.Context, a attacher, sid, rid, handle string, logged int, head string) error {
+func (s *Server) attachTurn(ctx context.Context, a attacher, sid, rid, handle string, logged int) error {
 	tenantID, user, err := s.sessions.ownerOf(ctx, sid)
 	if err != nil {
 		return err
@@ -296,7 +296,7 @@ func (s *Server) attachTurn(ctx context.Context, a attacher, sid, rid, handle st
 		return fmt.Errorf("gateway: read tenant %s: %w", tenantID, err)
 	}
 	id := engineRequestID(tenantID, sid, rid)
-	t := &turn{s: s, engineID: id, tenant: ten, user: user, session: sid, request: rid, skip: logged, head: head, registered: true}
+	t := &turn{s: s, engineID: id, tenant: ten, user: user, session: sid, request: rid, skip: logged, registered: true}
 	s.mu.Lock()
 	if s.draining {
 		s.mu.Unlock()

@@ -174,3 +174,29 @@ func TestDrainingGatewayClaimsNoTurn(t *testing.T) {
 		t.Fatalf("a draining gateway stored %+v", m)
 	}
 }
+
+// TestTakeoverStoresWholeReplyOfTrimmedLog: a taken-over turn's stored
+// reply is the whole generation even when MAXLEN trimmed the stream log's
+// beginning away: it is stored as complete, so it must be.
+func TestTakeoverStoresWholeReplyOfTrimmedLog(t *testing.T) {
+	e := newEnv(t, nil, "", func(o *Options) { o.LogMaxLen = 5 })
+	var words []string
+	for i := range 400 {
+		words = append(words, fmt.Sprintf("w%d ", i+1))
+	}
+	e.srv.o.Generator = &attachGen{fakeGenerator: e.gen, words: words}
+	c := e.rawLogin("alice")
+	sid := rawSession(t, c)
+	deadTurn(t, e, sid, "r1", words[:300])
+	ctx := context.Background()
+	if n, err := e.rdb.XLen(ctx, e.srv.log.key(sid, "r1")).Result(); err != nil || n >= 300 {
+		t.Fatalf("the log holds %d of 300 logged deltas (%v); want it trimmed", n, err)
+	}
+	if attached, err := e.srv.recoverTurn(ctx, sid, "r1"); err != nil || !attached {
+		t.Fatalf("attached=%v err=%v", attached, err)
+	}
+	m := waitReply(t, e, sid, "r1")
+	if want := strings.Join(words, ""); m.Partial || m.Content != want {
+		t.Fatalf("stored (partial=%v) %d bytes starting %.30q; the generation is %d bytes starting %.30q", m.Partial, len(m.Content), m.Content, len(want), want)
+	}
+}

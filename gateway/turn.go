@@ -30,11 +30,12 @@ type turn struct {
 	session  string
 	request  string
 	stream   engine.Events
-	// skip: the first skip deltas are in the log already, head their
-	// text (sent by the gateway that started the turn, now dead): a turn
-	// attached to the generation by crash recovery passes them over.
+	// skip: the first skip deltas are in the log already (sent by the
+	// gateway that started the turn, now dead): a turn attached to the
+	// generation by crash recovery passes them over. Their text still
+	// comes from the generation, read again from its first event: the
+	// log may have lost its beginning to MAXLEN.
 	skip   int
-	head   string
 	leased bool // holds a request slot in the tenant's counters
 	// registered: the turn is in the running-turn index (recovery.go)
 	// and this gateway renews it. Set under Server.mu.
@@ -283,7 +284,6 @@ const logRetry = 250 * time.Millisecond
 func (t *turn) run() {
 	s := t.s
 	var text strings.Builder
-	text.WriteString(t.head)
 	seq := 0
 	q := s.logw.queue(t.session, t.request)
 	wait := time.NewTimer(sentWait)
@@ -308,10 +308,10 @@ func (t *turn) run() {
 			continue // tokens that do not yet make whole characters
 		}
 		seq++
+		text.WriteString(ev.Text)
 		if seq <= t.skip {
 			continue
 		}
-		text.WriteString(ev.Text)
 		// The delta goes to the client once its append is on the wire
 		// to Redis, not once Redis answered (logwriter.go): a kill
 		// right after the send still leaves it in the log.
