@@ -320,7 +320,9 @@ func (s *Server) attachTurn(ctx context.Context, a attacher, sid, rid, handle st
 		release()
 		return err
 	}
+	s.mu.Lock() // cancelLocal reads it, from another socket's goroutine
 	t.stream = stream
+	s.mu.Unlock()
 	s.o.Logger.Warn("gateway: took over a dead gateway's turn; its generation goes on", "session", sid, "request", rid, "logged", logged)
 	go func() {
 		defer release()

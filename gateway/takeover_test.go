@@ -14,23 +14,35 @@ import (
 )
 
 // attachGen is the fake generator plus attacher: a generation that runs
-// on elsewhere and is read again from its first event. Attach fails with
-// err while it is set.
+// on elsewhere and is read again from its first event. A handle is the
+// engine request id, so Cancel reaches an attached generation too. Attach
+// fails with err while it is set.
 type attachGen struct {
 	*fakeGenerator
 	words []string
 	err   error
 }
 
-func (g *attachGen) Handle(ev engine.Events) string { return "h" }
+func (g *attachGen) Handle(ev engine.Events) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for id, st := range g.streams {
+		if st == ev {
+			return id
+		}
+	}
+	return ""
+}
+
 func (g *attachGen) Attach(ctx context.Context, handle string) (engine.Events, error) {
 	g.mu.Lock()
-	err := g.err
-	g.mu.Unlock()
-	if err != nil {
-		return nil, err
+	defer g.mu.Unlock()
+	if g.err != nil {
+		return nil, g.err
 	}
-	return &fakeStream{words: g.words, cancel: make(chan struct{}), ctx: context.Background()}, nil
+	st := &fakeStream{words: g.words, gate: g.gate, cancel: make(chan struct{}), ctx: context.Background()}
+	g.streams[handle] = st
+	return st, nil
 }
 
 func (g *attachGen) failAttach(err error) {
@@ -51,7 +63,7 @@ func deadTurn(t *testing.T, e *env, sid, rid string, logged []string) {
 	if _, err := e.srv.sessions.StartTurn(ctx, "acme", "alice", sid, rid, "hello"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.srv.sessions.setAttach(ctx, sid, rid, "h"); err != nil {
+	if err := e.srv.sessions.setAttach(ctx, sid, rid, engineRequestID("acme", sid, rid)); err != nil {
 		t.Fatal(err)
 	}
 	for i, w := range logged {
@@ -198,5 +210,36 @@ func TestTakeoverStoresWholeReplyOfTrimmedLog(t *testing.T) {
 	m := waitReply(t, e, sid, "r1")
 	if want := strings.Join(words, ""); m.Partial || m.Content != want {
 		t.Fatalf("stored (partial=%v) %d bytes starting %.30q; the generation is %d bytes starting %.30q", m.Partial, len(m.Content), m.Content, len(want), want)
+	}
+}
+
+// TestCancelReachesTakenOverTurn: a client that resumed on the gateway
+// running a taken-over turn cancels it from its own socket while the turn
+// is being attached (run with -race: the turn's stream is shared).
+func TestCancelReachesTakenOverTurn(t *testing.T) {
+	e := newEnv(t, nil, "", nil)
+	e.gen.gate = make(chan struct{}) // the generation waits: only a cancel ends it
+	e.srv.o.Generator = &attachGen{fakeGenerator: e.gen, words: []string{"one ", "two ", "three"}}
+	c := e.rawLogin("alice")
+	sid := rawSession(t, c)
+	deadTurn(t, e, sid, "r1", nil)
+	found := make(chan bool)
+	go func() {
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); {
+			if e.srv.cancelLocal("acme", "alice", "r1") {
+				found <- true
+				return
+			}
+		}
+		found <- false
+	}()
+	if attached, err := e.srv.recoverTurn(context.Background(), sid, "r1"); err != nil || !attached {
+		t.Fatalf("attached=%v err=%v", attached, err)
+	}
+	if !<-found {
+		t.Fatal("the cancel never found the taken-over turn")
+	}
+	if m := waitReply(t, e, sid, "r1"); !m.Partial || m.Interrupted != interruptCancel || m.FinishReason != engine.FinishCancelled {
+		t.Fatalf("stored %+v; want it cancelled", m)
 	}
 }

@@ -29,7 +29,9 @@ type turn struct {
 	user     string
 	session  string
 	request  string
-	stream   engine.Events
+	// stream is set under Server.mu once the generation runs: cancelLocal
+	// reads it there.
+	stream engine.Events
 	// skip: the first skip deltas are in the log already (sent by the
 	// gateway that started the turn, now dead): a turn attached to the
 	// generation by crash recovery passes them over. Their text still
@@ -222,7 +224,11 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 		release()
 		return ce
 	}
+	// t is in s.turns already: a cancel from another socket reads
+	// stream there, under s.mu.
+	s.mu.Lock()
 	t.stream = stream
+	s.mu.Unlock()
 	if a, ok := s.o.Generator.(attacher); ok {
 		// Should this gateway die, crash recovery attaches another
 		// to the generation instead of ending the reply partial. A
