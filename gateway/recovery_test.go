@@ -179,7 +179,8 @@ func TestCancelAcrossGateways(t *testing.T) {
 
 // TestFinishTurnStoresOnce: a turn finished twice (a retried finish, or
 // two gateways that both read one generation to its end after one took
-// the other for dead) stores its reply once.
+// the other for dead) stores its reply once, and only the gateway that
+// stored it is told it ended the turn (a retry of its own included).
 func TestFinishTurnStoresOnce(t *testing.T) {
 	e := newEnv(t, nil, "", nil)
 	ctx := context.Background()
@@ -188,9 +189,13 @@ func TestFinishTurnStoresOnce(t *testing.T) {
 	if _, err := e.srv.sessions.StartTurn(ctx, "acme", "alice", sid, "r1", "hello"); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
-		if err := e.srv.sessions.FinishTurn(ctx, "acme", "alice", sid, Message{Request: "r1", Content: "hi there", FinishReason: "stop"}); err != nil {
-			t.Fatal(err)
+	for i, step := range []struct {
+		finisher string
+		ended    bool
+	}{{"g_a", true}, {"g_a", true}, {"g_b", false}} {
+		ended, err := e.srv.sessions.FinishTurn(ctx, step.finisher, "acme", "alice", sid, Message{Request: "r1", Content: "hi there", FinishReason: "stop"})
+		if err != nil || ended != step.ended {
+			t.Fatalf("finish %d by %s: have ended=%v err=%v; want ended=%v", i, step.finisher, ended, err, step.ended)
 		}
 	}
 	v, err := e.srv.Sessions().Get(ctx, "acme", "alice", sid)

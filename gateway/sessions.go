@@ -281,15 +281,19 @@ func (s *SessionStore) StartTurn(ctx context.Context, tenant, user, sid, request
 // turn first (reaped: its owner was taken for dead), the owner's reply
 // replaces the recovered partial one, so a finished reply is never left
 // stored as partial. A turn already finished by an owner (state done, not
-// reaped) is left as it is and the script answers 2: a retried finish, or
-// the second of two gateways that both read the generation to its end (one
-// attached to it after taking the other for dead) stores nothing twice.
-// KEYS: sess, msgs, req. ARGV: message JSON, now ms, record TTL ms,
-// request id, finish reason.
+// reaped) is left as it is: the second of two gateways that both read the
+// generation to its end (one attached to it after taking the other for
+// dead) stores nothing twice, and the script answers 2; a retry by the
+// finisher itself (its first answer lost) answers 3. KEYS: sess, msgs,
+// req. ARGV: message JSON, now ms, record TTL ms, request id, finish
+// reason, finisher (the gateway's id).
 var finishScript = redis.NewScript(`
-local rec = redis.call('HMGET', KEYS[3], 'state', 'reaped')
-if rec[1] == 'done' and rec[2] == '0' then return 2 end
-redis.call('HSET', KEYS[3], 'state', 'done', 'finish', ARGV[5], 'reaped', '0')
+local rec = redis.call('HMGET', KEYS[3], 'state', 'reaped', 'by')
+if rec[1] == 'done' and rec[2] == '0' then
+  if rec[3] == ARGV[6] then return 3 end
+  return 2
+end
+redis.call('HSET', KEYS[3], 'state', 'done', 'finish', ARGV[5], 'reaped', '0', 'by', ARGV[6])
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if rec[1] == 'done' and rec[2] == '1' then
@@ -309,8 +313,11 @@ return 1
 `)
 
 // FinishTurn stores the assistant message of a turn and marks the request
-// done.
-func (s *SessionStore) FinishTurn(ctx context.Context, tenant, user, sid string, m Message) error {
+// done, on behalf of finisher (one id per gateway). It reports whether
+// finisher ended the turn, in this call or an earlier try: false means
+// another gateway reading the same generation did, and owns its end (the
+// done record, the tenant's charge).
+func (s *SessionStore) FinishTurn(ctx context.Context, finisher, tenant, user, sid string, m Message) (ended bool, err error) {
 	m.Role = "assistant"
 	if m.Created == 0 {
 		m.Created = s.now().UnixMilli()
@@ -318,14 +325,14 @@ func (s *SessionStore) FinishTurn(ctx context.Context, tenant, user, sid string,
 	b, _ := json.Marshal(m)
 	n, err := s.w.Run(ctx, finishScript,
 		[]string{s.sessKey(sid), s.msgsKey(sid), s.reqKey(sid, m.Request)},
-		b, m.Created, s.logTTL.Milliseconds(), m.Request, m.FinishReason).Int()
+		b, m.Created, s.logTTL.Milliseconds(), m.Request, m.FinishReason, finisher).Int()
 	if err != nil {
-		return fmt.Errorf("gateway: store assistant message: %w", err)
+		return false, fmt.Errorf("gateway: store assistant message: %w", err)
 	}
 	if n != 1 {
-		return nil
+		return n != 2, nil
 	}
-	return s.touch(ctx, tenant, user, sid, m.Created)
+	return true, s.touch(ctx, tenant, user, sid, m.Created)
 }
 
 // recoverScript is finishScript for crash recovery: it stores the

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/tenants"
 )
 
 // attachGen is the fake generator plus attacher: a generation that runs
@@ -241,5 +242,68 @@ func TestCancelReachesTakenOverTurn(t *testing.T) {
 	}
 	if m := waitReply(t, e, sid, "r1"); !m.Partial || m.Interrupted != interruptCancel || m.FinishReason != engine.FinishCancelled {
 		t.Fatalf("stored %+v; want it cancelled", m)
+	}
+}
+
+// TestTakeoverOfLiveOwnerChargesOnce: an owner that was not dead (stalled
+// past its lease) and the gateway that took its turn over both read the
+// generation to its end. The reply is stored once, and the tenant pays
+// for it once.
+func TestTakeoverOfLiveOwnerChargesOnce(t *testing.T) {
+	e := newEnv(t, nil, "", nil)
+	ctx := context.Background()
+	if _, err := e.store.Update(ctx, "acme", func(tn *tenants.Tenant) error { tn.Limits.TokensPerMinute = 100000; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	words := strings.SplitAfter(fakeReply("a b"), " ")
+	e.gen.gate = make(chan struct{}, 100)
+	e.srv.o.Generator = &attachGen{fakeGenerator: e.gen, words: words}
+	srv2, err := New(Options{Redis: e.rdb, Generator: &attachGen{fakeGenerator: newFake(), words: words}, Prefix: e.srv.o.Prefix, Logger: e.srv.o.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv2.Shutdown(context.Background()) })
+	c := e.rawLogin("alice")
+	sid := rawSession(t, c)
+	c.SendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "a b"})
+	e.gen.gate <- struct{}{}
+	if f := c.Read(); f.Type != "delta" {
+		t.Fatalf("have %+v; want the first delta", f)
+	}
+	// The second gateway takes the first for dead and attaches.
+	if attached, err := srv2.recoverTurn(ctx, sid, "r1"); err != nil || !attached {
+		t.Fatalf("attached=%v err=%v", attached, err)
+	}
+	for range len(words) {
+		e.gen.gate <- struct{}{}
+	}
+	if _, done, _ := c.Collect("r1", 1); done.FinishReason != engine.FinishStop {
+		t.Fatalf("have done %+v", done)
+	}
+	// Both turns end; each charges, if at all, before it leaves s.turns.
+	for _, s := range []*Server{e.srv, srv2} {
+		for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			s.mu.Lock()
+			n := len(s.turns)
+			s.mu.Unlock()
+			if n == 0 {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatal("a turn never ended")
+			}
+		}
+	}
+	keys, err := e.rdb.Keys(ctx, e.srv.o.Prefix+"*tpm:*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("no token counter (%v): the tenant was never charged", err)
+	}
+	charged := 0
+	for _, k := range keys {
+		n, _ := e.rdb.Get(ctx, k).Int()
+		charged += n
+	}
+	if want := 3 + len(words); charged != want { // the fake's prompt is 3 tokens
+		t.Fatalf("tenant charged %d tokens for one reply of %d", charged, want)
 	}
 }

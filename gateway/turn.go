@@ -381,12 +381,18 @@ func (t *turn) run() {
 		msg.Error = ce.Message
 		t.send(errorFrame(ce, t.request))
 	}
-	stored := t.persist(msg, done, seq, func(ctx context.Context) bool { return s.logw.flush(ctx, q) })
+	stored, ended := t.persist(msg, done, seq, func(ctx context.Context) bool { return s.logw.flush(ctx, q) })
 	if !stored {
 		s.logw.abandon(q)
 		t.send(errorFrame(unavailable("the reply could not be stored"), t.request))
 	}
 	t.send(done)
+	if stored && !ended {
+		// Another gateway read the same generation to its end (it
+		// took this one for dead) and stored it: it charged the
+		// tenant and counted the chat.
+		return
+	}
 	s.metrics.chats.WithLabelValues(t.tenant.ID, reason).Inc()
 	used := final.Usage.PromptTokens + final.Usage.CompletionTokens
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -396,9 +402,11 @@ func (t *turn) run() {
 
 // persist stores the end of a turn, retrying while Redis is unreachable,
 // up to PersistTimeout: first the log's backlog (flushed writes it and
-// reports whether it is empty now), then the reply, then the log's done record. It reports
-// whether the reply was stored.
-func (t *turn) persist(msg Message, done ServerFrame, lastSeq int, flushed func(context.Context) bool) bool {
+// reports whether it is empty now), then the reply, then the log's done
+// record. It reports whether the reply was stored, and whether this
+// gateway ended the turn: not so when another one, reading the same
+// generation, finished it first and wrote its done record.
+func (t *turn) persist(msg Message, done ServerFrame, lastSeq int, flushed func(context.Context) bool) (stored, ended bool) {
 	s := t.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.o.PersistTimeout)
 	defer cancel()
@@ -407,19 +415,22 @@ func (t *turn) persist(msg Message, done ServerFrame, lastSeq int, flushed func(
 		var err error
 		if !flushed(ctx) {
 			err = errors.New("stream log backlog not written")
-		} else if err = s.sessions.FinishTurn(ctx, t.tenant.ID, t.user, t.session, msg); err == nil {
+		} else if ended, err = s.sessions.FinishTurn(ctx, s.gwID, t.tenant.ID, t.user, t.session, msg); err == nil {
+			if !ended {
+				return true, false
+			}
 			// The done record lets resumers finish; without it they time
 			// out on ResumeIdle, which is also what a lost log looks like.
 			if err := s.log.appendDone(ctx, t.session, t.request, lastSeq, done); err != nil {
 				s.o.Logger.Warn("gateway: stream log done record", "request", t.engineID, "err", err)
 			}
-			return true
+			return true, true
 		}
 		s.o.Logger.Warn("gateway: store reply; retrying", "request", t.engineID, "err", err)
 		select {
 		case <-ctx.Done():
 			s.o.Logger.Error("gateway: reply lost", "request", t.engineID, "err", err)
-			return false
+			return false, false
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
