@@ -307,3 +307,50 @@ func TestTakeoverOfLiveOwnerChargesOnce(t *testing.T) {
 		t.Fatalf("tenant charged %d tokens for one reply of %d", charged, want)
 	}
 }
+
+// closingGen closes every socket of the gateway while it places a
+// request, as a client that goes away mid-placement does.
+type closingGen struct {
+	*attachGen
+	s *Server
+}
+
+func (g *closingGen) Generate(ctx context.Context, r engine.Request) (engine.Events, error) {
+	st, err := g.attachGen.Generate(ctx, r)
+	g.s.mu.Lock()
+	var conns []*Connection
+	for c := range g.s.conns {
+		conns = append(conns, c)
+	}
+	g.s.mu.Unlock()
+	for _, c := range conns {
+		c.Close(CloseGoingAway, "gone")
+		<-c.Closing()
+	}
+	time.Sleep(50 * time.Millisecond) // the socket's context is cancelled on Closing
+	return st, err
+}
+
+// TestHandleOutlivesTheSocket: a client that goes away while its request
+// is placed leaves a generation that runs on; its handle is recorded all
+// the same, so a takeover stays possible should this gateway die.
+func TestHandleOutlivesTheSocket(t *testing.T) {
+	e := newEnv(t, nil, "", nil)
+	e.srv.o.Generator = &closingGen{attachGen: &attachGen{fakeGenerator: e.gen}, s: e.srv}
+	c := e.rawLogin("alice")
+	sid := rawSession(t, c)
+	c.SendJSON(map[string]any{"type": "chat", "session": sid, "request": "r1", "content": "a b"})
+	id := engineRequestID("acme", sid, "r1")
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, _, handle, err := e.srv.sessions.requestFinish(context.Background(), sid, "r1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if handle == id {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the request's handle is %q; want %q", handle, id)
+		}
+	}
+}

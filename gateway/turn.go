@@ -233,10 +233,15 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 		// Should this gateway die, crash recovery attaches another
 		// to the generation instead of ending the reply partial. A
 		// failure only costs that.
+		// Not the socket's context: a client gone during placement
+		// leaves a turn that runs on, whose takeover needs the handle
+		// all the same.
 		if h := a.Handle(stream); h != "" {
-			if err := s.sessions.setAttach(ctx, f.Session, f.Request, h); err != nil {
+			actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := s.sessions.setAttach(actx, f.Session, f.Request, h); err != nil {
 				s.o.Logger.Warn("gateway: a takeover will not be possible", "request", id, "err", err)
 			}
+			cancel()
 		}
 	}
 	go func() {
