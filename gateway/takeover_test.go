@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/internal/testredis"
 	"github.com/specgate/specgate/tenants"
 )
 
@@ -294,7 +295,7 @@ func TestTakeoverOfLiveOwnerChargesOnce(t *testing.T) {
 			}
 		}
 	}
-	keys, err := e.rdb.Keys(ctx, e.srv.o.Prefix+"*tpm:*").Result()
+	keys, err := testredis.Keys(ctx, e.rdb, e.srv.o.Prefix+"*tpm:*")
 	if err != nil || len(keys) == 0 {
 		t.Fatalf("no token counter (%v): the tenant was never charged", err)
 	}
