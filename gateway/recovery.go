@@ -306,15 +306,8 @@ func (s *Server) attachTurn(ctx context.Context, a attacher, sid, rid, handle st
 		s.mu.Unlock()
 		return errors.New("gateway: the turn runs here already")
 	}
-	s.turns[id] = t
-	s.turnsWG.Add(1)
+	release := s.holdTurn(id, t)
 	s.mu.Unlock()
-	release := func() {
-		s.mu.Lock()
-		delete(s.turns, id)
-		s.mu.Unlock()
-		s.turnsWG.Done()
-	}
 	stream, err := a.Attach(ctx, handle)
 	if err != nil {
 		release()

@@ -117,15 +117,8 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 		return badRequest("request id already used in this session")
 	}
 	t := &turn{s: s, engineID: id, tenant: ten, user: c.ident.User, session: f.Session, request: f.Request, conn: c.conn}
-	s.turns[id] = t // reserved; removed on any failure below
-	s.turnsWG.Add(1)
+	release := s.holdTurn(id, t) // reserved; released on any failure below
 	s.mu.Unlock()
-	release := func() {
-		s.mu.Lock()
-		delete(s.turns, id)
-		s.mu.Unlock()
-		s.turnsWG.Done()
-	}
 
 	ok, err := s.limiter.AllowTokens(ctx, ten.ID, 0, ten.Limits.TokensPerMinute)
 	if err != nil {
@@ -443,3 +436,17 @@ func (t *turn) persist(msg Message, done ServerFrame, lastSeq int, flushed func(
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// holdTurn records t as the turn running under id and returns what ends
+// that: Shutdown waits until every held turn is released. The caller holds
+// s.mu and has checked that no turn runs under id.
+func (s *Server) holdTurn(id string, t *turn) (release func()) {
+	s.turns[id] = t
+	s.turnsWG.Add(1)
+	return func() {
+		s.mu.Lock()
+		delete(s.turns, id)
+		s.mu.Unlock()
+		s.turnsWG.Done()
+	}
+}
