@@ -153,18 +153,31 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 		}
 		return
 	}
-	act := b.tileInput(xt, tensor(ws[0], "MatMulMany").dt)
+	dt := tensor(ws[0], "MatMulMany").dt
+	b.runMany(dsts, xt, ws, matmulTask{tile: tileStoreKernel(dt), act: b.tileInput(xt, dt)})
+}
+
+// runMany runs the weights ws as one range of all their rows, so the
+// workers share them out at once and wait once, not once per weight. Each
+// weight's part is a copy of part (the activations in the kernels' form)
+// with its weight and output set; with part.tile set, chunks are whole
+// tiles.
+func (b *Backend) runMany(dsts []kernels.Tensor, xt *Tensor, ws []kernels.Tensor, part matmulTask) {
 	t := &b.many
 	t.parts, t.start = t.parts[:0], t.start[:0]
 	total := 0
 	for i, w := range ws {
-		wt := tensor(w, "MatMulMany")
-		t.parts = append(t.parts, matmulTask{b: b, dst: writable(dsts[i], "MatMulMany"), x: xt, w: wt,
-			tile: tileStoreKernel(wt.dt), act: act})
+		p := part
+		p.b, p.x, p.w, p.dst = b, xt, tensor(w, "MatMulMany"), writable(dsts[i], "MatMulMany")
+		t.parts = append(t.parts, p)
 		t.start = append(t.start, total)
-		total += wt.rows
+		total += p.w.rows
 	}
-	b.pool.run(t, total, b.tileGrain(xt.rows, total, xt.cols))
+	grain := b.grain(xt.rows, total, xt.cols)
+	if part.tile != nil {
+		grain = b.tileGrain(xt.rows, total, xt.cols)
+	}
+	b.pool.run(t, total, grain)
 	clear(t.parts)
 }
 
@@ -190,18 +203,7 @@ func (b *Backend) matmulManyQuant(dsts []kernels.Tensor, xt *Tensor, ws []kernel
 		}
 	}
 	xq, xd, xc := b.quantInput(xt, dt)
-	t := &b.many
-	t.parts, t.start = t.parts[:0], t.start[:0]
-	total := 0
-	for i, w := range ws {
-		wt := tensor(w, "MatMulMany")
-		t.parts = append(t.parts, matmulTask{b: b, dst: writable(dsts[i], "MatMulMany"), x: xt, w: wt,
-			xq: xq, xd: xd, xc: xc})
-		t.start = append(t.start, total)
-		total += wt.rows
-	}
-	b.pool.run(t, total, b.grain(xt.rows, total, xt.cols))
-	clear(t.parts)
+	b.runMany(dsts, xt, ws, matmulTask{xq: xq, xd: xd, xc: xc})
 	return true
 }
 
@@ -213,27 +215,14 @@ func (b *Backend) matmulManyFloat(dsts []kernels.Tensor, xt *Tensor, ws []kernel
 	if len(ws) < 2 || xt.rows == 0 || xt.cols == 0 {
 		return false
 	}
-	total := 0
 	for i, w := range ws {
 		wt := tensor(w, "MatMulMany")
 		d := writable(dsts[i], "MatMulMany")
 		if !isFloat(wt.dt) || wt.rows == 0 || wt.cols != xt.cols || d.rows != xt.rows || d.cols != wt.rows {
 			return false
 		}
-		total += wt.rows
 	}
-	xf := b.packFloatInput(xt)
-	t := &b.many
-	t.parts, t.start = t.parts[:0], t.start[:0]
-	total = 0
-	for i, w := range ws {
-		wt := tensor(w, "MatMulMany")
-		t.parts = append(t.parts, matmulTask{b: b, dst: writable(dsts[i], "MatMulMany"), x: xt, w: wt, xf: xf})
-		t.start = append(t.start, total)
-		total += wt.rows
-	}
-	b.pool.run(t, total, b.grain(xt.rows, total, xt.cols))
-	clear(t.parts)
+	b.runMany(dsts, xt, ws, matmulTask{xf: b.packFloatInput(xt)})
 	return true
 }
 
