@@ -456,8 +456,5 @@ func (st *Step) verify(h Host, i int, q *Seq) (path []int32, next int32) {
 		}
 		return h.Target(i, row, node, ctxOf(node))
 	}
-	if unverified {
-		return walkUnverified(t, after)
-	}
-	return VerifyWalk(t, after)
+	return walk(t, after, !unverified)
 }

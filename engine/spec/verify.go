@@ -33,12 +33,19 @@ func VerifyGreedy(t *Tree, target []int32) (path []int32, bonus int32) {
 // for as the walk reaches it, so that nodes off the accepted path are
 // never evaluated.
 func VerifyWalk(t *Tree, after func(node int32) int32) (path []int32, bonus int32) {
+	return walk(t, after, true)
+}
+
+// walk follows the tree from the root: at each node it asks after for the
+// target's token and moves to the first child drafting it, or, with verify
+// false, to the first child whatever it drafts (the known-bad rule).
+func walk(t *Tree, after func(node int32) int32, verify bool) (path []int32, bonus int32) {
 	cur := Root
 	for {
 		want := after(cur)
 		next := Root
 		for i := cur + 1; int(i) < len(t.Tokens); i++ {
-			if t.Parent[i] == cur && t.Tokens[i] == want {
+			if t.Parent[i] == cur && (!verify || t.Tokens[i] == want) {
 				next = i
 				break
 			}
@@ -51,30 +58,8 @@ func VerifyWalk(t *Tree, after func(node int32) int32) (path []int32, bonus int3
 	}
 }
 
-// unverified, set only by tests, makes Step take drafts unverified
-// (walkUnverified): the known-bad rule the lossless suites must catch. A
-// flag, not a function variable: an indirect call would move the verify
+// unverified, set only by tests, makes Step take drafts unverified (walk
+// with verify false): the known-bad rule the lossless suites must catch.
+// A flag, not a function variable: an indirect call would move the verify
 // closures to the heap on every step.
 var unverified bool
-
-// walkUnverified is a known-bad acceptance walk: at every node it takes
-// the first draft child whatever the target says, as a verifier that
-// skipped the comparison would.
-func walkUnverified(t *Tree, after func(node int32) int32) (path []int32, bonus int32) {
-	cur := Root
-	for {
-		want := after(cur)
-		next := Root
-		for i := cur + 1; int(i) < len(t.Tokens); i++ {
-			if t.Parent[i] == cur {
-				next = i
-				break
-			}
-		}
-		if next == Root {
-			return path, want
-		}
-		path = append(path, next)
-		cur = next
-	}
-}
