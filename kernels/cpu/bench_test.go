@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -38,8 +39,14 @@ func BenchmarkMatMul(b *testing.B) {
 					x, dst := be.Alloc(n, s.k), be.Alloc(n, s.m)
 					be.Upload(x, make([]float32, n*s.k))
 					b.SetBytes(int64(size))
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					c0, ok := threadCPU()
 					for b.Loop() {
 						be.MatMul(dst, x, w)
+					}
+					if c1, _ := threadCPU(); ok {
+						b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
 					}
 				})
 			}
@@ -214,6 +221,42 @@ func BenchmarkMatMulPrefill(b *testing.B) {
 						ops++
 					}
 					b.ReportMetric(2*float64(n*s.m*s.k)*float64(ops)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkQ8Layout times one thread's MatMul of n activation rows (a
+// decode step's n = 1, a speculative verification's few) against Q8_0
+// weights in GGML's layout and in the ×8 one, at a ~100M model's shapes:
+// the n-row figures over the 1-row one are what verifying n tokens costs.
+func BenchmarkQ8Layout(b *testing.B) {
+	defer useAsm(true)
+	be, err := Open(kernels.Options{Threads: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	for _, s := range []struct{ m, k int }{{2816, 1024}, {1024, 2816}} {
+		for _, packed := range []bool{false, true} {
+			usePackQ8(packed)
+			w, size := benchWeights(b, be, kernels.Q8_0, s.m, s.k)
+			useAsm(true)
+			for n := 1; n <= maxRowsN; n++ {
+				b.Run(fmt.Sprintf("%dx%d/x8=%v/n=%d", s.m, s.k, packed, n), func(b *testing.B) {
+					x, dst := be.Alloc(n, s.k), be.Alloc(n, s.m)
+					be.Upload(x, randVec(rand.New(rand.NewPCG(1, 2)), n*s.k))
+					b.SetBytes(int64(size))
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					c0, ok := threadCPU()
+					for b.Loop() {
+						be.MatMul(dst, x, w)
+					}
+					if c1, _ := threadCPU(); ok {
+						b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
+					}
 				})
 			}
 		}

@@ -37,9 +37,12 @@ type Tensor struct {
 	rows, cols int
 	// f32 holds rows*cols values when dt is F32.
 	f32 []float32
-	// raw holds rows*rowBytes stored bytes for the other types.
+	// raw holds rows*rowBytes stored bytes for the other types, or for
+	// Q8_0 with x8 set its rows in the ×8 layout (pack.go); rowBytes is
+	// GGML's row size either way.
 	raw      []byte
 	rowBytes int
+	x8       bool
 	// readOnly marks weights: their memory belongs to the caller (often a
 	// read-only mapping of the model file) and must never be written.
 	readOnly bool
@@ -60,7 +63,17 @@ func (t *Tensor) F32() []float32 { return t.f32 }
 
 func (t *Tensor) row(r int) []float32 { return t.f32[r*t.cols : (r+1)*t.cols] }
 
+// rawRow returns stored row r; t must not be in the ×8 layout.
 func (t *Tensor) rawRow(r int) []byte { return t.raw[r*t.rowBytes : (r+1)*t.rowBytes] }
+
+// convertRow decodes stored row r of t (any layout) into dst.
+func (t *Tensor) convertRow(dst []float32, r int) {
+	if t.x8 {
+		convertRowX8(dst, t.raw, r)
+		return
+	}
+	convertRow(dst, t.dt, t.rawRow(r))
+}
 
 // Backend implements kernels.Backend on the host CPU. Like every backend its
 // ops are driven by one goroutine at a time; they are not safe for
@@ -194,7 +207,8 @@ func (b *Backend) live() {
 var ErrShortData = errors.New("cpu: weight data does not match its shape")
 
 // Weights wraps data without copying (except F32 data that is not 4-byte
-// aligned, which is copied once). data is never written.
+// aligned, which is copied once, and Q8_0 data where the ×8 layout is in
+// use, which is laid out anew once: pack.go). data is never written.
 func (b *Backend) Weights(dt kernels.DType, rows, cols int, data []byte) (kernels.Tensor, error) {
 	if rows < 0 {
 		return nil, fmt.Errorf("cpu: %d rows", rows)
@@ -209,6 +223,7 @@ func (b *Backend) Weights(dt kernels.DType, rows, cols int, data []byte) (kernel
 	t := &Tensor{dt: dt, rows: rows, cols: cols, rowBytes: rb, readOnly: true}
 	if dt != kernels.F32 {
 		t.raw = data
+		packWeights(t)
 		return t, nil
 	}
 	n := rows * cols
@@ -245,6 +260,9 @@ func (b *Backend) Slice(t kernels.Tensor, r0, r1 int) kernels.Tensor {
 	s := tensor(t, "Slice")
 	if r0 < 0 || r1 < r0 || r1 > s.rows {
 		panic(fmt.Sprintf("cpu: Slice [%d, %d) of %d rows", r0, r1, s.rows))
+	}
+	if s.x8 {
+		return sliceX8(s, r0, r1)
 	}
 	v := *s
 	v.rows = r1 - r0
@@ -316,7 +334,7 @@ func weightRow(t *Tensor, r int, buf *[]float32) []float32 {
 		*buf = make([]float32, t.cols)
 	}
 	out := (*buf)[:t.cols]
-	convertRow(out, t.dt, t.rawRow(r))
+	t.convertRow(out, r)
 	return out
 }
 

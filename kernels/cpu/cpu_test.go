@@ -47,6 +47,17 @@ func TestConformance(t *testing.T) {
 		useTiles(tilesGo)
 		kernelstest.Run(t, open(t, 2))
 	})
+	// Q8_0 weights in the layout the default does not use: GGML's rows
+	// under the assembly, the ×8 groups under the Go kernels.
+	t.Run("other_q8_layout", func(t *testing.T) {
+		defer useAsm(true)
+		useAsm(true)
+		usePackQ8(!packQ8)
+		kernelstest.Run(t, open(t, 2))
+		useAsm(false)
+		usePackQ8(!packQ8)
+		kernelstest.Run(t, open(t, 2))
+	})
 }
 
 // TestBatchInvariance runs the bit-for-bit batch checks on every kernel
@@ -61,6 +72,8 @@ func TestBatchInvariance(t *testing.T) {
 		{"go_kernels", func() { useAsm(false) }},
 		{"no_tiles", func() { useAsm(true); useTiles(tilesOff) }},
 		{"go_tiles", func() { useAsm(false); useTiles(tilesGo) }},
+		{"asm_other_q8_layout", func() { useAsm(true); usePackQ8(!packQ8) }},
+		{"go_other_q8_layout", func() { useAsm(false); usePackQ8(!packQ8) }},
 	}
 	defer useAsm(true)
 	for _, m := range modes {

@@ -61,6 +61,8 @@ func useAsm(on bool) bool {
 	dotF32, gemmF32 = dotF32Go, gemmF32Go
 	dotQ8, dotQ8Rows, dotQ8RowsN = dotQ8Go, dotQ8RowsGo, dotQ8RowsNGo
 	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Go, dotQ4RowsGo, dotQ4RowsNGo
+	dotQ8X8RowsN = dotQ8X8RowsNGo
+	packQ8 = false
 	axpy, f16Row = axpyGo, f16RowGo
 	dotsF32, axpysF32 = dotsF32Go, axpysF32Go
 	useVecGo()

@@ -11,6 +11,9 @@ func setAsm() {
 	dotF32, gemmF32 = dotF32Asm, gemmF32Asm
 	dotQ8, dotQ8Rows, dotQ8RowsN = dotQ8Asm, dotQ8RowsAsm, dotQ8RowsNAsm
 	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Asm, dotQ4RowsAsm, dotQ4RowsNAsm
+	dotQ8X8RowsN = dotQ8X8RowsNAsm
+	// VNNI machines keep GGML's layout, which their tile kernels read.
+	packQ8 = !haveVNNI
 	axpy, f16Row = axpyAsm, f16RowAsm
 	dotsF32, axpysF32 = dotsF32Asm, axpysF32Asm
 	setAttnAsm()
@@ -55,6 +58,9 @@ func dotQ8TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *floa
 
 //go:noescape
 func dotQ4TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int, xc *int32)
+
+//go:noescape
+func dotQ8X8AVX(w *byte, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int)
 
 //go:noescape
 func axpyAVX(y *float32, a float32, x *float32, n int)
@@ -198,6 +204,39 @@ func rowsT(kern func(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out
 		for a := range na {
 			out[a*os+r] = o[a*8]
 		}
+	}
+}
+
+// dotQ8X8RowsNAsm runs dotQ8X8AVX over m rows: whole groups straight into
+// out, a last partial group into scratch (its rows past m are padding or
+// another slice's, read but not stored).
+func dotQ8X8RowsNAsm(w []byte, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
+	if m == 0 || na == 0 {
+		return
+	}
+	if na > maxRowsN {
+		panic("cpu: too many activation rows for one multi-row kernel call")
+	}
+	if nb == 0 {
+		for a := range na {
+			clear(out[a*os : a*os+m])
+		}
+		return
+	}
+	gb := nb * x8Block
+	_, _, _, _ = w[x8Groups(m)*gb-1], xq[na*nb*32-1], xd[na*nb-1], out[(na-1)*os+m-1]
+	g := m / x8Rows
+	if g > 0 {
+		dotQ8X8AVX(&w[0], &xq[0], nb*32, &xd[0], nb, &out[0], 4*os, g, na)
+	}
+	t := m - x8Rows*g
+	if t == 0 {
+		return
+	}
+	var o [maxRowsN * x8Rows]float32
+	dotQ8X8AVX(&w[g*gb], &xq[0], nb*32, &xd[0], nb, &o[0], 4*x8Rows, 1, na)
+	for a := range na {
+		copy(out[a*os+x8Rows*g:a*os+m], o[a*x8Rows:a*x8Rows+t])
 	}
 }
 

@@ -41,7 +41,7 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 	if isFloat(wt.dt) {
 		t.xf = b.packFloatInput(xt)
 	}
-	if tk := tileStoreKernel(wt.dt); tk != nil && n >= tileMinRows {
+	if tk := tileKernel(wt); tk != nil && n >= tileMinRows {
 		t.tile = tk
 		t.act = b.tileInput(xt, wt.dt)
 		b.pool.run(t, m, b.tileGrain(n, m, k))
@@ -142,7 +142,7 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 	for i, w := range ws {
 		wt := tensor(w, "MatMulMany")
 		d := writable(dsts[i], "MatMulMany")
-		tiled = tiled && tileStoreKernel(wt.dt) != nil && wt.dt == tensor(ws[0], "MatMulMany").dt &&
+		tiled = tiled && tileKernel(wt) != nil && wt.dt == tensor(ws[0], "MatMulMany").dt &&
 			wt.rows%tileW == 0 && wt.cols == xt.cols && d.rows == xt.rows && d.cols == wt.rows
 	}
 	if !tiled {
@@ -350,6 +350,15 @@ func (t *matmulTask) runQuant(lo, hi int) {
 	rows := dotQ8RowsN
 	if t.w.dt == kernels.Q4_0 {
 		rows = dotQ4RowsN
+	}
+	if t.w.x8 {
+		w := t.w.groupBytes(lo, hi)
+		for r := 0; r < n; {
+			na := rowsSplit(n - r)
+			dotQ8X8RowsN(w, hi-lo, nb, na, t.xq[r*k:(r+na)*k], t.xd[r*nb:(r+na)*nb], out[r*m+lo:], m)
+			r += na
+		}
+		return
 	}
 	for r := 0; r < n; {
 		na := rowsSplit(n - r)

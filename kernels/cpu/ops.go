@@ -22,7 +22,7 @@ func (b *Backend) Gather(dst, src kernels.Tensor, idx []int32) {
 		if s.dt == kernels.F32 {
 			copy(d.row(i), s.row(int(id)))
 		} else {
-			convertRow(d.row(i), s.dt, s.rawRow(int(id)))
+			s.convertRow(d.row(i), int(id))
 		}
 	}
 }

@@ -244,6 +244,15 @@ func useTiles(mode tileMode) bool {
 	return q8TileStore != nil
 }
 
+// tileKernel returns the storing tiled kernel for the weight w, or nil.
+// Weights in the ×8 layout take the multi-row kernels at every batch.
+func tileKernel(w *Tensor) tileStoreFunc {
+	if w.x8 {
+		return nil
+	}
+	return tileStoreKernel(w.dt)
+}
+
 // tileStoreKernel returns the storing tiled kernel for weight type dt, or
 // nil.
 func tileStoreKernel(dt kernels.DType) tileStoreFunc {
