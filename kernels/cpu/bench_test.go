@@ -243,7 +243,7 @@ func BenchmarkQ8Layout(b *testing.B) {
 			usePackQ8(packed)
 			w, size := benchWeights(b, be, kernels.Q8_0, s.m, s.k)
 			useAsm(true)
-			for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 16, 33, 128} {
+			for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 16, 33, 128, 512} {
 				b.Run(fmt.Sprintf("%dx%d/x8=%v/n=%d", s.m, s.k, packed, n), func(b *testing.B) {
 					x, dst := be.Alloc(n, s.k), be.Alloc(n, s.m)
 					be.Upload(x, randVec(rand.New(rand.NewPCG(1, 2)), n*s.k))
@@ -259,6 +259,54 @@ func BenchmarkQ8Layout(b *testing.B) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkQ8Verify is one step's matrix products of n activation rows
+// over 4 layers of the ~100M speculation target's shapes (1024 wide, KV
+// 512, FFN 2816: 48 MB of Q8_0, more than the cache holds), one thread, in
+// both layouts: a speculative verification of n tokens should cost close to
+// the one-row pass that reads the same weights.
+func BenchmarkQ8Verify(b *testing.B) {
+	const layers, dim, kv, ffn = 4, 1024, 512, 2816
+	defer useAsm(true)
+	be, err := Open(kernels.Options{Threads: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	for _, packed := range []bool{false, true} {
+		usePackQ8(packed)
+		var ws [][3]int // weight index, rows, cols
+		var ts []kernels.Tensor
+		for range layers {
+			for _, s := range [][2]int{{dim, dim}, {kv, dim}, {kv, dim}, {dim, dim}, {ffn, dim}, {ffn, dim}, {dim, ffn}} {
+				w, _ := benchWeights(b, be, kernels.Q8_0, s[0], s[1])
+				ws = append(ws, [3]int{len(ts), s[0], s[1]})
+				ts = append(ts, w)
+			}
+		}
+		useAsm(true)
+		for _, n := range []int{1, 2, 3, 4, 5, 6, 8} {
+			b.Run(fmt.Sprintf("x8=%v/n=%d", packed, n), func(b *testing.B) {
+				xs := map[int]kernels.Tensor{dim: be.Alloc(n, dim), ffn: be.Alloc(n, ffn)}
+				ds := map[int]kernels.Tensor{dim: be.Alloc(n, dim), kv: be.Alloc(n, kv), ffn: be.Alloc(n, ffn)}
+				for k, x := range xs {
+					be.Upload(x, randVec(rand.New(rand.NewPCG(1, uint64(k))), n*k))
+				}
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				c0, ok := threadCPU()
+				for b.Loop() {
+					for _, w := range ws {
+						be.MatMul(ds[w[1]], xs[w[2]], ts[w[0]])
+					}
+				}
+				if c1, _ := threadCPU(); ok {
+					b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
+				}
+			})
 		}
 	}
 }

@@ -23,6 +23,14 @@
 // (BX = 3·AX), R9 row 4's; CX the blocks left, R11 the groups left, R12
 // the group's results for row 0, the rows R8 bytes apart.
 
+// PFD is how far ahead X8PF asks for weights: four blocks. The groups are
+// one sequential stream the hardware prefetcher follows, but asking ahead
+// as well lets memory keep up while a pass of several rows computes:
+// measured (BenchmarkQ8Verify, one thread, 48 MB of weights) a one-row
+// pass took about 10% less time, a four-row one 10-20% less; 2 and 6
+// blocks ahead did no better.
+#define PFD 1088
+
 // X8W loads 4-byte group g of the block's eight rows.
 #define X8W(g) \
 	VMOVDQU 16+g*32(SI), Y12 \
@@ -168,6 +176,14 @@
 	VMOVUPS Y8, 64(SP) \
 	VMOVUPS Y8, 96(SP)
 
+// X8PF asks for the block PFD bytes ahead.
+#define X8PF \
+	PREFETCHT0 PFD(SI) \
+	PREFETCHT0 PFD+64(SI) \
+	PREFETCHT0 PFD+128(SI) \
+	PREFETCHT0 PFD+192(SI) \
+	PREFETCHT0 PFD+256(SI)
+
 // X8HI points R15 and R9 at activation row 4's block and scale.
 #define X8HI \
 	LEAQ (DI)(R13*4), R15 \
@@ -268,6 +284,7 @@ x8n1group:
 	X8GROUP
 
 x8n1block:
+	X8PF
 	X8W(0)
 	X8F1(0)
 	X8W(1)
@@ -298,6 +315,7 @@ x8n2group:
 	X8GROUP
 
 x8n2block:
+	X8PF
 	X8W(0)
 	X8F2(0)
 	X8W(1)
@@ -328,6 +346,7 @@ x8n3group:
 	X8GROUP
 
 x8n3block:
+	X8PF
 	X8W(0)
 	X8F3(0)
 	X8W(1)
@@ -358,6 +377,7 @@ x8n4group:
 	X8GROUP
 
 x8n4block:
+	X8PF
 	X8W(0)
 	X8F4(0)
 	X8W(1)
@@ -389,6 +409,7 @@ x8n5group:
 	X8ZEROM
 
 x8n5block:
+	X8PF
 	X8HI
 	X8W(0)
 	X8F5(0)
@@ -421,6 +442,7 @@ x8n6group:
 	X8ZEROM
 
 x8n6block:
+	X8PF
 	X8HI
 	X8W(0)
 	X8F6(0)
@@ -453,6 +475,7 @@ x8n7group:
 	X8ZEROM
 
 x8n7block:
+	X8PF
 	X8HI
 	X8W(0)
 	X8F7(0)
@@ -485,6 +508,7 @@ x8n8group:
 	X8ZEROM
 
 x8n8block:
+	X8PF
 	X8HI
 	X8W(0)
 	X8F8(0)
