@@ -223,7 +223,7 @@ func (b *Backend) Weights(dt kernels.DType, rows, cols int, data []byte) (kernel
 	t := &Tensor{dt: dt, rows: rows, cols: cols, rowBytes: rb, readOnly: true}
 	if dt != kernels.F32 {
 		t.raw = data
-		packWeights(t)
+		b.packWeights(t)
 		return t, nil
 	}
 	n := rows * cols

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/specgate/specgate/kernels"
@@ -53,7 +54,13 @@ func x8Groups(rows int) int { return (rows + x8Rows - 1) / x8Rows }
 // at row(r), in the ×8 layout, in a new allocation.
 func packX8(rows, nb int, row func(r int) []byte) []byte {
 	out := make([]byte, x8Groups(rows)*nb*x8Block)
-	for r := range rows {
+	packX8Rows(out, 0, rows, nb, row)
+	return out
+}
+
+// packX8Rows lays rows [lo, hi) out into out, the whole tensor's ×8 bytes.
+func packX8Rows(out []byte, lo, hi, nb int, row func(r int) []byte) {
+	for r := lo; r < hi; r++ {
 		src := row(r)[:nb*q8Bytes]
 		g := out[r/x8Rows*nb*x8Block:]
 		l := r % x8Rows
@@ -61,11 +68,20 @@ func packX8(rows, nb int, row func(r int) []byte) []byte {
 			blk, dst := src[b*q8Bytes:(b+1)*q8Bytes], g[b*x8Block:(b+1)*x8Block]
 			dst[2*l], dst[2*l+1] = blk[0], blk[1]
 			for q := range 8 {
-				copy(dst[16+32*q+4*l:16+32*q+4*l+4], blk[2+4*q:2+4*q+4])
+				binary.LittleEndian.PutUint32(dst[16+32*q+4*l:], binary.LittleEndian.Uint32(blk[2+4*q:]))
 			}
 		}
 	}
-	return out
+}
+
+// x8PackTask lays a weight's rows out across the workers.
+type x8PackTask struct {
+	out []byte
+	t   *Tensor
+}
+
+func (p *x8PackTask) run(_, lo, hi int) {
+	packX8Rows(p.out, lo*x8Rows, min(hi*x8Rows, p.t.rows), p.t.cols/kernels.QK, p.t.rawRow)
 }
 
 // unpackX8Row writes row r of the ×8 bytes p (nb blocks a row) into dst in
@@ -101,14 +117,20 @@ func convertRowX8(dst []float32, p []byte, r int) {
 }
 
 // packWeights lays the Q8_0 tensor t out in the ×8 layout when packQ8 is
-// on; its bytes become an allocation of its own, and the caller's are no
-// longer referenced.
-func packWeights(t *Tensor) {
+// on, group by group across the workers; its bytes become an allocation of
+// its own, and the caller's are no longer referenced.
+func (b *Backend) packWeights(t *Tensor) {
 	if !packQ8 || t.dt != kernels.Q8_0 || t.x8 || t.cols == 0 {
 		return
 	}
-	t.raw = packX8(t.rows, t.cols/kernels.QK, t.rawRow)
-	t.x8 = true
+	groups := x8Groups(t.rows)
+	p := &x8PackTask{out: make([]byte, groups*t.rowBytes*x8Rows), t: t}
+	if b.closed {
+		p.run(0, 0, groups) // no workers left to share it
+	} else {
+		b.pool.run(p, groups, max(1, groups/(4*b.threads)))
+	}
+	t.raw, t.x8 = p.out, true
 }
 
 // sliceX8 returns rows [r0, r1) of the ×8 tensor s: a view of its groups
