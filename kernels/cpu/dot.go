@@ -16,11 +16,12 @@ import (
 // Quantized activations are stored as Q8_0 split into two arrays: xq, the
 // int8 values of the rows back to back (a row of k values is k bytes), and
 // xd, one float32 scale per 32 values (a row has k/32). Weight rows are in
-// GGML's block layout. The "Rows" kernels take a run of weight rows, the
-// "RowsN" ones also up to maxRowsN activation rows, so that each weight
-// block is read from memory once for all of them (a speculative
-// verification or a few streams cost little more than one row); the F32
-// "x4" kernel takes one weight row and four activation rows.
+// GGML's block layout, or for Q8_0 in the ×8 layout of pack.go. The "Rows"
+// kernels take a run of weight rows, the "RowsN" ones also up to maxRowsN
+// activation rows, so that each weight block is read from memory once for
+// all of them (a speculative verification or a few streams cost little more
+// than one row); the F32 "x4" kernel takes one weight row and four
+// activation rows.
 var (
 	// Every dot product below is computed as canon.go defines it, so an
 	// output is the same bits whichever kernel computes it.

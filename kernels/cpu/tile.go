@@ -245,7 +245,10 @@ func useTiles(mode tileMode) bool {
 }
 
 // tileKernel returns the storing tiled kernel for the weight w, or nil.
-// Weights in the ×8 layout take the multi-row kernels at every batch.
+// Weights in the ×8 layout take the multi-row kernel at every batch: with
+// nothing left to transpose it costs less than the AVX2 tiles even for
+// prefill (BenchmarkQ8Layout, 2816×1024, one thread: 128 rows 6.0 ms
+// against 8.4, 512 rows 24 against 35).
 func tileKernel(w *Tensor) tileStoreFunc {
 	if w.x8 {
 		return nil
