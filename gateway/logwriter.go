@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -16,38 +17,46 @@ import (
 )
 
 // The stream log is written behind the socket, not in front of it: a turn
-// queues each delta for the log and sends it to its client without waiting
-// for Redis's answer. One writer appends every turn's queued deltas, in
-// rounds that each take what all turns queued meanwhile (in practice one
-// engine step's deltas) and send it as one pipeline per Redis primary with
-// one replica WAIT; several rounds may be in flight, never two holding the
-// same turn, so each log's appends stay in order.
+// queues each delta for the log and goes back to its engine stream at
+// once, without waiting for Redis's answer. One writer appends every
+// turn's queued deltas, in rounds that each take what all turns queued
+// meanwhile (in practice one engine step's deltas) and send it as one
+// pipeline per Redis primary with one replica WAIT; several rounds may be
+// in flight, never two holding the same turn, so each log's appends stay
+// in order.
 //
-// What a turn does wait for is its delta's bytes being handed to the
-// kernel on the log's Redis connection (sentConn sees them go by), a
-// local write that costs microseconds. So a client never holds a delta
-// that is not already on its way to Redis: when the gateway is killed
-// right after a send, Redis still gets the append and crash recovery
-// still finds every delta the client saw.
+// A delta goes to its client once its append's bytes are handed to the
+// kernel on the log's Redis connection (sentConn sees them go by): the
+// writer itself releases the round's deltas to their sockets then, so a
+// delta costs its turn one wake-up, not one to queue it and another to
+// send it. A client therefore never holds a delta that is not already on
+// its way to Redis: when the gateway is killed right after a send, Redis
+// still gets the append and crash recovery still finds every delta the
+// client saw.
 
-// sentWait bounds how long a turn waits for its delta to be handed to
-// Redis before sending it anyway (Redis unreachable: deltas go on, rule 6
-// of the protocol).
+// sentWait bounds how long a delta is held back waiting for its append to
+// be handed to Redis before it is sent anyway (Redis unreachable: deltas
+// go on, rule 6 of the protocol).
 const sentWait = 50 * time.Millisecond
 
 // logRounds bounds the rounds in flight.
 const logRounds = 8
 
-// sentMark is closed once a batch's bytes are written to Redis's socket,
-// or its round ended (whatever became of it).
-type sentMark struct {
-	ch   chan struct{}
-	once sync.Once
+// deltaSink is where a queue's deltas go once released: the turn's client.
+type deltaSink interface {
+	sendDelta(seq int, text string)
 }
 
-func newSentMark() *sentMark { return &sentMark{ch: make(chan struct{})} }
+// sentMark releases a batch's deltas (seq <= through) to their client
+// once the batch's bytes are written to Redis's socket, or its round
+// ended (whatever became of it).
+type sentMark struct {
+	q       *logQueue
+	through int
+	once    sync.Once
+}
 
-func (m *sentMark) done() { m.once.Do(func() { close(m.ch) }) }
+func (m *sentMark) done() { m.once.Do(func() { m.q.release(m.through) }) }
 
 // sentTracker maps the tags of appends in flight to their marks. A tag is
 // an argument of the last command of a pipeline of appends, so the bytes
@@ -154,21 +163,51 @@ func logClient(rdb redis.UniversalClient, t *sentTracker) (c redis.UniversalClie
 	return rdb, false
 }
 
-// logQueue is one turn's deltas on their way to its stream log.
+// logQueue is one turn's deltas on their way to its stream log and to
+// its client.
 type logQueue struct {
 	sid, rid string
+	key      string // the log's
+	out      deltaSink
 
 	mu       sync.Mutex // protects the fields below
 	entries  []logEntry // not yet in the log, in seq order
-	mark     *sentMark  // of the entries no round has taken yet
+	held     []logEntry // not yet released to the client, in seq order
+	heldAt   time.Time  // when held last went from empty to not
 	inflight bool       // a round holds some of the entries
 	closed   bool       // the log ended with a done record (recovery), or the turn gave it up
 	failing  bool       // the last attempt failed
-	stalled  bool       // a turn's wait for a send ran out since the last good round
+	stalled  bool       // deltas were released without their appends since the last good round
 	retryAt  time.Time  // after a failure: not before then
 	attempts int        // rounds that included this queue
 	renewed  time.Time  // when a round that renewed the log's TTL started
 	changed  chan struct{}
+}
+
+// release sends the held deltas up to seq through to the client, in order.
+func (q *logQueue) release(through int) {
+	q.mu.Lock()
+	q.releaseLocked(through)
+	q.mu.Unlock()
+}
+
+// releaseLocked is release with q.mu held: the lock keeps the deltas of
+// two releasers (a round and the watchdog) in order.
+func (q *logQueue) releaseLocked(through int) {
+	n := 0
+	for n < len(q.held) && q.held[n].Seq <= through {
+		q.out.sendDelta(q.held[n].Seq, q.held[n].Text)
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	k := copy(q.held, q.held[n:])
+	clear(q.held[k:])
+	q.held = q.held[:k]
+	if k > 0 {
+		q.heldAt = time.Now()
+	}
 }
 
 // logWriter appends every turn's queued deltas to their stream logs.
@@ -178,48 +217,127 @@ type logWriter struct {
 	// timeout bounds one round's writes.
 	timeout time.Duration
 
-	mu    sync.Mutex // protects dirty
+	mu    sync.Mutex // protects dirty and live
 	dirty map[*logQueue]bool
-	wake  chan struct{} // cap 1
-	slots chan struct{} // rounds in flight
+	live  map[*logQueue]bool // queues of running turns, for the watchdog
+	wake  chan struct{}      // cap 1
+	slots chan struct{}      // rounds in flight
 	wg    sync.WaitGroup
+
+	// The watchdog releases deltas held longer than sentWait; it runs
+	// only while some are held (watching).
+	watchdog *time.Timer
+	watching atomic.Bool
 }
 
 func newLogWriter(l *streamLog, log *slog.Logger, timeout time.Duration) *logWriter {
-	return &logWriter{l: l, log: log, timeout: timeout, dirty: map[*logQueue]bool{},
+	w := &logWriter{l: l, log: log, timeout: timeout, dirty: map[*logQueue]bool{}, live: map[*logQueue]bool{},
 		wake: make(chan struct{}, 1), slots: make(chan struct{}, logRounds)}
+	w.watchdog = time.AfterFunc(time.Hour, w.watch)
+	w.watchdog.Stop()
+	return w
 }
 
-func (w *logWriter) queue(sid, rid string) *logQueue {
-	return &logQueue{sid: sid, rid: rid, changed: make(chan struct{}, 1)}
+// queue returns a turn's queue, whose deltas go to out once released;
+// end must follow when the turn is over.
+func (w *logWriter) queue(sid, rid string, out deltaSink) *logQueue {
+	q := &logQueue{sid: sid, rid: rid, key: w.l.key(sid, rid), out: out, changed: make(chan struct{}, 1)}
+	w.mu.Lock()
+	w.live[q] = true
+	w.mu.Unlock()
+	return q
 }
 
-// push queues e (seqs ascending) for q's log and returns what closes once
-// it is handed to Redis. It never blocks. While q's log is unreachable
-// (its last round failed, or a turn gave up waiting: stalled) that is at
-// once: a turn waits out an outage once, not for every delta.
-func (w *logWriter) push(q *logQueue, e logEntry) <-chan struct{} {
+// end forgets q's turn; what q still holds for the log is written on.
+func (w *logWriter) end(q *logQueue) {
+	w.mu.Lock()
+	delete(w.live, q)
+	w.mu.Unlock()
+}
+
+// push queues e (seqs ascending) for q's log and for its client, to whom
+// it goes once it is handed to Redis. It never blocks. While q's log is
+// unreachable (its last round failed, or deltas were held too long:
+// stalled) that is at once: a turn waits out an outage once, not for
+// every delta.
+func (w *logWriter) push(q *logQueue, e logEntry) {
 	q.mu.Lock()
-	if q.closed {
+	if q.closed || q.failing || q.stalled {
+		q.releaseLocked(math.MaxInt)
+		q.out.sendDelta(e.Seq, e.Text)
+		if !q.closed {
+			q.entries = append(q.entries, e)
+		}
+		closed := q.closed
 		q.mu.Unlock()
-		return closedCh
+		if !closed {
+			w.mark(q)
+		}
+		return
 	}
 	q.entries = append(q.entries, e)
-	if q.failing || q.stalled {
-		q.mu.Unlock()
-		w.mark(q)
-		return closedCh
+	first := len(q.held) == 0
+	if first {
+		q.heldAt = time.Now()
 	}
-	if q.mark == nil {
-		q.mark = newSentMark()
-	}
-	ch := q.mark.ch
+	q.held = append(q.held, e)
 	q.mu.Unlock()
 	w.mark(q)
-	return ch
+	if first && w.watching.CompareAndSwap(false, true) {
+		w.watchdog.Reset(sentWait)
+	}
 }
 
-var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+// watch releases the deltas held longer than sentWait, and stalls their
+// queues, then sleeps until the next held delta's time is up.
+func (w *logWriter) watch() {
+	// Cleared before the scan: a push after the scan sees it clear and
+	// re-arms; one before is seen by the scan.
+	w.watching.Store(false)
+	now := time.Now()
+	next := time.Duration(-1)
+	var late []*logQueue
+	w.mu.Lock()
+	for q := range w.live {
+		q.mu.Lock()
+		if len(q.held) > 0 {
+			if left := sentWait - now.Sub(q.heldAt); left <= 0 {
+				late = append(late, q)
+			} else if next < 0 || left < next {
+				next = left
+			}
+		}
+		q.mu.Unlock()
+	}
+	w.mu.Unlock()
+	for _, q := range late {
+		w.stall(q)
+	}
+	if next >= 0 && w.watching.CompareAndSwap(false, true) {
+		w.watchdog.Reset(next)
+	}
+}
+
+// settle returns once every delta pushed to q went to the client, waiting
+// at most sentWait for the last ones' appends to go out.
+func (w *logWriter) settle(q *logQueue) {
+	t := time.NewTimer(sentWait)
+	defer t.Stop()
+	for {
+		q.mu.Lock()
+		n := len(q.held)
+		q.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-q.changed:
+		case <-t.C:
+			w.stall(q)
+			return
+		}
+	}
+}
 
 // abandon drops q's backlog and retries: its turn gave up storing the
 // reply, so nothing will read what is left, and a gateway that outlives a
@@ -237,11 +355,13 @@ func (w *logWriter) abandon(q *logQueue) {
 	}
 }
 
-// stall records that a turn gave up waiting for q's deltas to go out: the
-// next ones are not waited for until a round for q gets through.
+// stall releases what q holds without waiting for its appends, and
+// records that: the next deltas are not held until a round for q gets
+// through.
 func (w *logWriter) stall(q *logQueue) {
 	q.mu.Lock()
 	q.stalled = true
+	q.releaseLocked(math.MaxInt)
 	q.mu.Unlock()
 }
 
@@ -295,6 +415,7 @@ func (w *logWriter) flush(ctx context.Context, q *logQueue) bool {
 
 // run starts rounds until ctx ends, then waits for those in flight.
 func (w *logWriter) run(ctx context.Context) {
+	defer w.watchdog.Stop()
 	defer w.wg.Wait()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -347,15 +468,12 @@ func (w *logWriter) dispatch(ctx context.Context) time.Time {
 			}
 		default:
 			delete(w.dirty, q)
-			m := q.mark
-			if m == nil {
-				m = newSentMark() // a retry of entries already reported
-			}
-			q.mark, q.inflight = nil, true
+			m := &sentMark{q: q, through: q.entries[len(q.entries)-1].Seq}
+			q.inflight = true
 			// The TTL is renewed now and then, not with every delta:
 			// the done record renews it in full at the end.
 			expire := q.renewed.IsZero() || now.Sub(q.renewed) >= w.l.ttl/4
-			batches = append(batches, logBatch{sid: q.sid, rid: q.rid, mark: m, expire: expire,
+			batches = append(batches, logBatch{sid: q.sid, rid: q.rid, key: q.key, mark: m, expire: expire,
 				entries: q.entries[:len(q.entries):len(q.entries)]})
 			qs = append(qs, q)
 		}

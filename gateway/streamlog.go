@@ -184,6 +184,7 @@ func (l *streamLog) last(ctx context.Context, sid, rid string) (*logEntry, error
 // logBatch is deltas for one log; logResult what became of them.
 type logBatch struct {
 	sid, rid string
+	key      string // the log's key; empty: appendBatches works it out
 	entries  []logEntry
 	// mark is closed once the batch's bytes are written to Redis (nil:
 	// nobody waits for that).
@@ -204,10 +205,14 @@ func (l *streamLog) appendBatches(ctx context.Context, bs []logBatch) []logResul
 	groups := map[string][]int{} // primary → batches
 	var order []string
 	cc, isCluster := l.rdb.(*redis.ClusterClient)
-	for i, b := range bs {
+	for i := range bs {
+		b := &bs[i]
+		if b.key == "" {
+			b.key = l.key(b.sid, b.rid)
+		}
 		node := ""
 		if isCluster {
-			m, err := cc.MasterForKey(ctx, l.key(b.sid, b.rid))
+			m, err := cc.MasterForKey(ctx, b.key)
 			if err != nil {
 				res[i].err = fmt.Errorf("gateway: primary of the log of %s: %w", b.rid, err)
 				continue
@@ -267,12 +272,12 @@ func (l *streamLog) appendGroup(ctx context.Context, bs []logBatch, idx []int, r
 			defer l.sent.drop(tag)
 		}
 	}
-	first := l.key(bs[idx[0]].sid, bs[idx[0]].rid)
+	first := bs[idx[0]].key
 	cmds := make([]redis.Cmder, len(idx))
 	err := l.w.Pipelined(ctx, first, func(p redis.Pipeliner) {
 		for j, i := range idx {
 			b := &bs[i]
-			key := l.key(b.sid, b.rid)
+			key := b.key
 			if len(b.entries) == 1 {
 				e := b.entries[0]
 				cmds[j] = p.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: l.maxLen, Approx: true,
@@ -326,6 +331,9 @@ func (l *streamLog) appendGroup(ctx context.Context, bs []logBatch, idx []int, r
 // landed; anything else (the connection, the replicas' WAIT) fails every
 // command of the pipeline.
 func groupErr(err error) error {
+	if err == nil {
+		return nil
+	}
 	var re redis.Error
 	if errors.As(err, &re) {
 		return nil
@@ -336,9 +344,9 @@ func groupErr(err error) error {
 // appendScripted runs the append script for the batches idx (one primary).
 func (l *streamLog) appendScripted(ctx context.Context, bs []logBatch, idx []int, res []logResult) {
 	cmds := make([]*redis.Cmd, len(idx))
-	err := l.w.Pipelined(ctx, l.key(bs[idx[0]].sid, bs[idx[0]].rid), func(p redis.Pipeliner) {
+	err := l.w.Pipelined(ctx, bs[idx[0]].key, func(p redis.Pipeliner) {
 		for j, i := range idx {
-			cmds[j] = appendScript.Eval(ctx, p, []string{l.key(bs[i].sid, bs[i].rid)}, l.appendArgs(bs[i].entries)...)
+			cmds[j] = appendScript.Eval(ctx, p, []string{bs[i].key}, l.appendArgs(bs[i].entries)...)
 		}
 	})
 	for j, i := range idx {

@@ -3,8 +3,12 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,7 +75,7 @@ func TestDeltaNeverWaitsForTheLog(t *testing.T) {
 	}
 }
 
-// TestLogWriterSeesAppendsGoOut: what a turn waits for before a send is
+// TestLogWriterSeesAppendsGoOut: what a delta waits for before its send is
 // its append being written to Redis's connection, which happens while
 // Redis executes no writes at all; the append lands once they resume.
 func TestLogWriterSeesAppendsGoOut(t *testing.T) {
@@ -86,11 +90,14 @@ func TestLogWriterSeesAppendsGoOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	paused := time.Now()
-	q := e.srv.logw.queue("s_sent", "r1")
+	sink := make(deltaChan, 1)
+	q := e.srv.logw.queue("s_sent", "r1", sink)
+	defer e.srv.logw.end(q)
+	e.srv.logw.push(q, logEntry{Seq: 1, Text: "one"})
 	select {
-	case <-e.srv.logw.push(q, logEntry{Seq: 1, Text: "one"}):
+	case <-sink:
 	case <-time.After(pause / 2):
-		t.Fatal("the append was not reported written while Redis paused writes")
+		t.Fatal("the delta was not released while Redis paused writes")
 	}
 	if time.Since(paused) >= pause {
 		t.Fatal("reported after the pause: Redis's answer, not the write, was waited for")
@@ -101,6 +108,94 @@ func TestLogWriterSeesAppendsGoOut(t *testing.T) {
 	es, err := e.srv.log.readAfter(ctx, "s_sent", "r1", 0, 0)
 	if err != nil || len(es) != 1 || es[0].Seq != 1 || es[0].Text != "one" {
 		t.Fatalf("have log %+v, %v; want the one delta", es, err)
+	}
+}
+
+// TestHeldDeltasGoOutWhenRedisHangs: a Redis that takes the log's
+// connection but never answers never gets an append's bytes either, so
+// the deltas are held, but only for sentWait: then they go to the client
+// in order, and while the log stays stuck later ones go at once, and the
+// end of a turn (settle) waits for its last ones at most that long too.
+func TestHeldDeltasGoOutWhenRedisHangs(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); conns.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() {
+				// Reads what it is sent, answers nothing.
+				defer c.Close()
+				_, _ = io.Copy(io.Discard, c)
+			})
+		}
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: 2 * time.Second, MaxRetries: -1})
+	tracker := newSentTracker()
+	lrdb, ok := logClient(rdb, tracker)
+	if !ok {
+		t.Fatal("the log client cannot see its writes")
+	}
+	t.Cleanup(func() { _ = lrdb.Close(); _ = rdb.Close() })
+	l := &streamLog{rdb: lrdb, ks: keyspace.New("t:"), maxLen: 100, ttl: time.Minute, w: durable.New(lrdb, durable.Options{}), sent: tracker}
+	w := newLogWriter(l, slog.New(slog.NewTextHandler(io.Discard, nil)), 2*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); w.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-ran })
+
+	sink := make(deltaChan, 16)
+	q := w.queue("s", "r", sink)
+	defer w.end(q)
+	start := time.Now()
+	for seq := 1; seq <= 3; seq++ {
+		w.push(q, logEntry{Seq: seq, Text: fmt.Sprint("d", seq)})
+	}
+	for seq := 1; seq <= 3; seq++ {
+		select {
+		case e := <-sink:
+			if e.Seq != seq {
+				t.Fatalf("have delta %d; want %d: out of order", e.Seq, seq)
+			}
+			if took := time.Since(start); took < sentWait {
+				t.Fatalf("delta %d released after %v, before its append went out or sentWait (%v) passed", seq, took, sentWait)
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("delta %d still held a second after its push", seq)
+		}
+	}
+	// Stalled: the next one is not held at all.
+	w.push(q, logEntry{Seq: 4, Text: "d4"})
+	select {
+	case e := <-sink:
+		if e.Seq != 4 {
+			t.Fatalf("have delta %d; want 4", e.Seq)
+		}
+	default:
+		t.Fatal("a delta was held again while the log stays stuck")
+	}
+
+	q2 := w.queue("s", "r2", sink)
+	defer w.end(q2)
+	start = time.Now()
+	w.push(q2, logEntry{Seq: 1, Text: "e1"})
+	w.settle(q2)
+	select {
+	case e := <-sink:
+		if e.Seq != 1 || e.Text != "e1" {
+			t.Fatalf("have %+v; want the other turn's delta 1", e)
+		}
+	default:
+		t.Fatal("settle returned before the turn's last delta went to its client")
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("settle took %v; want about sentWait (%v)", took, sentWait)
 	}
 }
 
@@ -188,7 +283,8 @@ func TestAppendTagGoesLast(t *testing.T) {
 	}))
 	tr := newSentTracker()
 	l := &streamLog{rdb: rdb, ks: keyspace.New("t:"), maxLen: 100, ttl: time.Minute, w: durable.New(rdb, durable.Options{}), sent: tr}
-	m1, m2 := newSentMark(), newSentMark()
+	q := &logQueue{out: make(deltaChan, 4)}
+	m1, m2 := &sentMark{q: q, through: 1}, &sentMark{q: q, through: 2}
 	res := l.appendBatches(context.Background(), []logBatch{
 		{sid: "a", rid: "r", entries: []logEntry{{Seq: 1, Text: "x"}}, mark: m1},
 		{sid: "a", rid: "q", entries: []logEntry{{Seq: 1, Text: "y"}, {Seq: 2, Text: "z"}}, mark: m2},
@@ -282,3 +378,8 @@ func TestRefusedAppendFailsOnlyItsBatch(t *testing.T) {
 		})
 	}
 }
+
+// deltaChan is a deltaSink that passes each released delta on.
+type deltaChan chan logEntry
+
+func (c deltaChan) sendDelta(seq int, text string) { c <- logEntry{Seq: seq, Text: text} }

@@ -62,6 +62,11 @@ func (t *turn) interrupt(why string) {
 	t.mu.Unlock()
 }
 
+// sendDelta sends a delta the log writer released (deltaSink).
+func (t *turn) sendDelta(seq int, text string) {
+	t.send(ServerFrame{Type: TypeDelta, Request: t.request, Seq: seq, Text: text})
+}
+
 // send forwards f to the socket that started the turn, while it is open.
 // A dropped socket is forgotten; the turn goes on.
 func (t *turn) send(f ServerFrame) {
@@ -276,7 +281,7 @@ func (s *Server) cancelLocal(tenant, user, request string) bool {
 const logRetry = 250 * time.Millisecond
 
 // run reads the engine's events to the end: each delta is queued for the
-// stream log, which the server's log writer appends in batches, and sent
+// stream log, which the server's log writer appends in batches and sends
 // live without waiting for Redis's answer (logwriter.go); the end stores
 // the reply and sends done.
 //
@@ -289,9 +294,8 @@ func (t *turn) run() {
 	s := t.s
 	var text strings.Builder
 	seq := 0
-	q := s.logw.queue(t.session, t.request)
-	wait := time.NewTimer(sentWait)
-	defer wait.Stop()
+	q := s.logw.queue(t.session, t.request, t)
+	defer s.logw.end(q)
 	var final *engine.Final
 	for {
 		ev, err := t.stream.Recv(s.runCtx)
@@ -316,25 +320,14 @@ func (t *turn) run() {
 		if seq <= t.skip {
 			continue
 		}
-		// The delta goes to the client once its append is on the wire
-		// to Redis, not once Redis answered (logwriter.go): a kill
-		// right after the send still leaves it in the log.
-		sent := s.logw.push(q, logEntry{Seq: seq, Text: ev.Text})
-		select {
-		case <-sent:
-		default:
-			wait.Reset(sentWait)
-			select {
-			case <-sent:
-			case <-wait.C:
-				// Redis unreachable: deltas go on, the log catches
-				// up, and the next ones do not wait until it does.
-				s.logw.stall(q)
-			}
-			wait.Stop()
-		}
-		t.send(ServerFrame{Type: TypeDelta, Request: t.request, Seq: seq, Text: ev.Text})
+		// The log writer sends the delta to the client once its append
+		// is on the wire to Redis, not once Redis answered
+		// (logwriter.go): a kill right after the send still leaves it in
+		// the log.
+		s.logw.push(q, logEntry{Seq: seq, Text: ev.Text})
 	}
+	// Every delta reaches the client before what ends the reply.
+	s.logw.settle(q)
 	if final == nil {
 		final = &engine.Final{FinishReason: engine.FinishError, Err: errors.New("stream ended without a final event")}
 	}
