@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -424,6 +425,7 @@ func (w *logWriter) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-w.wake:
+			w.gather()
 		case <-timer.C:
 		}
 		next := w.dispatch(ctx)
@@ -438,6 +440,27 @@ func (w *logWriter) run(ctx context.Context) {
 		} else {
 			timer.Reset(time.Until(next))
 		}
+	}
+}
+
+// gather lets the turns that are ready to run push their deltas before a
+// round starts: yielding while the set of dirty queues still grows, a few
+// times at most. An engine step wakes all its turns at once, and one round
+// for the whole step costs Redis and this writer one round trip instead of
+// one for every few turns.
+func (w *logWriter) gather() {
+	w.mu.Lock()
+	n := len(w.dirty)
+	w.mu.Unlock()
+	for range 4 {
+		runtime.Gosched()
+		w.mu.Lock()
+		m := len(w.dirty)
+		w.mu.Unlock()
+		if m == n {
+			return
+		}
+		n = m
 	}
 }
 
