@@ -114,3 +114,36 @@ func TestBenchSpecFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyShare: a reply token counts as following a match when the two
+// (three) tokens before it occur earlier in the prompt or the reply, and
+// as right when the most recent such occurrence was followed by it.
+func TestCopyShare(t *testing.T) {
+	tests := []struct {
+		name          string
+		prompt, reply []int32
+		after, right  [2]int
+	}{
+		{"no repeats", []int32{1, 2, 3}, []int32{4, 5, 6}, [2]int{}, [2]int{}},
+		// 1 2 3 | 1 2 3: the second 3 follows "1 2" (right); nothing
+		// before it is a 3-token repeat.
+		{"quote of the prompt", []int32{1, 2, 3}, []int32{1, 2, 3}, [2]int{1, 0}, [2]int{1, 0}},
+		// 5 1 2 3 9 | 1 2 3 4: 3 follows "1 2" (right), 4 follows "2 3"
+		// and "1 2 3", whose earlier occurrence went on with 9 (wrong).
+		{"quote that departs", []int32{5, 1, 2, 3, 9}, []int32{1, 2, 3, 4}, [2]int{2, 1}, [2]int{1, 0}},
+		// The most recent occurrence decides: "7 8" went on with 1,
+		// then with 2.
+		{"most recent wins", []int32{7, 8, 1, 7, 8, 2}, []int32{7, 8, 2}, [2]int{1, 0}, [2]int{1, 0}},
+		// Matches inside the reply count too.
+		{"reply repeats itself", []int32{0}, []int32{4, 5, 6, 4, 5, 6}, [2]int{1, 0}, [2]int{1, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c copyShare
+			c.add(tt.prompt, tt.reply)
+			if c.tokens != len(tt.reply) || c.after != tt.after || c.right != tt.right {
+				t.Errorf("have %d tokens, after %v, right %v; want %d, %v, %v", c.tokens, c.after, c.right, len(tt.reply), tt.after, tt.right)
+			}
+		})
+	}
+}

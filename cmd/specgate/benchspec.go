@@ -170,6 +170,7 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 			}
 		}
 		var p, s specRun
+		var quoted copyShare
 		for range b.rounds {
 			for _, batch := range batches {
 				pr, err := b.once(ctx, plain, batch)
@@ -181,6 +182,7 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 					return err
 				}
 				for i := range pr.outs {
+					quoted.add(batch[i], pr.outs[i])
 					if !slices.Equal(pr.outs[i], sr.outs[i]) {
 						b.mismatches++
 						fmt.Fprintf(os.Stderr, "WARNING: b=%d stream %d: speculative output differs from plain (lossless greedy decoding must not)\n", n, i)
@@ -203,6 +205,11 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 			// pool's short spins included).
 			pc, sc := float64(p.tokens)/p.cpu.Seconds(), float64(s.tokens)/s.cpu.Seconds()
 			fmt.Fprintf(os.Stderr, "  b=%d: per CPU-second: plain=%.1f spec=%.1f speedup=%.2f\n", n, pc, sc, sc/pc)
+		}
+		if b.kind == engine.DraftNGram {
+			// How much of the replies repeats the conversation: what
+			// lookup can draft from at all, whatever the shape.
+			fmt.Fprintf(os.Stderr, "  b=%d: %s\n", n, quoted)
 		}
 		if s.drafted > 0 {
 			fmt.Fprintf(os.Stderr, "  b=%d: %d draft tokens verified, %d accepted (%.0f%%)\n", n, s.drafted, s.accepted, 100*float64(s.accepted)/float64(s.drafted))
@@ -330,4 +337,42 @@ func (b *specBench) prompts(ctx context.Context, plain *engine.Engine) ([][]int3
 		out = append(out, tok.Encode(chat))
 	}
 	return out, nil
+}
+
+// copyShare counts, over greedy replies, the tokens whose preceding two
+// (three) tokens already occur earlier in the conversation (the prompt and
+// the reply before them), and how many of those the token after the most
+// recent such occurrence predicts: how far the replies quote the
+// conversation, the ceiling of what n-gram lookup can draft.
+type copyShare struct {
+	tokens       int
+	after, right [2]int // [0]: a 2-token match, [1]: a 3-token match
+}
+
+func (c *copyShare) add(prompt, reply []int32) {
+	conv := slices.Concat(prompt, reply)
+	for i := range reply {
+		at := len(prompt) + i // conv[at] is the token predicted from conv[:at]
+		c.tokens++
+		for k, n := range [2]int{2, 3} {
+			if at < n {
+				continue
+			}
+			for e := at - 2; e >= n-1; e-- {
+				if slices.Equal(conv[e-n+1:e+1], conv[at-n:at]) {
+					c.after[k]++
+					if conv[e+1] == conv[at] {
+						c.right[k]++
+					}
+					break
+				}
+			}
+		}
+	}
+}
+
+func (c copyShare) String() string {
+	pct := func(a int) float64 { return 100 * float64(a) / float64(max(c.tokens, 1)) }
+	return fmt.Sprintf("%d reply tokens: %.0f%% follow a 2-token match in the conversation (its most recent next token right for %.0f%%), %.0f%% a 3-token match (right for %.0f%%)",
+		c.tokens, pct(c.after[0]), pct(c.right[0]), pct(c.after[1]), pct(c.right[1]))
 }
