@@ -65,6 +65,9 @@ const switchMargin = 0.05
 // keep its re-tries at the base interval.
 const closeRun = 0.85
 
+// closeOff is closeRun for Off.
+const closeOff = 0.7
+
 // Dispatcher picks the tree shape of each step, per priority class. Within
 // the tier of the step's load it estimates each option's cost per
 // committed token and plays the cheapest, re-trying the others now and
@@ -74,7 +77,16 @@ const closeRun = 0.85
 // again as the option is slower than the leader, so a shape that keeps
 // losing costs almost nothing; a dethroned leader starts over at the base
 // interval. Off is always an option, so speculation never stays slower
-// than plain decoding for long.
+// than plain decoding for long, and it keeps being re-tried at the base
+// interval until speculation wins by more than closeOff.
+//
+// Warm-up goes from the smallest shapes up, and a shape is not tried at
+// all while the tier's measurements say it cannot come near the leader:
+// at the tier's cost per tree node (fitted through the shapes measured)
+// and the acceptance the shape showed at another load, or else the best
+// acceptance per node seen. Where rows are dear (a large batch on a CPU)
+// the big budgets are then never played just to learn that they lose;
+// where they are cheap every budget is tried as before.
 //
 // A cost per committed token has two factors, measured apart because they
 // vary apart:
@@ -121,6 +133,7 @@ type Dispatcher struct {
 type tierState struct {
 	max     int
 	options []option
+	order   []int // the warm-up order: see newTiers
 	steps   int
 	best    int // the option played last; -1 before warm-up ends
 	retry   int // the option re-tried last (round robin)
@@ -178,6 +191,16 @@ func (d *Dispatcher) newTiers() []tierState {
 		if !d.fixed || len(ts.options) == 0 {
 			ts.options = append(ts.options, option{shape: Off})
 		}
+		for i := range ts.options {
+			ts.order = append(ts.order, i)
+		}
+		// Warm-up order: the smallest shape that drafts, Off, then the
+		// rest by size, so the two measurements the prior needs come
+		// first and a fresh engine still drafts in its first steps.
+		slices.SortStableFunc(ts.order, func(a, b int) int { return ts.options[a].shape.Len() - ts.options[b].shape.Len() })
+		if len(ts.order) > 1 && ts.options[ts.order[0]].shape.Off() {
+			ts.order[0], ts.order[1] = ts.order[1], ts.order[0]
+		}
 		out = append(out, ts)
 	}
 	return out
@@ -212,13 +235,13 @@ func (d *Dispatcher) PickClass(class, load int) Shape {
 	if t == nil || len(t.options) == 0 {
 		return Off
 	}
-	i := d.pick(t)
+	i := d.pick(d.classes[max(class, 0)], t)
 	t.last = i
 	return t.options[i].shape
 }
 
 // pick is Pick's choice of option in t.
-func (d *Dispatcher) pick(t *tierState) int {
+func (d *Dispatcher) pick(class []tierState, t *tierState) int {
 	warm := d.Warmup
 	if warm <= 0 {
 		warm = 2
@@ -226,8 +249,14 @@ func (d *Dispatcher) pick(t *tierState) int {
 	if len(t.options) == 1 {
 		return 0
 	}
-	for i, o := range t.options {
-		if o.n < warm {
+	// Warm-up goes from the smallest shapes up. Once Off and a
+	// shape that drafts have been measured, an option not yet tried is
+	// tried only if its best case (see hopeless) could come near the best
+	// measured one: where rows are dear (large batches on a CPU) the big
+	// budgets are never played just to learn that they lose.
+	pr := t.prior()
+	for _, i := range t.order {
+		if o := t.options[i]; o.n < warm && (o.n > 0 || !pr.hopeless(o, seen(class, o.shape, warm))) {
 			return i
 		}
 	}
@@ -235,11 +264,11 @@ func (d *Dispatcher) pick(t *tierState) int {
 	// options swap on timing noise otherwise, and every swap to a losing
 	// shape costs real steps.
 	best := t.best
-	if best < 0 {
-		best = 0
+	if best < 0 || t.options[best].n == 0 {
+		best = slices.IndexFunc(t.options, func(o option) bool { return o.n > 0 })
 	}
 	for i, o := range t.options {
-		if o.value() > t.options[best].value()*(1+switchMargin) {
+		if o.n > 0 && o.value() > t.options[best].value()*(1+switchMargin) {
 			best = i
 		}
 	}
@@ -270,7 +299,7 @@ func (d *Dispatcher) pick(t *tierState) int {
 	}
 	for k := 1; k <= len(t.options); k++ {
 		i := (t.retry + k) % len(t.options)
-		if o := &t.options[i]; i != best && t.steps >= o.next {
+		if o := &t.options[i]; i != best && o.n > 0 && t.steps >= o.next {
 			t.retry = i
 			// An option k times slower than the leader loses about k-1
 			// steps' worth of tokens each time it is re-tried: it is
@@ -278,7 +307,15 @@ func (d *Dispatcher) pick(t *tierState) int {
 			// plain steps on this hardware is not played every few
 			// dozen steps.
 			o.next = t.steps + min(int(float64(o.wait)*slowness(t.options[best], *o)), 64*explore)
-			if o.value() < closeRun*t.options[best].value() {
+			close := closeRun
+			if o.shape.Off() {
+				// Off is the baseline every other option must beat:
+				// one step measures a shape's cost poorly on a loaded
+				// machine, so Off keeps being measured at the base
+				// interval until speculation clearly wins.
+				close = closeOff
+			}
+			if o.value() < close*t.options[best].value() {
 				o.wait = min(2*o.wait, 64*explore)
 			} else {
 				// A close runner-up keeps being re-tried at the base
@@ -291,6 +328,91 @@ func (d *Dispatcher) pick(t *tierState) int {
 		}
 	}
 	return best
+}
+
+// prior is what a tier's measurements say of an option not yet tried.
+type prior struct {
+	ok bool
+	// offRel is Off's relative step time; perNode the extra step time
+	// per node of a sequence's tree, as a share of Off's; perAcc the
+	// most accepted drafts per node an option may hope for when its shape
+	// was measured nowhere; best the best measured value.
+	offRel, perNode, perAcc, best float64
+}
+
+// priorWeight is the weight, in observations, of a full acceptance in the
+// hope an option measured nowhere is allowed: two unlucky first steps (a
+// chain's first draft rejected twice) must not make every bigger budget
+// look hopeless.
+const priorWeight = 2
+
+// prior fits the tier's cost per tree node through the options measured
+// so far (least squares through Off: a pass over more rows costs more, by
+// whatever the backend's kernels make it), and takes the best accepted
+// drafts per node any of them showed (fewer nodes accept more per node:
+// the first draft of a chain, or the likeliest node of a tree, is the
+// likeliest to be accepted), shrunk towards full acceptance by
+// priorWeight.
+func (t *tierState) prior() prior {
+	var p prior
+	off := slices.IndexFunc(t.options, func(o option) bool { return o.shape.Off() })
+	if off < 0 || t.options[off].n == 0 {
+		return p
+	}
+	p.offRel = math.Exp(t.options[off].logRel)
+	var num, den float64
+	for _, o := range t.options {
+		if o.n == 0 {
+			continue
+		}
+		p.best = max(p.best, o.value())
+		l := float64(o.shape.Len())
+		if l == 0 {
+			continue
+		}
+		w := float64(min(o.n, 16))
+		num += w * l * (math.Exp(o.logRel)/p.offRel - 1)
+		den += w * l * l
+		n := float64(o.n)
+		p.perAcc = max(p.perAcc, (n*o.acc+priorWeight*l)/(n+priorWeight)/l)
+	}
+	if den > 0 {
+		p.ok, p.perNode = true, max(num/den, 0)
+	}
+	return p
+}
+
+// seen returns the accepted drafts per sequence-step that shape measured
+// in another tier of the class, after at least warm steps there, or -1.
+// Drafts do not depend on the batch they run in (a greedy draft is the
+// same alone or among others), so a shape's acceptance carries from one
+// load to another while its cost does not.
+func seen(class []tierState, shape Shape, warm int) float64 {
+	acc, n := -1.0, 0
+	for i := range class {
+		for _, o := range class[i].options {
+			if o.shape.Name == shape.Name && o.n >= warm && o.n > n {
+				acc, n = o.acc, o.n
+			}
+		}
+	}
+	return acc
+}
+
+// hopeless reports whether an untried option would measure below
+// closeRun of the tier's best option: at the tier's cost per node, and at
+// the acceptance its shape measured at another load (acc ≥ 0) or else
+// the best acceptance per node the tier has seen. Such an option is not
+// worth a step to try until the measurements change.
+func (p prior) hopeless(o option, acc float64) bool {
+	if !p.ok || o.shape.Off() {
+		return false
+	}
+	l := float64(o.shape.Len())
+	if acc < 0 {
+		acc = l * min(p.perAcc, 1)
+	}
+	return (1+acc)/(p.offRel*(1+p.perNode*l)) < closeRun*p.best
 }
 
 // slowness is how many times slower than the leader o measures, at least

@@ -289,19 +289,22 @@ func TestDispatcherBudgets(t *testing.T) {
 		want  string
 	}{{1, "dyn16"}, {8, "dyn4"}, {16, "off"}, {17, "off"}, {32, "off"}, {200, "off"}} {
 		picks := map[string]int{}
+		carry := map[string]float64{}
 		for range 400 {
 			s := d.Pick(tc.batch)
 			picks[s.Name]++
-			tok := float64(tc.batch) * (1 + acc(s))
 			played := s
 			if tc.batch == 8 && s.Dynamic {
 				// A caller that cut the pick (say to its main chain)
 				// reports what it ran; the budget gets the credit.
 				played = mainChain(s)
 			}
-			// Whole tokens over 100 steps' time: the rate without
-			// rounding noise.
-			d.Observe(tc.batch, tc.batch, played, int(math.Round(100*tok)), 100*cost(tc.batch, s))
+			// Whole tokens per step, the fractions carried over to the
+			// shape's next step: the mean rate without draws.
+			carry[s.Name] += float64(tc.batch) * acc(s)
+			tok := math.Floor(carry[s.Name])
+			carry[s.Name] -= tok
+			d.Observe(tc.batch, tc.batch, played, tc.batch+int(tok), cost(tc.batch, s))
 		}
 		best, n := "", 0
 		for k, v := range picks {

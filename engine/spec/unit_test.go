@@ -264,7 +264,13 @@ func TestDispatcherCostPerToken(t *testing.T) {
 		if value[tc.best] != top {
 			t.Fatalf("per-row cost %.2f: the best is not %s (%v)", tc.perRow, tc.best, value)
 		}
-		for seed := range uint64(4) {
+		// One run's picks depend on its draws (a re-tried chain whose
+		// first drafts happen to be rejected waits for its next re-try),
+		// so the mean over seeds is held to a few percent, each run to
+		// a little more.
+		const seeds = 8
+		mean := 0.0
+		for seed := range uint64(seeds) {
 			r := rand.New(rand.NewPCG(seed, 9))
 			d := NewDispatcher(tiers)
 			load := 1.0
@@ -284,10 +290,14 @@ func TestDispatcherCostPerToken(t *testing.T) {
 				el := time.Duration(load * (1 + tc.perRow*float64(s.Len())) * float64(time.Millisecond))
 				d.Observe(1, 1, s, 1+acc, el)
 			}
-			if got < 0.95 {
-				t.Errorf("per-row cost %.2f, seed %d: have picks %v, %.3f of the best value; want ≥ 0.95 (values %v, stats %+v)",
+			mean += got / seeds
+			if got < 0.88 {
+				t.Errorf("per-row cost %.2f, seed %d: have picks %v, %.3f of the best value; want ≥ 0.88 (values %v, stats %+v)",
 					tc.perRow, seed, picks, got, value, d.Stats(1))
 			}
+		}
+		if mean < 0.97 {
+			t.Errorf("per-row cost %.2f: have %.3f of the best value over %d runs; want ≥ 0.97", tc.perRow, mean, seeds)
 		}
 	}
 }
@@ -316,5 +326,140 @@ func TestDispatcherClasses(t *testing.T) {
 	if picks[interactive]["chain3"] < 250 || picks[batch]["off"] < 250 {
 		t.Errorf("have picks %v; want interactive mostly chain3, batch mostly off (stats %+v / %+v)",
 			picks, d.ClassStats(interactive, 8), d.ClassStats(batch, 8))
+	}
+}
+
+// TestDispatcherPrior: where a node of a sequence's tree costs much of a
+// plain step (a large batch on a CPU), the big budgets are not played
+// just to learn that they lose. Warm-up goes from the smallest shape up;
+// once Off and a shape that drafts are measured, an option whose value at
+// the tier's cost per node and at its acceptance (measured at another
+// load, drafts not depending on the batch) stays below the leader is not
+// tried. Where nodes are cheap every budget is still tried and the best
+// one found.
+func TestDispatcherPrior(t *testing.T) {
+	// A chain of L accepts alpha + alpha² + … + alpha^L per step; a
+	// dynamic tree of L nodes as a chain of L with a better alpha; the
+	// bushy and wide trees as chains of their depth.
+	acc := func(s Shape, alpha float64) float64 {
+		a, l := alpha, s.Len()
+		if s.Dynamic {
+			a = min(alpha+0.1, 0.95)
+		} else if s.MaxDepth < l {
+			l = s.MaxDepth
+		}
+		tok, p := 0.0, 1.0
+		for range l {
+			p *= a
+			tok += p
+		}
+		return tok
+	}
+	type load struct {
+		batch   int
+		perNode float64 // a step's extra time per node of each sequence's tree, in plain steps
+		steps   int
+	}
+	for _, tc := range []struct {
+		name   string
+		before []load // loads played first
+		at     load
+		alpha  float64
+		want   float64  // the least share of the best value at the last load
+		never  []string // options never played at the last load
+		all    bool     // every option tried at the last load
+	}{
+		{name: "b1 nodes cheap", at: load{1, 0.08, 1000}, alpha: 0.7, want: 0.97, all: true},
+		{name: "b1 nodes dear", at: load{1, 0.5, 1000}, alpha: 0.5, want: 0.97, all: true},
+		{name: "b8 after b1, ngram-like", before: []load{{1, 0.15, 1000}}, at: load{8, 0.65, 300}, alpha: 0.45, want: 0.98,
+			never: []string{"chain4", "dyn4", "dyn8"}},
+		{name: "b8 after b1, draft-like", before: []load{{1, 0.15, 1000}}, at: load{8, 0.65, 300}, alpha: 0.65, want: 0.97,
+			never: []string{"chain4", "dyn8"}},
+		{name: "b8 first", at: load{8, 0.65, 300}, alpha: 0.45, want: 0.95},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := NewDispatcher(nil)
+			carry := map[string]float64{}
+			var picks map[string]int
+			got := 0.0
+			for _, l := range append(tc.before, tc.at) {
+				value := func(s Shape) float64 {
+					return (1 + acc(s, tc.alpha)) / (1 + l.perNode*float64(s.Len()))
+				}
+				top := 0.0
+				for _, tier := range DefaultTiers() {
+					if tier.MaxBatch == 0 || l.batch <= tier.MaxBatch {
+						for _, s := range append(tier.Shapes, Off) {
+							top = max(top, value(s))
+						}
+						break
+					}
+				}
+				picks, got = map[string]int{}, 0
+				for range l.steps {
+					s := d.Pick(l.batch)
+					picks[s.Name]++
+					got += value(s) / top / float64(l.steps)
+					carry[s.Name] += float64(l.batch) * acc(s, tc.alpha)
+					tok := math.Floor(carry[s.Name])
+					carry[s.Name] -= tok
+					el := time.Duration((1 + l.perNode*float64(s.Len())) * float64(time.Millisecond))
+					d.Observe(l.batch, l.batch, s, l.batch+int(tok), el)
+				}
+			}
+			if got < tc.want {
+				t.Errorf("have picks %v, %.3f of the best value; want ≥ %.2f (stats %+v)", picks, got, tc.want, d.Stats(tc.at.batch))
+			}
+			for _, name := range tc.never {
+				if picks[name] > 0 {
+					t.Errorf("%s played %d steps; want none (picks %v)", name, picks[name], picks)
+				}
+			}
+			for _, st := range d.Stats(tc.at.batch) {
+				if tc.all && st.Steps == 0 {
+					t.Errorf("%s never tried; want every budget tried where nodes are cheap (picks %v)", st.Shape, picks)
+				}
+			}
+			t.Logf("picks %v: %.3f of the best value", picks, got)
+		})
+	}
+}
+
+// TestDispatcherKeepsMeasuringOff: Off, the baseline, is re-tried at the
+// base interval while speculation wins by less than closeOff (one step's
+// time is a poor measure on a loaded machine, and a baseline measured too
+// slow would keep a losing shape on); an option that drafts and loses by
+// as much backs off.
+func TestDispatcherKeepsMeasuringOff(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		chainTime  time.Duration // chain1 commits 2 tokens per step; off 1 per millisecond
+		off, chain [2]int        // the least and most picks of each in 2000 steps after warm-up
+	}{
+		{"chain a little faster", 1600 * time.Microsecond, [2]int{100, 140}, [2]int{1800, 2000}},
+		{"chain much faster", 1100 * time.Microsecond, [2]int{1, 20}, [2]int{1900, 2000}},
+		{"chain a little slower", 2400 * time.Microsecond, [2]int{1900, 2000}, [2]int{1, 20}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := NewDispatcher([]Tier{{Shapes: []Shape{Chain(1)}}})
+			picks := map[string]int{}
+			for step := range 2100 {
+				s := d.Pick(1)
+				if step >= 100 {
+					picks[s.Name]++
+				}
+				if s.Off() {
+					d.Observe(1, 1, s, 1, time.Millisecond)
+				} else {
+					d.Observe(1, 1, s, 2, tc.chainTime)
+				}
+			}
+			if n := picks["off"]; n < tc.off[0] || n > tc.off[1] {
+				t.Errorf("have off picked %d times; want %d to %d (picks %v)", n, tc.off[0], tc.off[1], picks)
+			}
+			if n := picks["chain1"]; n < tc.chain[0] || n > tc.chain[1] {
+				t.Errorf("have chain1 picked %d times; want %d to %d (picks %v)", n, tc.chain[0], tc.chain[1], picks)
+			}
+		})
 	}
 }
