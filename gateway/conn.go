@@ -86,7 +86,12 @@ func (c *Connection) Send(f ServerFrame) bool {
 	}
 	if len(c.queue) >= c.cfg.queueFrames || c.queueBytes+len(b) > c.cfg.queueBytes {
 		c.mu.Unlock()
-		c.abort(CloseTryAgainLater, ReasonSlowConsumer)
+		// The close frame waits for the writer, which is likely stuck
+		// on the full socket, up to a second: not on the caller, which
+		// may be the log writer releasing every turn's deltas.
+		if c.startAbort(CloseTryAgainLater, ReasonSlowConsumer) {
+			go c.finishAbort(CloseTryAgainLater, ReasonSlowConsumer)
+		}
 		return false
 	}
 	c.queue = append(c.queue, queued{typ: f.Type, data: b})
@@ -120,19 +125,35 @@ func (c *Connection) Close(code int, text string) {
 // abort closes at once, dropping what is queued: for a slow or broken
 // client, whose writes may be stuck.
 func (c *Connection) abort(code int, text string) {
+	first := c.startAbort(code, text)
+	if first {
+		c.finishAbort(code, text)
+		return
+	}
+	_ = c.ws.Close()
+	c.signal()
+}
+
+// startAbort is abort's part that never blocks: no more Sends, the queue
+// dropped. It reports whether this call started the closing.
+func (c *Connection) startAbort(code int, text string) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	already := c.closing
 	if !already {
 		c.closing, c.closeCode, c.closeText = true, code, text
 		close(c.closeCh)
 	}
 	c.queue, c.queueBytes = nil, 0
-	c.mu.Unlock()
-	if !already {
-		// WriteControl may run concurrently with the writer's write, and
-		// closing the socket unblocks a write stuck on a full TCP window.
-		_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(time.Second))
-	}
+	return !already
+}
+
+// finishAbort sends the close frame, within a second, and closes the
+// socket.
+func (c *Connection) finishAbort(code int, text string) {
+	// WriteControl may run concurrently with the writer's write, and
+	// closing the socket unblocks a write stuck on a full TCP window.
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(time.Second))
 	_ = c.ws.Close()
 	c.signal()
 }
