@@ -227,37 +227,40 @@ func BenchmarkMatMulPrefill(b *testing.B) {
 	}
 }
 
-// BenchmarkQ8Layout times one thread's MatMul of n activation rows (a
-// decode step's n = 1, a speculative verification's few) against Q8_0
-// weights in GGML's layout and in the ×8 one, at a ~100M model's shapes:
-// the n-row figures over the 1-row one are what verifying n tokens costs.
-func BenchmarkQ8Layout(b *testing.B) {
+// BenchmarkX8Layout times one thread's MatMul of n activation rows (a
+// decode step's n = 1, a speculative verification's few, prefill's many)
+// against Q8_0 and Q4_0 weights in GGML's layout and in the ×8 one, at a
+// ~100M model's shapes: the n-row figures over the 1-row one are what
+// verifying n tokens costs.
+func BenchmarkX8Layout(b *testing.B) {
 	defer useAsm(true)
 	be, err := Open(kernels.Options{Threads: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer be.Close()
-	for _, s := range []struct{ m, k int }{{2816, 1024}, {1024, 2816}} {
-		for _, packed := range []bool{false, true} {
-			usePackQ8(packed)
-			w, size := benchWeights(b, be, kernels.Q8_0, s.m, s.k)
-			useAsm(true)
-			for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 16, 33, 128, 512} {
-				b.Run(fmt.Sprintf("%dx%d/x8=%v/n=%d", s.m, s.k, packed, n), func(b *testing.B) {
-					x, dst := be.Alloc(n, s.k), be.Alloc(n, s.m)
-					be.Upload(x, randVec(rand.New(rand.NewPCG(1, 2)), n*s.k))
-					b.SetBytes(int64(size))
-					runtime.LockOSThread()
-					defer runtime.UnlockOSThread()
-					c0, ok := threadCPU()
-					for b.Loop() {
-						be.MatMul(dst, x, w)
-					}
-					if c1, _ := threadCPU(); ok {
-						b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
-					}
-				})
+	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
+		for _, s := range []struct{ m, k int }{{2816, 1024}, {1024, 2816}} {
+			for _, packed := range []bool{false, true} {
+				useX8Layout(packed)
+				w, size := benchWeights(b, be, dt, s.m, s.k)
+				useAsm(true)
+				for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 16, 33, 128, 512} {
+					b.Run(fmt.Sprintf("%v/%dx%d/x8=%v/n=%d", dt, s.m, s.k, packed, n), func(b *testing.B) {
+						x, dst := be.Alloc(n, s.k), be.Alloc(n, s.m)
+						be.Upload(x, randVec(rand.New(rand.NewPCG(1, 2)), n*s.k))
+						b.SetBytes(int64(size))
+						runtime.LockOSThread()
+						defer runtime.UnlockOSThread()
+						c0, ok := threadCPU()
+						for b.Loop() {
+							be.MatMul(dst, x, w)
+						}
+						if c1, _ := threadCPU(); ok {
+							b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
+						}
+					})
+				}
 			}
 		}
 	}
@@ -277,7 +280,7 @@ func BenchmarkQ8Verify(b *testing.B) {
 	}
 	defer be.Close()
 	for _, packed := range []bool{false, true} {
-		usePackQ8(packed)
+		useX8Layout(packed)
 		var ws [][3]int // weight index, rows, cols
 		var ts []kernels.Tensor
 		for range layers {

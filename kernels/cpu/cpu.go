@@ -7,8 +7,9 @@
 //
 // Work is split across a pool of worker goroutines that the backend owns;
 // the goroutine that calls an op takes part as worker 0, so Threads=1 runs
-// everything on the caller. Weights are used in place (Q8_0 ones laid out
-// once in groups of eight rows where the AVX2 kernels run, pack.go):
+// everything on the caller. Weights are used in place (Q8_0 and Q4_0 ones
+// laid out once in groups of eight rows where the AVX2 kernels run,
+// pack.go):
 // quantized matrices are never dequantized as a whole; MatMul quantizes the
 // activation rows once per call (to Q8_0, or for the GGML K-quants and
 // legacy types to what llama.cpp pairs them with: Q8_0, Q8_1 or Q8_K, see
@@ -39,8 +40,8 @@ type Tensor struct {
 	// f32 holds rows*cols values when dt is F32.
 	f32 []float32
 	// raw holds rows*rowBytes stored bytes for the other types, or for
-	// Q8_0 with x8 set its rows in the ×8 layout (pack.go); rowBytes is
-	// GGML's row size either way.
+	// Q8_0 and Q4_0 with x8 set their rows in the ×8 layout (pack.go);
+	// rowBytes is GGML's row size either way.
 	raw      []byte
 	rowBytes int
 	x8       bool
@@ -70,7 +71,7 @@ func (t *Tensor) rawRow(r int) []byte { return t.raw[r*t.rowBytes : (r+1)*t.rowB
 // convertRow decodes stored row r of t (any layout) into dst.
 func (t *Tensor) convertRow(dst []float32, r int) {
 	if t.x8 {
-		convertRowX8(dst, t.raw, r)
+		convertRowX8(dst, t.dt, t.raw, r)
 		return
 	}
 	convertRow(dst, t.dt, t.rawRow(r))
@@ -208,8 +209,9 @@ func (b *Backend) live() {
 var ErrShortData = errors.New("cpu: weight data does not match its shape")
 
 // Weights wraps data without copying (except F32 data that is not 4-byte
-// aligned, which is copied once, and Q8_0 data where the ×8 layout is in
-// use, which is laid out anew once: pack.go). data is never written.
+// aligned, which is copied once, and Q8_0 and Q4_0 data where the ×8
+// layout is in use, which is laid out anew once: pack.go). data is never
+// written.
 func (b *Backend) Weights(dt kernels.DType, rows, cols int, data []byte) (kernels.Tensor, error) {
 	if rows < 0 {
 		return nil, fmt.Errorf("cpu: %d rows", rows)

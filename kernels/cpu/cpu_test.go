@@ -52,10 +52,10 @@ func TestConformance(t *testing.T) {
 	t.Run("other_q8_layout", func(t *testing.T) {
 		defer useAsm(true)
 		useAsm(true)
-		usePackQ8(!packQ8)
+		useX8Layout(!x8Layout)
 		kernelstest.Run(t, open(t, 2))
 		useAsm(false)
-		usePackQ8(!packQ8)
+		useX8Layout(!x8Layout)
 		kernelstest.Run(t, open(t, 2))
 	})
 }
@@ -72,8 +72,8 @@ func TestBatchInvariance(t *testing.T) {
 		{"go_kernels", func() { useAsm(false) }},
 		{"no_tiles", func() { useAsm(true); useTiles(tilesOff) }},
 		{"go_tiles", func() { useAsm(false); useTiles(tilesGo) }},
-		{"asm_other_q8_layout", func() { useAsm(true); usePackQ8(!packQ8) }},
-		{"go_other_q8_layout", func() { useAsm(false); usePackQ8(!packQ8) }},
+		{"asm_other_q8_layout", func() { useAsm(true); useX8Layout(!x8Layout) }},
+		{"go_other_q8_layout", func() { useAsm(false); useX8Layout(!x8Layout) }},
 	}
 	defer useAsm(true)
 	for _, m := range modes {

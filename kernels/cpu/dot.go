@@ -16,7 +16,7 @@ import (
 // Quantized activations are stored as Q8_0 split into two arrays: xq, the
 // int8 values of the rows back to back (a row of k values is k bytes), and
 // xd, one float32 scale per 32 values (a row has k/32). Weight rows are in
-// GGML's block layout, or for Q8_0 in the ×8 layout of pack.go. The "Rows"
+// GGML's block layout, or for Q8_0 and Q4_0 in the ×8 layout of pack.go. The "Rows"
 // kernels take a run of weight rows, the "RowsN" ones also up to maxRowsN
 // activation rows, so that each weight block is read from memory once for
 // all of them (a speculative verification or a few streams cost little more
@@ -62,8 +62,8 @@ func useAsm(on bool) bool {
 	dotF32, gemmF32 = dotF32Go, gemmF32Go
 	dotQ8, dotQ8Rows, dotQ8RowsN = dotQ8Go, dotQ8RowsGo, dotQ8RowsNGo
 	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Go, dotQ4RowsGo, dotQ4RowsNGo
-	dotQ8X8RowsN = dotQ8X8RowsNGo
-	packQ8 = false
+	dotQ8X8RowsN, dotQ4X8RowsN = dotQ8X8RowsNGo, dotQ4X8RowsNGo
+	x8Layout = false
 	axpy, f16Row = axpyGo, f16RowGo
 	dotsF32, axpysF32 = dotsF32Go, axpysF32Go
 	useVecGo()

@@ -11,9 +11,9 @@ func setAsm() {
 	dotF32, gemmF32 = dotF32Asm, gemmF32Asm
 	dotQ8, dotQ8Rows, dotQ8RowsN = dotQ8Asm, dotQ8RowsAsm, dotQ8RowsNAsm
 	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Asm, dotQ4RowsAsm, dotQ4RowsNAsm
-	dotQ8X8RowsN = dotQ8X8RowsNAsm
+	dotQ8X8RowsN, dotQ4X8RowsN = dotQ8X8RowsNAsm, dotQ4X8RowsNAsm
 	// VNNI machines keep GGML's layout, which their tile kernels read.
-	packQ8 = !haveVNNI
+	x8Layout = !haveVNNI
 	axpy, f16Row = axpyAsm, f16RowAsm
 	dotsF32, axpysF32 = dotsF32Asm, axpysF32Asm
 	setAttnAsm()
@@ -61,6 +61,9 @@ func dotQ4TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *floa
 
 //go:noescape
 func dotQ8X8AVX(w *byte, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int)
+
+//go:noescape
+func dotQ4X8AVX(w *byte, xq *int8, xs int, xd *float32, xc *int32, nb int, out *float32, os int, ngroups, na int)
 
 //go:noescape
 func axpyAVX(y *float32, a float32, x *float32, n int)
@@ -207,12 +210,36 @@ func rowsT(kern func(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out
 	}
 }
 
-// dotQ8X8RowsNAsm runs dotQ8X8AVX over m rows: whole groups straight into
-// out, a last partial group into scratch (its rows past m are padding or
-// another slice's, read but not stored).
-func dotQ8X8RowsNAsm(w []byte, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
-	if m == 0 || na == 0 {
+// dotQ8X8RowsNAsm runs dotQ8X8AVX over m rows (runX8).
+func dotQ8X8RowsNAsm(w []byte, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
+	if !x8Check(w, x8Block, m, nb, na, xq, xd, nil, out, os) {
 		return
+	}
+	runX8(func(w *byte, out *float32, os, ngroups int) {
+		dotQ8X8AVX(w, &xq[0], nb*32, &xd[0], nb, out, os, ngroups, na)
+	}, w, x8Block, m, nb, na, out, os)
+}
+
+// dotQ4X8RowsNAsm runs dotQ4X8AVX over m rows (runX8), at most four
+// activation rows a call: for more, a second call finds the weights in
+// cache.
+func dotQ4X8RowsNAsm(w []byte, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int) {
+	if !x8Check(w, x4Block, m, nb, na, xq, xd, xc, out, os) {
+		return
+	}
+	for a0 := 0; a0 < na; a0 += 4 {
+		n := min(4, na-a0)
+		runX8(func(w *byte, out *float32, os, ngroups int) {
+			dotQ4X8AVX(w, &xq[a0*nb*32], nb*32, &xd[a0*nb], &xc[a0*nb], nb, out, os, ngroups, n)
+		}, w, x4Block, m, nb, n, out[a0*os:], os)
+	}
+}
+
+// x8Check checks the bounds the ×8 kernels trust, and reports whether there
+// is anything to compute (with no blocks the results are zeros, stored).
+func x8Check(w []byte, blockBytes, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int) bool {
+	if m == 0 || na == 0 {
+		return false
 	}
 	if na > maxRowsN {
 		panic("cpu: too many activation rows for one multi-row kernel call")
@@ -221,20 +248,30 @@ func dotQ8X8RowsNAsm(w []byte, m, nb, na int, xq []int8, xd []float32, out []flo
 		for a := range na {
 			clear(out[a*os : a*os+m])
 		}
-		return
+		return false
 	}
-	gb := nb * x8Block
-	_, _, _, _ = w[x8Groups(m)*gb-1], xq[na*nb*32-1], xd[na*nb-1], out[(na-1)*os+m-1]
+	_, _, _, _ = w[x8Groups(m)*nb*blockBytes-1], xq[na*nb*32-1], xd[na*nb-1], out[(na-1)*os+m-1]
+	if xc != nil {
+		_ = xc[na*nb-1]
+	}
+	return true
+}
+
+// runX8 runs a ×8 kernel (kern: ngroups groups from w, results at out,
+// activation rows os bytes apart) over m rows: whole groups straight into
+// out, a last partial group into scratch (its rows past m are padding or
+// another slice's, read but not stored).
+func runX8(kern func(w *byte, out *float32, os, ngroups int), w []byte, blockBytes, m, nb, na int, out []float32, os int) {
 	g := m / x8Rows
 	if g > 0 {
-		dotQ8X8AVX(&w[0], &xq[0], nb*32, &xd[0], nb, &out[0], 4*os, g, na)
+		kern(&w[0], &out[0], 4*os, g)
 	}
 	t := m - x8Rows*g
 	if t == 0 {
 		return
 	}
 	var o [maxRowsN * x8Rows]float32
-	dotQ8X8AVX(&w[g*gb], &xq[0], nb*32, &xd[0], nb, &o[0], 4*x8Rows, 1, na)
+	kern(&w[g*nb*blockBytes], &o[0], 4*x8Rows, 1)
 	for a := range na {
 		copy(out[a*os+x8Rows*g:a*os+m], o[a*x8Rows:a*x8Rows+t])
 	}

@@ -351,14 +351,9 @@ func (t *matmulTask) runQuant(lo, hi int) {
 	if t.w.dt == kernels.Q4_0 {
 		rows = dotQ4RowsN
 	}
-	if t.w.x8 {
-		w := t.w.groupBytes(lo, hi)
-		for r := 0; r < n; {
-			na := rowsSplit(n - r)
-			dotQ8X8RowsN(w, hi-lo, nb, na, t.xq[r*k:(r+na)*k], t.xd[r*nb:(r+na)*nb], out[r*m+lo:], m)
-			r += na
-		}
-		return
+	x8 := dotQ8X8RowsN
+	if t.w.dt == kernels.Q4_0 {
+		x8 = dotQ4X8RowsN
 	}
 	for r := 0; r < n; {
 		na := rowsSplit(n - r)
@@ -366,7 +361,11 @@ func (t *matmulTask) runQuant(lo, hi int) {
 		if t.xc != nil {
 			xc = t.xc[r*nb : (r+na)*nb]
 		}
-		rows(t.w.raw[lo*rb:], rb, hi-lo, nb, na, t.xq[r*k:(r+na)*k], t.xd[r*nb:(r+na)*nb], xc, out[r*m+lo:], m)
+		if t.w.x8 {
+			x8(t.w.groupBytes(lo, hi), hi-lo, nb, na, t.xq[r*k:(r+na)*k], t.xd[r*nb:(r+na)*nb], xc, out[r*m+lo:], m)
+		} else {
+			rows(t.w.raw[lo*rb:], rb, hi-lo, nb, na, t.xq[r*k:(r+na)*k], t.xd[r*nb:(r+na)*nb], xc, out[r*m+lo:], m)
+		}
 		r += na
 	}
 }

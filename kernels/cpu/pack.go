@@ -7,67 +7,84 @@ import (
 	"github.com/specgate/specgate/kernels"
 )
 
-// Q8_0 weights repacked at load: the ×8 layout.
+// Q8_0 and Q4_0 weights repacked at load: the ×8 layout.
 //
 // The kernels that take eight weight rows at a time (one per lane) spend
 // most of a block's cycles, in GGML's row-major layout, on fixed work:
 // eight separate rows loaded and transposed in registers, and eight F16
 // scales gathered one by one. Weights are read many times and laid out once,
-// so Weights lays Q8_0 rows out the way those kernels read them:
+// so Weights lays Q8_0 and Q4_0 rows out the way those kernels read them:
 //
 //   - rows in groups of eight, the last group padded with zero rows (zero
 //     scales, so their results are +0 and never read);
-//   - for each group G and block b, x8Block = 272 bytes at (G·nb + b)·272:
-//     the eight rows' F16 scales (row l at 2l), then the block's 32 values as
-//     eight 4-byte groups g, each 32 bytes holding rows 0-7's group g (row l
-//     at 16 + 32g + 4l).
+//   - for each group G and block b, 8·bb bytes at (G·nb + b)·8·bb (bb the
+//     type's block size: x8Block = 272 for Q8_0, 144 for Q4_0): the eight
+//     rows' F16 scales (row l at 2l), then the block's quants as 4-byte
+//     groups g (eight for Q8_0, four for Q4_0), each 32 bytes holding rows
+//     0-7's group g (row l at 16 + 32g + 4l).
 //
 // One load is then 4-byte group g of all eight rows, lane l = row l (what
 // the transposition built), one VCVTPH2PS the eight scales, and a pass over
-// a run of groups reads one sequential stream. It is a layout only: every
-// kernel computes the same integers and the same roundings (canon.go), so
-// results are bit for bit those of the row-major layout.
+// a run of groups reads one sequential stream. For Q4_0, group g's bytes
+// hold values 4g to 4g+3 in their low nibbles and 4g+16 to 4g+19 in their
+// high ones, so one load gives two groups of nibbles. It is a layout only:
+// every kernel computes the same integers and the same roundings
+// (canon.go), so results are bit for bit those of the row-major layout.
 const (
 	x8Rows  = 8           // weight rows per group
-	x8Block = 8 * q8Bytes // bytes per group and block
+	x8Block = 8 * q8Bytes // bytes per group and block, Q8_0
+	x4Block = 8 * q4Bytes // bytes per group and block, Q4_0
 )
 
-// packQ8 says whether Weights repacks Q8_0 weights into the ×8 layout. It
-// is set by useAsm: on where the AVX2 multi-row kernels run (VNNI machines
-// keep GGML's layout, which their tile kernels read); tests switch it with
-// usePackQ8 to cover both layouts on any kernel set.
-var packQ8 bool
+// x8Layout says whether Weights repacks Q8_0 and Q4_0 weights into the ×8
+// layout. It is set by useAsm: on where the AVX2 multi-row kernels run (VNNI
+// machines keep GGML's layout, which their tile kernels read); tests switch
+// it with useX8Layout to cover both layouts on any kernel set.
+var x8Layout bool
 
-// usePackQ8 sets packQ8 and returns the previous value. Like useAsm it must
-// not be called while a backend is running; it affects tensors made after
-// it.
-func usePackQ8(on bool) bool {
-	old := packQ8
-	packQ8 = on
+// useX8Layout sets x8Layout and returns the previous value. Like useAsm it
+// must not be called while a backend is running; it affects tensors made
+// after it.
+func useX8Layout(on bool) bool {
+	old := x8Layout
+	x8Layout = on
 	return old
 }
 
 // x8Groups returns how many row groups rows rows take.
 func x8Groups(rows int) int { return (rows + x8Rows - 1) / x8Rows }
 
-// packX8 returns rows rows of nb Q8_0 blocks each, row r in GGML's layout
-// at row(r), in the ×8 layout, in a new allocation.
-func packX8(rows, nb int, row func(r int) []byte) []byte {
-	out := make([]byte, x8Groups(rows)*nb*x8Block)
-	packX8Rows(out, 0, rows, nb, row)
+// x8BlockBytes returns the block size of dt in GGML's layout, for the
+// types the ×8 layout takes, and 0 for the others.
+func x8BlockBytes(dt kernels.DType) int {
+	switch dt {
+	case kernels.Q8_0:
+		return q8Bytes
+	case kernels.Q4_0:
+		return q4Bytes
+	}
+	return 0
+}
+
+// packX8 returns rows rows of nb blocks of bb bytes each, row r in GGML's
+// layout at row(r), in the ×8 layout, in a new allocation.
+func packX8(rows, nb, bb int, row func(r int) []byte) []byte {
+	out := make([]byte, x8Groups(rows)*nb*8*bb)
+	packX8Rows(out, 0, rows, nb, bb, row)
 	return out
 }
 
 // packX8Rows lays rows [lo, hi) out into out, the whole tensor's ×8 bytes.
-func packX8Rows(out []byte, lo, hi, nb int, row func(r int) []byte) {
+func packX8Rows(out []byte, lo, hi, nb, bb int, row func(r int) []byte) {
+	gb := 8 * bb
 	for r := lo; r < hi; r++ {
-		src := row(r)[:nb*q8Bytes]
-		g := out[r/x8Rows*nb*x8Block:]
+		src := row(r)[:nb*bb]
+		g := out[r/x8Rows*nb*gb:]
 		l := r % x8Rows
 		for b := range nb {
-			blk, dst := src[b*q8Bytes:(b+1)*q8Bytes], g[b*x8Block:(b+1)*x8Block]
+			blk, dst := src[b*bb:(b+1)*bb], g[b*gb:(b+1)*gb]
 			dst[2*l], dst[2*l+1] = blk[0], blk[1]
-			for q := range 8 {
+			for q := range (bb - 2) / 4 {
 				binary.LittleEndian.PutUint32(dst[16+32*q+4*l:], binary.LittleEndian.Uint32(blk[2+4*q:]))
 			}
 		}
@@ -81,46 +98,55 @@ type x8PackTask struct {
 }
 
 func (p *x8PackTask) run(_, lo, hi int) {
-	packX8Rows(p.out, lo*x8Rows, min(hi*x8Rows, p.t.rows), p.t.cols/kernels.QK, p.t.rawRow)
+	packX8Rows(p.out, lo*x8Rows, min(hi*x8Rows, p.t.rows), p.t.cols/kernels.QK, x8BlockBytes(p.t.dt), p.t.rawRow)
 }
 
-// unpackX8Row writes row r of the ×8 bytes p (nb blocks a row) into dst in
-// GGML's layout.
-func unpackX8Row(dst, p []byte, nb, r int) {
-	g := p[r/x8Rows*nb*x8Block:]
+// unpackX8Row writes row r of the ×8 bytes p (nb blocks of bb bytes a row)
+// into dst in GGML's layout.
+func unpackX8Row(dst, p []byte, nb, bb, r int) {
+	gb := 8 * bb
+	g := p[r/x8Rows*nb*gb:]
 	l := r % x8Rows
 	for b := range nb {
-		src, blk := g[b*x8Block:(b+1)*x8Block], dst[b*q8Bytes:(b+1)*q8Bytes]
+		src, blk := g[b*gb:(b+1)*gb], dst[b*bb:(b+1)*bb]
 		blk[0], blk[1] = src[2*l], src[2*l+1]
-		for q := range 8 {
+		for q := range (bb - 2) / 4 {
 			copy(blk[2+4*q:2+4*q+4], src[16+32*q+4*l:16+32*q+4*l+4])
 		}
 	}
 }
 
-// convertRowX8 decodes row r of the ×8 bytes p into dst, as convertRow
-// decodes a Q8_0 row: the same products, so the same bits.
-func convertRowX8(dst []float32, p []byte, r int) {
+// convertRowX8 decodes row r of the ×8 bytes p of type dt into dst, as
+// convertRow decodes a row: the same products, so the same bits.
+func convertRowX8(dst []float32, dt kernels.DType, p []byte, r int) {
 	nb := len(dst) / kernels.QK
-	g := p[r/x8Rows*nb*x8Block:]
+	bb := x8BlockBytes(dt)
+	gb := 8 * bb
+	g := p[r/x8Rows*nb*gb:]
 	l := r % x8Rows
 	for b := range nb {
-		src := g[b*x8Block : (b+1)*x8Block]
+		src := g[b*gb : (b+1)*gb]
 		d := f16(src[2*l:])
 		out := dst[b*32 : b*32+32]
-		for q := range 8 {
+		for q := range (bb - 2) / 4 {
 			for c := range 4 {
-				out[4*q+c] = d * float32(int8(src[16+32*q+4*l+c]))
+				v := src[16+32*q+4*l+c]
+				if dt == kernels.Q8_0 {
+					out[4*q+c] = d * float32(int8(v))
+					continue
+				}
+				out[4*q+c] = d * float32(int(v&15)-8)
+				out[4*q+c+16] = d * float32(int(v>>4)-8)
 			}
 		}
 	}
 }
 
-// packWeights lays the Q8_0 tensor t out in the ×8 layout when packQ8 is
-// on, group by group across the workers; its bytes become an allocation of
-// its own, and the caller's are no longer referenced.
+// packWeights lays the Q8_0 or Q4_0 tensor t out in the ×8 layout when
+// x8Layout is on, group by group across the workers; its bytes become an
+// allocation of its own, and the caller's are no longer referenced.
 func (b *Backend) packWeights(t *Tensor) {
-	if !packQ8 || t.dt != kernels.Q8_0 || t.x8 || t.cols == 0 {
+	if !x8Layout || x8BlockBytes(t.dt) == 0 || t.x8 || t.cols == 0 {
 		return
 	}
 	groups := x8Groups(t.rows)
@@ -139,16 +165,17 @@ func (b *Backend) packWeights(t *Tensor) {
 func sliceX8(s *Tensor, r0, r1 int) *Tensor {
 	v := *s
 	v.rows = r1 - r0
-	nb := s.cols / kernels.QK
+	nb, bb := s.cols/kernels.QK, x8BlockBytes(s.dt)
 	if r0%x8Rows == 0 {
 		// The view keeps the whole last group: the kernels read groups
 		// whole, and the rows past r1 are the parent's, never written.
-		v.raw = s.raw[r0/x8Rows*nb*x8Block : x8Groups(r1)*nb*x8Block : x8Groups(r1)*nb*x8Block]
+		gb := nb * 8 * bb
+		v.raw = s.raw[r0/x8Rows*gb : x8Groups(r1)*gb : x8Groups(r1)*gb]
 		return &v
 	}
 	row := make([]byte, s.rowBytes)
-	v.raw = packX8(v.rows, nb, func(r int) []byte {
-		unpackX8Row(row, s.raw, nb, r0+r)
+	v.raw = packX8(v.rows, nb, bb, func(r int) []byte {
+		unpackX8Row(row, s.raw, nb, bb, r0+r)
 		return row
 	})
 	return &v
@@ -160,12 +187,12 @@ func (t *Tensor) groupBytes(lo, hi int) []byte {
 	if lo%x8Rows != 0 {
 		panic(fmt.Sprintf("cpu: rows [%d, %d) of a ×8 tensor do not start a group", lo, hi))
 	}
-	gb := t.cols / kernels.QK * x8Block
+	gb := t.cols / kernels.QK * 8 * x8BlockBytes(t.dt)
 	return t.raw[lo/x8Rows*gb : x8Groups(hi)*gb]
 }
 
-// dotQ8X8Go returns the dot product of row l of the ×8 group g (nb blocks)
-// with one quantized activation row: dotQ8Go's arithmetic.
+// dotQ8X8Go returns the dot product of row l of the ×8 Q8_0 group g (nb
+// blocks) with one quantized activation row: dotQ8Go's arithmetic.
 func dotQ8X8Go(g []byte, l, nb int, xq []int8, xd []float32) float32 {
 	var acc float32
 	for b := range nb {
@@ -182,16 +209,49 @@ func dotQ8X8Go(g []byte, l, nb int, xq []int8, xd []float32) float32 {
 	return acc
 }
 
-// dotQ8X8RowsN sets out[a*os+r] to the dot product of row r of the ×8
-// groups w with activation row a (laid out as for dotQ8RowsN), for r < m
-// and a < na ≤ maxRowsN. w holds the groups of the m rows, whole.
-var dotQ8X8RowsN func(w []byte, m, nb, na int, xq []int8, xd []float32, out []float32, os int)
+// dotQ4X8Go is dotQ8X8Go for a Q4_0 group: dotQ4Go's arithmetic.
+func dotQ4X8Go(g []byte, l, nb int, xq []int8, xd []float32) float32 {
+	var acc float32
+	for b := range nb {
+		blk := g[b*x4Block : (b+1)*x4Block]
+		x := xq[b*32 : b*32+32]
+		var s int32
+		for q := range 4 {
+			for c := range 4 {
+				v := blk[16+32*q+4*l+c]
+				s += (int32(v&15) - 8) * int32(x[4*q+c])
+				s += (int32(v>>4) - 8) * int32(x[4*q+c+16])
+			}
+		}
+		acc = qblock(acc, s, f16(blk[2*l:]), xd[b])
+	}
+	return acc
+}
 
-func dotQ8X8RowsNGo(w []byte, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
+// dotQ8X8RowsN sets out[a*os+r] to the dot product of row r of the ×8
+// Q8_0 groups w with activation row a (laid out as for dotQ8RowsN), for
+// r < m and a < na ≤ maxRowsN. w holds the groups of the m rows, whole.
+// dotQ4X8RowsN is the same for Q4_0 groups; it takes the rows' blockSums8
+// xc as dotQ4RowsN does.
+var (
+	dotQ8X8RowsN func(w []byte, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int)
+	dotQ4X8RowsN func(w []byte, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int)
+)
+
+func dotQ8X8RowsNGo(w []byte, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
+	rowsX8Go(dotQ8X8Go, x8Block, w, m, nb, na, xq, xd, out, os)
+}
+
+func dotQ4X8RowsNGo(w []byte, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
+	rowsX8Go(dotQ4X8Go, x4Block, w, m, nb, na, xq, xd, out, os)
+}
+
+func rowsX8Go(dot func([]byte, int, int, []int8, []float32) float32, blockBytes int,
+	w []byte, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
 	for a := range na {
 		x, d := xq[a*nb*32:(a+1)*nb*32], xd[a*nb:(a+1)*nb]
 		for r := range m {
-			out[a*os+r] = dotQ8X8Go(w[r/x8Rows*nb*x8Block:], r%x8Rows, nb, x, d)
+			out[a*os+r] = dot(w[r/x8Rows*nb*blockBytes:], r%x8Rows, nb, x, d)
 		}
 	}
 }

@@ -9,12 +9,15 @@ import (
 	"github.com/specgate/specgate/kernels"
 )
 
-// randQ8Rows returns m random Q8_0 rows of nb blocks in GGML's layout, and
+// x8Types are the weight types the ×8 layout takes.
+var x8Types = []kernels.DType{kernels.Q8_0, kernels.Q4_0}
+
+// randX8Rows returns m random rows of dt of nb blocks in GGML's layout, and
 // the same rows in the ×8 layout.
-func randQ8Rows(r *rand.Rand, m, nb int, extreme bool) (rows, x8 []byte) {
-	rows = randBlocks(r, kernels.Q8_0, m*nb, extreme)
-	rb := nb * q8Bytes
-	return rows, packX8(m, nb, func(i int) []byte { return rows[i*rb : (i+1)*rb] })
+func randX8Rows(r *rand.Rand, dt kernels.DType, m, nb int, extreme bool) (rows, x8 []byte) {
+	rows = randBlocks(r, dt, m*nb, extreme)
+	bb := x8BlockBytes(dt)
+	return rows, packX8(m, nb, bb, func(i int) []byte { return rows[i*nb*bb : (i+1)*nb*bb] })
 }
 
 // randQ8Act returns na quantized activation rows of nb blocks.
@@ -36,31 +39,34 @@ func randQ8Act(r *rand.Rand, na, nb int, extreme bool) ([]int8, []float32) {
 func TestX8Layout(t *testing.T) {
 	initTables()
 	r := rand.New(rand.NewPCG(3, 4))
-	for _, m := range []int{1, 7, 8, 9, 17} {
-		for _, nb := range []int{1, 3} {
-			rows, x8 := randQ8Rows(r, m, nb, false)
-			if len(x8) != x8Groups(m)*nb*x8Block {
-				t.Fatalf("m=%d nb=%d: %d bytes packed", m, nb, len(x8))
-			}
-			rb := nb * q8Bytes
-			back := make([]byte, rb)
-			want, have := make([]float32, nb*32), make([]float32, nb*32)
-			for i := range m {
-				unpackX8Row(back, x8, nb, i)
-				if !slices.Equal(back, rows[i*rb:(i+1)*rb]) {
-					t.Fatalf("m=%d nb=%d: row %d does not unpack to itself", m, nb, i)
+	for _, dt := range x8Types {
+		bb := x8BlockBytes(dt)
+		for _, m := range []int{1, 7, 8, 9, 17} {
+			for _, nb := range []int{1, 3} {
+				rows, x8 := randX8Rows(r, dt, m, nb, false)
+				if len(x8) != x8Groups(m)*nb*8*bb {
+					t.Fatalf("%v m=%d nb=%d: %d bytes packed", dt, m, nb, len(x8))
 				}
-				convertRow(want, kernels.Q8_0, rows[i*rb:(i+1)*rb])
-				convertRowX8(have, x8, i)
-				if !slices.Equal(have, want) {
-					t.Fatalf("m=%d nb=%d: row %d converts differently", m, nb, i)
+				rb := nb * bb
+				back := make([]byte, rb)
+				want, have := make([]float32, nb*32), make([]float32, nb*32)
+				for i := range m {
+					unpackX8Row(back, x8, nb, bb, i)
+					if !slices.Equal(back, rows[i*rb:(i+1)*rb]) {
+						t.Fatalf("%v m=%d nb=%d: row %d does not unpack to itself", dt, m, nb, i)
+					}
+					convertRow(want, dt, rows[i*rb:(i+1)*rb])
+					convertRowX8(have, dt, x8, i)
+					if !slices.Equal(have, want) {
+						t.Fatalf("%v m=%d nb=%d: row %d converts differently", dt, m, nb, i)
+					}
 				}
-			}
-			// Padding rows are zeros, scales included.
-			for i := m; i < x8Groups(m)*x8Rows; i++ {
-				unpackX8Row(back, x8, nb, i)
-				if slices.ContainsFunc(back, func(c byte) bool { return c != 0 }) {
-					t.Fatalf("m=%d nb=%d: padding row %d is not zero", m, nb, i)
+				// Padding rows are zeros, scales included.
+				for i := m; i < x8Groups(m)*x8Rows; i++ {
+					unpackX8Row(back, x8, nb, bb, i)
+					if slices.ContainsFunc(back, func(c byte) bool { return c != 0 }) {
+						t.Fatalf("%v m=%d nb=%d: padding row %d is not zero", dt, m, nb, i)
+					}
 				}
 			}
 		}
@@ -75,37 +81,39 @@ func TestX8Kernels(t *testing.T) {
 	initTables()
 	defer useAsm(true)
 	r := rand.New(rand.NewPCG(11, 12))
-	for _, nb := range []int{0, 1, 2, 3, 5, 24, 97} {
-		for _, m := range []int{1, 2, 7, 8, 9, 15, 16, 17, 24, 31, 64} {
-			for _, mode := range []string{"random", "extreme"} {
-				rows, x8 := randQ8Rows(r, m, nb, mode == "extreme")
-				xq, xd := randQ8Act(r, maxRowsN, nb, mode == "extreme")
-				for na := 1; na <= maxRowsN; na++ {
-					os := m + r.IntN(3)
-					want := make([]float32, na*os)
-					for i := range want {
-						want[i] = 7
-					}
-					dotQ8RowsNGo(rows, nb*q8Bytes, m, nb, na, xq, xd, nil, want, os)
-					kerns := []struct {
-						name string
-						f    func([]byte, int, int, int, []int8, []float32, []float32, int)
-					}{{"go", dotQ8X8RowsNGo}}
+	type rowsN func([]byte, int, int, int, []int8, []float32, []int32, []float32, int)
+	for _, dt := range x8Types {
+		ref := map[kernels.DType]func([]byte, int, int, int, int, []int8, []float32, []int32, []float32, int){
+			kernels.Q8_0: dotQ8RowsNGo, kernels.Q4_0: dotQ4RowsNGo}[dt]
+		goX8 := map[kernels.DType]rowsN{kernels.Q8_0: dotQ8X8RowsNGo, kernels.Q4_0: dotQ4X8RowsNGo}[dt]
+		for _, nb := range []int{0, 1, 2, 3, 5, 24, 97} {
+			for _, m := range []int{1, 2, 7, 8, 9, 15, 16, 17, 24, 31, 64} {
+				for _, mode := range []string{"random", "extreme"} {
+					rows, x8 := randX8Rows(r, dt, m, nb, mode == "extreme")
+					xq, xd := randQ8Act(r, maxRowsN, nb, mode == "extreme")
+					xc := make([]int32, maxRowsN*nb)
+					blockSums8(xc, xq)
+					kerns := map[string]rowsN{"go": goX8}
 					if useAsm(true) {
-						kerns = append(kerns, struct {
-							name string
-							f    func([]byte, int, int, int, []int8, []float32, []float32, int)
-						}{"asm", dotQ8X8RowsN})
+						kerns["asm"] = map[kernels.DType]rowsN{kernels.Q8_0: dotQ8X8RowsN, kernels.Q4_0: dotQ4X8RowsN}[dt]
 					}
-					for _, k := range kerns {
-						have := make([]float32, na*os)
-						for i := range have {
-							have[i] = 7
+					for na := 1; na <= maxRowsN; na++ {
+						os := m + r.IntN(3)
+						want := make([]float32, na*os)
+						for i := range want {
+							want[i] = 7
 						}
-						k.f(x8, m, nb, na, xq, xd, have, os)
-						for i := range have {
-							if !sameBits(have[i], want[i]) {
-								t.Fatalf("%s nb=%d m=%d na=%d %s: out[%d][%d] = %g; want %g", k.name, nb, m, na, mode, i/os, i%os, have[i], want[i])
+						ref(rows, nb*x8BlockBytes(dt), m, nb, na, xq, xd, xc, want, os)
+						for name, k := range kerns {
+							have := make([]float32, na*os)
+							for i := range have {
+								have[i] = 7
+							}
+							k(x8, m, nb, na, xq, xd, xc, have, os)
+							for i := range have {
+								if !sameBits(have[i], want[i]) {
+									t.Fatalf("%v %s nb=%d m=%d na=%d %s: out[%d][%d] = %g; want %g", dt, name, nb, m, na, mode, i/os, i%os, have[i], want[i])
+								}
 							}
 						}
 					}
@@ -115,7 +123,7 @@ func TestX8Kernels(t *testing.T) {
 	}
 }
 
-// TestPackedMatchesUnpacked runs the backend's ops on the same Q8_0 weights
+// TestPackedMatchesUnpacked runs the backend's ops on the same weights
 // in both layouts, on every kernel set: MatMul (every batch from 1 to past
 // the tiled one, several thread counts), MatMulMany, Gather, RMSNorm and
 // Slice (on and off a group boundary) give the same bits.
@@ -135,87 +143,89 @@ func TestPackedMatchesUnpacked(t *testing.T) {
 		}
 		for _, threads := range []int{1, 3} {
 			for _, shape := range shapes {
-				t.Run(fmt.Sprintf("%s/threads=%d/%dx%d", kset.name, threads, shape.m, shape.k), func(t *testing.T) {
-					m, k := shape.m, shape.k
-					data, err := kernels.Quantize(kernels.Q8_0, randVals(r, m*k, 0.5))
-					if err != nil {
-						t.Fatal(err)
-					}
-					kset.set()
-					b := open(t, threads)
-					var ws [2]kernels.Tensor
-					for i, on := range []bool{false, true} {
-						usePackQ8(on)
-						if ws[i], err = b.Weights(kernels.Q8_0, m, k, data); err != nil {
+				for _, dt := range x8Types {
+					t.Run(fmt.Sprintf("%v/%s/threads=%d/%dx%d", dt, kset.name, threads, shape.m, shape.k), func(t *testing.T) {
+						m, k := shape.m, shape.k
+						data, err := kernels.Quantize(dt, randVals(r, m*k, 0.5))
+						if err != nil {
 							t.Fatal(err)
 						}
-						if ws[i].(*Tensor).x8 != on {
-							t.Fatalf("packQ8=%v: tensor x8=%v", on, ws[i].(*Tensor).x8)
+						kset.set()
+						b := open(t, threads)
+						var ws [2]kernels.Tensor
+						for i, on := range []bool{false, true} {
+							useX8Layout(on)
+							if ws[i], err = b.Weights(dt, m, k, data); err != nil {
+								t.Fatal(err)
+							}
+							if ws[i].(*Tensor).x8 != on {
+								t.Fatalf("x8Layout=%v: tensor x8=%v", on, ws[i].(*Tensor).x8)
+							}
 						}
-					}
-					kset.set()
-					same := func(what string, f func(w kernels.Tensor) []float32) {
-						t.Helper()
-						if want, have := f(ws[0]), f(ws[1]); !slices.Equal(have, want) {
-							t.Errorf("%s: the ×8 layout's result differs", what)
+						kset.set()
+						same := func(what string, f func(w kernels.Tensor) []float32) {
+							t.Helper()
+							if want, have := f(ws[0]), f(ws[1]); !slices.Equal(have, want) {
+								t.Errorf("%s: the ×8 layout's result differs", what)
+							}
 						}
-					}
-					for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33, 40} {
-						xs := randVals(r, n*k, 2)
-						mm := func(w kernels.Tensor) []float32 {
-							rows, _ := w.Dims()
-							x, d := b.Alloc(n, k), b.Alloc(n, rows)
-							b.Upload(x, xs)
-							b.MatMul(d, x, w)
-							out := make([]float32, n*rows)
+						for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33, 40} {
+							xs := randVals(r, n*k, 2)
+							mm := func(w kernels.Tensor) []float32 {
+								rows, _ := w.Dims()
+								x, d := b.Alloc(n, k), b.Alloc(n, rows)
+								b.Upload(x, xs)
+								b.MatMul(d, x, w)
+								out := make([]float32, n*rows)
+								b.Download(out, d)
+								return out
+							}
+							same(fmt.Sprintf("MatMul n=%d", n), mm)
+							for _, sl := range [][2]int{{0, m}, {8, m}, {3, m}, {0, min(5, m)}, {m - 1, m}} {
+								if sl[0] >= sl[1] {
+									continue
+								}
+								same(fmt.Sprintf("MatMul n=%d of Slice %v", n, sl), func(w kernels.Tensor) []float32 {
+									return mm(b.Slice(w, sl[0], sl[1]))
+								})
+							}
+							if m%8 == 0 {
+								same(fmt.Sprintf("MatMulMany n=%d", n), func(w kernels.Tensor) []float32 {
+									x, d1, d2 := b.Alloc(n, k), b.Alloc(n, m), b.Alloc(n, 8)
+									b.Upload(x, xs)
+									b.MatMulMany([]kernels.Tensor{d1, d2}, x, []kernels.Tensor{w, b.Slice(w, 0, 8)})
+									out := make([]float32, n*(m+8))
+									b.Download(out[:n*m], d1)
+									b.Download(out[n*m:], d2)
+									return out
+								})
+							}
+						}
+						ids := []int32{0, int32(m - 1), int32(m / 2), 3 % int32(m), 0}
+						same("Gather", func(w kernels.Tensor) []float32 {
+							d := b.Alloc(len(ids), k)
+							b.Gather(d, w, ids)
+							out := make([]float32, len(ids)*k)
 							b.Download(out, d)
 							return out
-						}
-						same(fmt.Sprintf("MatMul n=%d", n), mm)
-						for _, sl := range [][2]int{{0, m}, {8, m}, {3, m}, {0, min(5, m)}, {m - 1, m}} {
-							if sl[0] >= sl[1] {
-								continue
-							}
-							same(fmt.Sprintf("MatMul n=%d of Slice %v", n, sl), func(w kernels.Tensor) []float32 {
-								return mm(b.Slice(w, sl[0], sl[1]))
-							})
-						}
-						if m%8 == 0 {
-							same(fmt.Sprintf("MatMulMany n=%d", n), func(w kernels.Tensor) []float32 {
-								x, d1, d2 := b.Alloc(n, k), b.Alloc(n, m), b.Alloc(n, 8)
-								b.Upload(x, xs)
-								b.MatMulMany([]kernels.Tensor{d1, d2}, x, []kernels.Tensor{w, b.Slice(w, 0, 8)})
-								out := make([]float32, n*(m+8))
-								b.Download(out[:n*m], d1)
-								b.Download(out[n*m:], d2)
-								return out
-							})
-						}
-					}
-					ids := []int32{0, int32(m - 1), int32(m / 2), 3 % int32(m), 0}
-					same("Gather", func(w kernels.Tensor) []float32 {
-						d := b.Alloc(len(ids), k)
-						b.Gather(d, w, ids)
-						out := make([]float32, len(ids)*k)
-						b.Download(out, d)
-						return out
+						})
+						same("Gather of an unaligned Slice", func(w kernels.Tensor) []float32 {
+							d := b.Alloc(2, k)
+							b.Gather(d, b.Slice(w, 1, m), []int32{0, int32(m - 2)})
+							out := make([]float32, 2*k)
+							b.Download(out, d)
+							return out
+						})
+						same("RMSNorm", func(w kernels.Tensor) []float32 {
+							x := b.Alloc(2, k)
+							b.Upload(x, randVals(rand.New(rand.NewPCG(1, 1)), 2*k, 1))
+							b.RMSNorm(x, x, b.Slice(w, m-1, m), 1e-5)
+							out := make([]float32, 2*k)
+							b.Download(out, x)
+							return out
+						})
 					})
-					same("Gather of an unaligned Slice", func(w kernels.Tensor) []float32 {
-						d := b.Alloc(2, k)
-						b.Gather(d, b.Slice(w, 1, m), []int32{0, int32(m - 2)})
-						out := make([]float32, 2*k)
-						b.Download(out, d)
-						return out
-					})
-					same("RMSNorm", func(w kernels.Tensor) []float32 {
-						x := b.Alloc(2, k)
-						b.Upload(x, randVals(rand.New(rand.NewPCG(1, 1)), 2*k, 1))
-						b.RMSNorm(x, x, b.Slice(w, m-1, m), 1e-5)
-						out := make([]float32, 2*k)
-						b.Download(out, x)
-						return out
-					})
-				})
+				}
 			}
 		}
 	}

@@ -1,0 +1,277 @@
+//go:build amd64 && !noasm
+
+#include "textflag.h"
+
+// The multi-row kernel for Q4_0 weights in the ×8 layout (pack.go): one to
+// four activation rows against runs of eight-row groups. A group's block is
+// 144 bytes: the eight F16 scales, then four 32-byte vectors h, row l's
+// bytes 4h to 4h+3 at 16 + 32h + 4l, whose low nibbles are values 4h to
+// 4h+3 and high nibbles values 4h+16 to 4h+19. One load, a shift and two
+// masks give two 4-byte groups of the eight rows' nibbles (the values plus
+// 8, unsigned), lane l = row l; each activation row's group, broadcast,
+// meets them in one VPMADDUBSW and VPADDW: no signs move, and a group's
+// pairs (at most 2·15·127) add up over the block's eight groups in int16.
+// The sums are widened, the activation row's 8·Σx over the block (xc, from
+// blockSums8) taken off, and the result scaled and fused into the row's
+// accumulator as canon.go defines.
+//
+// Registers: Y0-Y3 activation row a's int16 block sums, Y8-Y11 its results;
+// Y12 and Y13 a vector's low and high nibbles (Y12 later the rows' scales),
+// Y14 scratch, Y15 bytes of 0x0F, Y4 int16 ones. SI walks the weight blocks,
+// group after group; DI is activation row 0's current block, the rows R13
+// bytes apart (R14 = 3·R13); DX row 0's scale and R9 its correction, the
+// rows' AX bytes apart (BX = 3·AX); CX the blocks left, R11 the groups left,
+// R12 the group's results for row 0, the rows R8 bytes apart.
+
+// Q4PFD is how far ahead Q4PF asks for weights: four blocks, as for Q8_0.
+#define Q4PFD 576
+
+#define Q4PF \
+	PREFETCHT0 Q4PFD(SI) \
+	PREFETCHT0 Q4PFD+64(SI) \
+	PREFETCHT0 Q4PFD+128(SI)
+
+// Q4W loads vector h of the block: groups h (Y12) and h+4 (Y13).
+#define Q4W(h) \
+	VMOVDQU 16+h*32(SI), Y12 \
+	VPSRLW  $4, Y12, Y13 \
+	VPAND   Y15, Y12, Y12 \
+	VPAND   Y15, Y13, Y13
+
+// Q4F sets the sums S to the nibbles N times the activation group at x;
+// Q4N adds it.
+#define Q4F(x, N, S) \
+	VPBROADCASTD x, Y14 \
+	VPMADDUBSW   Y14, N, S
+
+#define Q4N(x, N, S) \
+	VPBROADCASTD x, Y14 \
+	VPMADDUBSW   Y14, N, Y14 \
+	VPADDW       Y14, S, S
+
+// Q4S widens row a's sums S, takes off its correction at xc, and fuses
+// them, times the rows' d_w (Y12) times its scale at xd, into R.
+#define Q4S(xd, xc, S, R) \
+	VPMADDWD     Y4, S, S \
+	VPBROADCASTD xc, Y14 \
+	VPSUBD       Y14, S, S \
+	VCVTDQ2PS    S, S \
+	VBROADCASTSS xd, Y14 \
+	VMULPS       Y14, Y12, Y14 \
+	VFMADD231PS  Y14, S, R
+
+#define Q4F1(h) \
+	Q4F(h*4(DI), Y12, Y0) \
+	Q4N(16+h*4(DI), Y13, Y0)
+
+#define Q4F2(h) \
+	Q4F1(h) \
+	Q4F(h*4(DI)(R13*1), Y12, Y1) \
+	Q4N(16+h*4(DI)(R13*1), Y13, Y1)
+
+#define Q4F3(h) \
+	Q4F2(h) \
+	Q4F(h*4(DI)(R13*2), Y12, Y2) \
+	Q4N(16+h*4(DI)(R13*2), Y13, Y2)
+
+#define Q4F4(h) \
+	Q4F3(h) \
+	Q4F(h*4(DI)(R14*1), Y12, Y3) \
+	Q4N(16+h*4(DI)(R14*1), Y13, Y3)
+
+#define Q4N1(h) \
+	Q4N(h*4(DI), Y12, Y0) \
+	Q4N(16+h*4(DI), Y13, Y0)
+
+#define Q4N2(h) \
+	Q4N1(h) \
+	Q4N(h*4(DI)(R13*1), Y12, Y1) \
+	Q4N(16+h*4(DI)(R13*1), Y13, Y1)
+
+#define Q4N3(h) \
+	Q4N2(h) \
+	Q4N(h*4(DI)(R13*2), Y12, Y2) \
+	Q4N(16+h*4(DI)(R13*2), Y13, Y2)
+
+#define Q4N4(h) \
+	Q4N3(h) \
+	Q4N(h*4(DI)(R14*1), Y12, Y3) \
+	Q4N(16+h*4(DI)(R14*1), Y13, Y3)
+
+#define Q4S1 \
+	Q4S((DX), (R9), Y0, Y8)
+
+#define Q4S2 \
+	Q4S1 \
+	Q4S((DX)(AX*1), (R9)(AX*1), Y1, Y9)
+
+#define Q4S3 \
+	Q4S2 \
+	Q4S((DX)(AX*2), (R9)(AX*2), Y2, Y10)
+
+#define Q4S4 \
+	Q4S3 \
+	Q4S((DX)(BX*1), (R9)(BX*1), Y3, Y11)
+
+#define Q4ST1 \
+	VMOVUPS Y8, (R10) \
+	ADDQ    R8, R10
+
+#define Q4ST2 \
+	Q4ST1 \
+	VMOVUPS Y9, (R10) \
+	ADDQ    R8, R10
+
+#define Q4ST3 \
+	Q4ST2 \
+	VMOVUPS Y10, (R10) \
+	ADDQ    R8, R10
+
+#define Q4ST4 \
+	Q4ST3 \
+	VMOVUPS Y11, (R10) \
+	ADDQ    R8, R10
+
+// Q4GROUP starts a group: the activations' first block, the results +0.
+#define Q4GROUP \
+	MOVQ   xq+8(FP), DI \
+	MOVQ   xd+24(FP), DX \
+	MOVQ   xc+32(FP), R9 \
+	MOVQ   nb+40(FP), CX \
+	VXORPS Y8, Y8, Y8 \
+	VXORPS Y9, Y9, Y9 \
+	VXORPS Y10, Y10, Y10 \
+	VXORPS Y11, Y11, Y11
+
+#define Q4NEXT(label) \
+	ADDQ $144, SI \
+	ADDQ $32, DI \
+	ADDQ $4, DX \
+	ADDQ $4, R9 \
+	DECQ CX \
+	JNZ  label
+
+#define Q4NEXTGROUP(label) \
+	ADDQ $32, R12 \
+	DECQ R11 \
+	JNZ  label
+
+// func dotQ4X8AVX(w *byte, xq *int8, xs int, xd *float32, xc *int32, nb int, out *float32, os int, ngroups, na int)
+// out[a·os/4 + 8G + l] = the dot product of row l of ×8 Q4_0 group G (the
+// groups back to back from w, nb blocks each) with activation row a (rows
+// xs bytes apart, their scales and corrections nb·4 bytes apart), for
+// G < ngroups and a < na; nb ≥ 1, ngroups ≥ 1, 1 ≤ na ≤ 4.
+TEXT ·dotQ4X8AVX(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), SI
+	MOVQ         xs+16(FP), R13
+	LEAQ         (R13)(R13*2), R14
+	MOVQ         nb+40(FP), AX
+	SHLQ         $2, AX
+	LEAQ         (AX)(AX*2), BX
+	MOVQ         out+48(FP), R12
+	MOVQ         os+56(FP), R8
+	MOVQ         ngroups+64(FP), R11
+	VPCMPEQW     Y4, Y4, Y4
+	VPSRLW       $15, Y4, Y4
+	MOVL         $0x0f0f0f0f, R10
+	VMOVD        R10, X15
+	VPBROADCASTD X15, Y15
+	MOVQ         na+72(FP), R10
+	CMPQ         R10, $2
+	JL           q4x8n1group
+	JE           q4x8n2group
+	CMPQ         R10, $3
+	JE           q4x8n3group
+	JMP          q4x8n4group
+
+q4x8n1group:
+	Q4GROUP
+
+q4x8n1block:
+	Q4PF
+	Q4W(0)
+	Q4F1(0)
+	Q4W(1)
+	Q4N1(1)
+	Q4W(2)
+	Q4N1(2)
+	Q4W(3)
+	Q4N1(3)
+	VCVTPH2PS (SI), Y12
+	Q4S1
+	Q4NEXT(q4x8n1block)
+
+	MOVQ R12, R10
+	Q4ST1
+	Q4NEXTGROUP(q4x8n1group)
+	VZEROUPPER
+	RET
+
+q4x8n2group:
+	Q4GROUP
+
+q4x8n2block:
+	Q4PF
+	Q4W(0)
+	Q4F2(0)
+	Q4W(1)
+	Q4N2(1)
+	Q4W(2)
+	Q4N2(2)
+	Q4W(3)
+	Q4N2(3)
+	VCVTPH2PS (SI), Y12
+	Q4S2
+	Q4NEXT(q4x8n2block)
+
+	MOVQ R12, R10
+	Q4ST2
+	Q4NEXTGROUP(q4x8n2group)
+	VZEROUPPER
+	RET
+
+q4x8n3group:
+	Q4GROUP
+
+q4x8n3block:
+	Q4PF
+	Q4W(0)
+	Q4F3(0)
+	Q4W(1)
+	Q4N3(1)
+	Q4W(2)
+	Q4N3(2)
+	Q4W(3)
+	Q4N3(3)
+	VCVTPH2PS (SI), Y12
+	Q4S3
+	Q4NEXT(q4x8n3block)
+
+	MOVQ R12, R10
+	Q4ST3
+	Q4NEXTGROUP(q4x8n3group)
+	VZEROUPPER
+	RET
+
+q4x8n4group:
+	Q4GROUP
+
+q4x8n4block:
+	Q4PF
+	Q4W(0)
+	Q4F4(0)
+	Q4W(1)
+	Q4N4(1)
+	Q4W(2)
+	Q4N4(2)
+	Q4W(3)
+	Q4N4(3)
+	VCVTPH2PS (SI), Y12
+	Q4S4
+	Q4NEXT(q4x8n4block)
+
+	MOVQ R12, R10
+	Q4ST4
+	Q4NEXTGROUP(q4x8n4group)
+	VZEROUPPER
+	RET
