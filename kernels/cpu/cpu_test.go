@@ -47,9 +47,9 @@ func TestConformance(t *testing.T) {
 		useTiles(tilesGo)
 		kernelstest.Run(t, open(t, 2))
 	})
-	// Q8_0 weights in the layout the default does not use: GGML's rows
+	// Q8_0 and Q4_0 weights in the layout the default does not use: GGML's rows
 	// under the assembly, the ×8 groups under the Go kernels.
-	t.Run("other_q8_layout", func(t *testing.T) {
+	t.Run("other_layout", func(t *testing.T) {
 		defer useAsm(true)
 		useAsm(true)
 		useX8Layout(!x8Layout)
@@ -72,8 +72,8 @@ func TestBatchInvariance(t *testing.T) {
 		{"go_kernels", func() { useAsm(false) }},
 		{"no_tiles", func() { useAsm(true); useTiles(tilesOff) }},
 		{"go_tiles", func() { useAsm(false); useTiles(tilesGo) }},
-		{"asm_other_q8_layout", func() { useAsm(true); useX8Layout(!x8Layout) }},
-		{"go_other_q8_layout", func() { useAsm(false); useX8Layout(!x8Layout) }},
+		{"asm_other_layout", func() { useAsm(true); useX8Layout(!x8Layout) }},
+		{"go_other_layout", func() { useAsm(false); useX8Layout(!x8Layout) }},
 	}
 	defer useAsm(true)
 	for _, m := range modes {
