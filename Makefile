@@ -102,7 +102,7 @@ bench: build
 	$(GO) test -run=NONE -bench=Spec -benchtime=$(BENCHTIME) ./engine/spec
 	$(GO) test -run=NONE -bench=. -benchtime=5x ./engine/guided
 	$(GO) test -run=NONE -bench=. -benchtime=200x ./prefixcache
-	$(GO) test -run=NONE -bench='DeltaOverhead|IdleConnMemory' -benchtime=1x ./gateway/loadgen
+	$(GO) test -run=NONE -bench='DeltaOverhead|DeltaFloor|IdleConnMemory' -benchtime=1x ./gateway/loadgen
 	$(GO) test -run=NONE -bench='DeltaLatency|Engines' -benchtime=3x ./cluster
 	$(GO) test -run=NONE -bench=RedisStreams -benchtime=1x ./cluster
 
