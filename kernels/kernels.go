@@ -120,6 +120,16 @@ type Tensor interface {
 	Dims() (rows, cols int)
 }
 
+// DataOwner is implemented by weight tensors that may hold a copy of the
+// bytes Backend.Weights was given (laid out anew, or in device memory)
+// instead of those bytes. OwnsData reports whether this one does: the
+// caller may then let the pages of its bytes go (a model file's mapping,
+// where keeping them would count every such weight twice in the process's
+// memory).
+type DataOwner interface {
+	OwnsData() bool
+}
+
 // RoPE describes a rotary position embedding.
 type RoPE struct {
 	// HeadDim is the width of one head; Dims (≤ HeadDim) of its elements

@@ -45,6 +45,9 @@ type Tensor struct {
 	raw      []byte
 	rowBytes int
 	x8       bool
+	// owned says the tensor's bytes are its own copy, not the slice
+	// Weights was given (kernels.DataOwner).
+	owned bool
 	// readOnly marks weights: their memory belongs to the caller (often a
 	// read-only mapping of the model file) and must never be written.
 	readOnly bool
@@ -64,6 +67,13 @@ func (t *Tensor) Dims() (rows, cols int) { return t.rows, t.cols }
 func (t *Tensor) F32() []float32 { return t.f32 }
 
 func (t *Tensor) row(r int) []float32 { return t.f32[r*t.cols : (r+1)*t.cols] }
+
+// OwnsData reports whether Weights copied the tensor's bytes (the ×8
+// layout, or F32 data that was not aligned), so the caller's are no longer
+// referenced (kernels.DataOwner).
+func (t *Tensor) OwnsData() bool { return t.owned }
+
+var _ kernels.DataOwner = (*Tensor)(nil)
 
 // rawRow returns stored row r; t must not be in the ×8 layout.
 func (t *Tensor) rawRow(r int) []byte { return t.raw[r*t.rowBytes : (r+1)*t.rowBytes] }
@@ -242,6 +252,7 @@ func (b *Backend) Weights(dt kernels.DType, rows, cols int, data []byte) (kernel
 	if err := kernels.Dequantize(kernels.F32, data, t.f32); err != nil {
 		return nil, err
 	}
+	t.owned = true
 	return t, nil
 }
 

@@ -156,7 +156,7 @@ func (b *Backend) packWeights(t *Tensor) {
 	} else {
 		b.pool.run(p, groups, max(1, groups/(4*b.threads)))
 	}
-	t.raw, t.x8 = p.out, true
+	t.raw, t.x8, t.owned = p.out, true, true
 }
 
 // sliceX8 returns rows [r0, r1) of the ×8 tensor s: a view of its groups

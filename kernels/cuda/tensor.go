@@ -43,6 +43,12 @@ func (t *Tensor) DType() kernels.DType { return t.dt }
 // Dims returns (rows, cols).
 func (t *Tensor) Dims() (rows, cols int) { return t.rows, t.cols }
 
+// OwnsData reports true: a tensor lives in device memory, so the host
+// bytes a weight was made from are not retained (kernels.DataOwner).
+func (t *Tensor) OwnsData() bool { return true }
+
+var _ kernels.DataOwner = (*Tensor)(nil)
+
 // allocation is one device allocation; a cleanup hands it back to the
 // backend's pool when no tensor refers to it any more.
 type allocation struct{ ptr cu.DevicePtr }

@@ -221,6 +221,21 @@ func (f *File) Data(t TensorInfo) []byte {
 	return f.data[t.Offset:end:end]
 }
 
+// Release tells the file that t's data will not be read again soon: a
+// backend that keeps its own copy of a weight (kernels.DataOwner) has made
+// it. Where the file is mapped, the whole pages of t's data leave the
+// process's memory; reading them later (Data stays valid) maps them back
+// from the file. Elsewhere it does nothing.
+func (f *File) Release(t TensorInfo) error {
+	if f.unmap == nil {
+		return nil
+	}
+	if err := releasePages(f.Data(t)); err != nil {
+		return fmt.Errorf("gguf: release %s: %w", t.Name, err)
+	}
+	return nil
+}
+
 // Bytes returns the whole file, a view like Data.
 func (f *File) Bytes() []byte { return f.data }
 

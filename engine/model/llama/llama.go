@@ -351,6 +351,15 @@ func (l *loader) get(name string, rows, cols int, optional bool) kernels.Tensor 
 		l.err = fmt.Errorf("llama: tensor %s: %w", name, err)
 		return nil
 	}
+	// A backend that laid the weight out anew keeps none of the file's
+	// pages; without this, every such weight would count twice in the
+	// process's memory (its copy, and the mapped pages read to make it).
+	if o, ok := t.(kernels.DataOwner); ok && o.OwnsData() {
+		if err := l.f.Release(ti); err != nil {
+			l.err = fmt.Errorf("llama: tensor %s: %w", name, err)
+			return nil
+		}
+	}
 	l.cfg.Params += int64(rows * cols)
 	// The embedding lookup reads one row per token; everything else is
 	// read in full by every forward pass.
