@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -26,6 +27,7 @@ type authenticator struct {
 	audience string
 	leeway   time.Duration
 	now      func() time.Time
+	log      *slog.Logger
 }
 
 // verify checks a token and returns the identity it names, or an *Error
@@ -61,6 +63,7 @@ func (a *authenticator) verify(ctx context.Context, token string) (Identity, *Er
 		return unauth(ReasonUnknownKid, "unknown kid")
 	}
 	if err != nil {
+		a.log.Warn("gateway: cannot read tenant keys", "kid", kid, "err", err)
 		return Identity{}, unavailable("cannot read tenant keys")
 	}
 	if alg != key.Alg {

@@ -179,7 +179,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	lim := ident.Tenant.Limits.MaxConnections
 	ok, err := s.limiter.Acquire(ctx, ident.Tenant.ID, tenants.LeaseConnections, c.id, lim, s.o.LeaseTTL)
 	if err != nil {
-		c.refuse(unavailable("cannot reach the rate limiter"), CloseTryAgainLater)
+		c.refuse(s.down("cannot reach the rate limiter", err), CloseTryAgainLater)
 		return
 	}
 	if !ok {
@@ -337,12 +337,12 @@ func (c *client) handle(f ClientFrame) {
 	case TypeSessionCreate:
 		v, err := c.s.sessions.Create(ctx, t, u, f.Title)
 		if err != nil {
-			fail(unavailable("cannot store the session"), "")
+			fail(c.s.down("cannot store the session", err), "")
 			return
 		}
 		if f.System != nil || f.Params != nil {
 			if err := c.s.sessions.Update(ctx, t, u, v.ID, SessionUpdate{System: f.System, Params: f.Params}); err != nil {
-				fail(storeError(err), "")
+				fail(c.s.storeError(err), "")
 				return
 			}
 			if f.System != nil {
@@ -356,7 +356,7 @@ func (c *client) handle(f ClientFrame) {
 	case TypeSessionGet:
 		v, err := c.s.sessions.Get(ctx, t, u, f.Session)
 		if err != nil {
-			fail(storeError(err), "")
+			fail(c.s.storeError(err), "")
 			return
 		}
 		c.markLive(f.Session)
@@ -364,24 +364,24 @@ func (c *client) handle(f ClientFrame) {
 	case TypeSessionList:
 		list, err := c.s.sessions.List(ctx, t, u, f.Limit)
 		if err != nil {
-			fail(storeError(err), "")
+			fail(c.s.storeError(err), "")
 			return
 		}
 		c.conn.Send(ServerFrame{Type: TypeSessions, Sessions: list})
 	case TypeSessionRename:
 		if err := c.s.sessions.Update(ctx, t, u, f.Session, SessionUpdate{Title: &f.Title}); err != nil {
-			fail(storeError(err), "")
+			fail(c.s.storeError(err), "")
 			return
 		}
 		v, err := c.s.sessions.Get(ctx, t, u, f.Session)
 		if err != nil {
-			fail(storeError(err), "")
+			fail(c.s.storeError(err), "")
 			return
 		}
 		c.conn.Send(ServerFrame{Type: TypeSession, Session: v})
 	case TypeSessionDelete:
 		if err := c.s.sessions.Delete(ctx, t, u, f.Session); err != nil {
-			fail(storeError(err), "")
+			fail(c.s.storeError(err), "")
 			return
 		}
 		c.conn.Send(ServerFrame{Type: TypeDeleted, SessionID: f.Session})
@@ -415,8 +415,10 @@ func (c *client) handle(f ClientFrame) {
 	}
 }
 
-// storeError maps a session-store error for the client.
-func storeError(err error) *Error {
+// storeError maps a session-store error for the client; one the client
+// cannot act on (Redis unreachable, a script refused) is logged with its
+// cause, which the client is not told.
+func (s *Server) storeError(err error) *Error {
 	if e := branchError(err); e != nil {
 		return e
 	}
@@ -426,5 +428,5 @@ func storeError(err error) *Error {
 	case errors.Is(err, ErrDuplicateRequest):
 		return badRequest("request id already used in this session")
 	}
-	return unavailable("session storage unavailable")
+	return s.down("session storage unavailable", err)
 }

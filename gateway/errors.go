@@ -88,6 +88,14 @@ func unavailable(msg string) *Error {
 	return &Error{Code: CodeUnavailable, Message: msg, Temporary: true}
 }
 
+// down is unavailable for a failure of a store the gateway depends on
+// (Redis): the client is told only msg, and the cause, which an operator
+// needs and a client must not see, is logged.
+func (s *Server) down(msg string, cause error) *Error {
+	s.o.Logger.Warn("gateway: "+msg, "err", cause)
+	return unavailable(msg)
+}
+
 // clientError turns any error into the *Error a client sees: gateway and
 // engine errors keep their codes; anything else is internal, with a message
 // that names no internals.

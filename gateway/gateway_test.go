@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/internal/testredis"
 	"github.com/specgate/specgate/tenants"
 )
 
@@ -559,5 +561,32 @@ func TestSessionLiveness(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the session was not marked idle after the socket closed")
+	}
+}
+
+// TestStoreFailureIsLoggedWithItsCause: with Redis gone, a client asking
+// to create a session is told the storage is unavailable, without the
+// cause (an address, a driver's words), and the operator's log has the
+// cause.
+func TestStoreFailureIsLoggedWithItsCause(t *testing.T) {
+	rs := testredis.Start(t)
+	logs := &syncBuffer{}
+	e := newEnv(t, rs.Client(), "", func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	c := e.login("alice")
+	rs.Kill()
+	c.send(map[string]any{"type": "session.create", "title": "t"})
+	f := c.read()
+	if f.Type != TypeError || f.Code != CodeUnavailable || f.Message != "cannot store the session" || !f.Temporary {
+		t.Fatalf("have %+v; want a temporary unavailable error, cannot store the session", f)
+	}
+	log := logs.String()
+	i := strings.Index(log, "cannot store the session")
+	if i < 0 {
+		t.Fatalf("the log does not say what failed:\n%s", log)
+	}
+	line, _, _ := strings.Cut(log[i:], "\n")
+	_, cause, _ := strings.Cut(line, "err=")
+	if cause == "" || strings.HasPrefix(cause, "<nil>") {
+		t.Fatalf("the log line gives no cause: %s", line)
 	}
 }

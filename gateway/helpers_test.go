@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -128,6 +129,14 @@ func newEnv(t *testing.T, rdb redis.UniversalClient, prefix string, mod func(*Op
 		prefix = testredis.Prefix(t)
 	}
 	gen := newFake()
+	// The gateway's log is shown with a failing test, not otherwise:
+	// goroutines may still log after the test ends, which t.Log forbids.
+	logs := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", logs.String())
+		}
+	})
 	opts := Options{
 		Redis:          rdb,
 		Generator:      gen,
@@ -138,7 +147,7 @@ func newEnv(t *testing.T, rdb redis.UniversalClient, prefix string, mod func(*Op
 		PersistTimeout: 5 * time.Second,
 		WriteTimeout:   2 * time.Second,
 		ControlTimeout: 300 * time.Millisecond,
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:         slog.New(slog.NewTextHandler(logs, nil)),
 	}
 	if mod != nil {
 		mod(&opts)
@@ -324,4 +333,22 @@ func newTestHTTP(t *testing.T, srv *Server) *httptest.Server {
 		hs.Close()
 	})
 	return hs
+}
+
+// syncBuffer is a bytes.Buffer for a logger that goroutines share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -24,7 +24,7 @@ func (s *Server) sessionRoutes(mux *http.ServeMux) {
 		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
 		list, err := s.sessions.List(r.Context(), id.Tenant.ID, id.User, limit)
 		if err != nil {
-			httpError(w, storeError(err))
+			httpError(w, s.storeError(err))
 			return
 		}
 		if list == nil {
@@ -41,7 +41,7 @@ func (s *Server) sessionRoutes(mux *http.ServeMux) {
 		}
 		v, err := s.sessions.Create(r.Context(), id.Tenant.ID, id.User, body.Title)
 		if err != nil {
-			httpError(w, storeError(err))
+			httpError(w, s.storeError(err))
 			return
 		}
 		httpJSON(w, http.StatusCreated, v)
@@ -49,7 +49,7 @@ func (s *Server) sessionRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/sessions/{id}", s.authed(func(w http.ResponseWriter, r *http.Request, id Identity) {
 		v, err := s.sessions.Get(r.Context(), id.Tenant.ID, id.User, r.PathValue("id"))
 		if err != nil {
-			httpError(w, storeError(err))
+			httpError(w, s.storeError(err))
 			return
 		}
 		httpJSON(w, http.StatusOK, v)
@@ -75,19 +75,19 @@ func (s *Server) sessionRoutes(mux *http.ServeMux) {
 		}
 		upd := SessionUpdate{Title: body.Title, System: body.System, Params: body.Params}
 		if err := s.sessions.Update(r.Context(), id.Tenant.ID, id.User, sid, upd); err != nil {
-			httpError(w, storeError(err))
+			httpError(w, s.storeError(err))
 			return
 		}
 		v, err := s.sessions.Get(r.Context(), id.Tenant.ID, id.User, sid)
 		if err != nil {
-			httpError(w, storeError(err))
+			httpError(w, s.storeError(err))
 			return
 		}
 		httpJSON(w, http.StatusOK, v)
 	}))
 	mux.HandleFunc("DELETE /v1/sessions/{id}", s.authed(func(w http.ResponseWriter, r *http.Request, id Identity) {
 		if err := s.sessions.Delete(r.Context(), id.Tenant.ID, id.User, r.PathValue("id")); err != nil {
-			httpError(w, storeError(err))
+			httpError(w, s.storeError(err))
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)

@@ -883,7 +883,7 @@ func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, c *oaiCall)
 	}
 	ok, err := s.limiter.AllowTokens(r.Context(), ten.ID, 0, ten.Limits.TokensPerMinute)
 	if err != nil {
-		writeOAIError(w, oaiFrom(unavailable("cannot reach the rate limiter"), ""))
+		writeOAIError(w, oaiFrom(s.down("cannot reach the rate limiter", err), ""))
 		return
 	}
 	if !ok {
@@ -898,7 +898,7 @@ func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, c *oaiCall)
 	}
 	ok, err = s.limiter.Acquire(r.Context(), ten.ID, tenants.LeaseRequests, c.req.ID, ten.Limits.MaxConcurrent, s.o.LeaseTTL)
 	if err != nil {
-		writeOAIError(w, oaiFrom(unavailable("cannot reach the rate limiter"), ""))
+		writeOAIError(w, oaiFrom(s.down("cannot reach the rate limiter", err), ""))
 		return
 	}
 	if !ok {

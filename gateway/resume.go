@@ -23,7 +23,7 @@ func (c *client) resume(f ClientFrame) {
 
 	v, err := s.sessions.Get(ctx, t, u, f.Session)
 	if err != nil {
-		e := storeError(err)
+		e := s.storeError(err)
 		fail(e, e.Code)
 		return
 	}
@@ -33,7 +33,7 @@ func (c *client) resume(f ClientFrame) {
 	}
 	state, err := s.sessions.requestState(ctx, f.Session, f.Request)
 	if err != nil {
-		fail(unavailable("session storage unavailable"), "error")
+		fail(s.down("session storage unavailable", err), "error")
 		return
 	}
 	if state == "" {
@@ -45,7 +45,7 @@ func (c *client) resume(f ClientFrame) {
 	after := f.After
 	first, err := s.log.first(ctx, f.Session, f.Request)
 	if err != nil {
-		fail(unavailable("session storage unavailable"), "error")
+		fail(s.down("session storage unavailable", err), "error")
 		return
 	}
 	// The log was trimmed past what the client has, or expired.
@@ -68,7 +68,7 @@ func (c *client) resume(f ClientFrame) {
 				outcome = "disconnected"
 				return
 			}
-			fail(unavailable("session storage unavailable"), "error")
+			fail(s.down("session storage unavailable", err), "error")
 			return
 		}
 		if len(entries) == 0 {

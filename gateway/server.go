@@ -262,7 +262,7 @@ func New(opts Options) (*Server, error) {
 		turns:    map[string]*turn{},
 		conns:    map[*Connection]*client{},
 	}
-	s.auth = &authenticator{tenants: s.tenants, audience: opts.Audience, leeway: opts.Leeway, now: now}
+	s.auth = &authenticator{tenants: s.tenants, audience: opts.Audience, leeway: opts.Leeway, now: now, log: opts.Logger}
 	s.upgrader = websocket.Upgrader{
 		ReadBufferSize:  4096,
 		WriteBufferSize: 4096,

@@ -22,12 +22,12 @@ func (c *client) handleSessionChange(f ClientFrame) {
 		err = c.s.sessions.SwitchBranch(ctx, t, u, f.Session, f.Request, *f.Branch)
 	}
 	if err != nil {
-		c.conn.Send(errorFrame(storeError(err), ""))
+		c.conn.Send(errorFrame(c.s.storeError(err), ""))
 		return
 	}
 	v, err := c.s.sessions.Get(ctx, t, u, f.Session)
 	if err != nil {
-		c.conn.Send(errorFrame(storeError(err), ""))
+		c.conn.Send(errorFrame(c.s.storeError(err), ""))
 		return
 	}
 	c.markLive(f.Session)

@@ -101,7 +101,7 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 	// it, even for a moment, against the owner's own chat.
 	owned, err := s.sessions.owns(ctx, ten.ID, c.ident.User, f.Session)
 	if err != nil {
-		return unavailable("session storage unavailable")
+		return s.down("session storage unavailable", err)
 	}
 	if !owned {
 		return notFound("session")
@@ -128,7 +128,7 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 	ok, err := s.limiter.AllowTokens(ctx, ten.ID, 0, ten.Limits.TokensPerMinute)
 	if err != nil {
 		release()
-		return unavailable("cannot reach the rate limiter")
+		return s.down("cannot reach the rate limiter", err)
 	}
 	if !ok {
 		release()
@@ -138,7 +138,7 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 	ok, err = s.limiter.Acquire(ctx, ten.ID, tenants.LeaseRequests, id, ten.Limits.MaxConcurrent, s.o.LeaseTTL)
 	if err != nil {
 		release()
-		return unavailable("cannot reach the rate limiter")
+		return s.down("cannot reach the rate limiter", err)
 	}
 	if !ok {
 		release()
@@ -162,7 +162,7 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 	if err := s.registerTurn(ctx, f.Session, f.Request); err != nil {
 		releaseLease()
 		release()
-		return unavailable("session storage unavailable")
+		return s.down("session storage unavailable", err)
 	}
 
 	var history []Message
@@ -174,7 +174,7 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 	if err != nil {
 		releaseLease()
 		release()
-		return storeError(err)
+		return s.storeError(err)
 	}
 	// The turn is this gateway's now: it renews the index entry.
 	s.mu.Lock()
@@ -185,7 +185,7 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 		s.abortTurn(f.Session, f.Request)
 		releaseLease()
 		release()
-		return storeError(err)
+		return s.storeError(err)
 	}
 	f.Params = mergeParams(defaults, f.Params)
 
