@@ -32,6 +32,18 @@ func colMaxAVX(s, m *float32, width, stretches int)
 //go:noescape
 func expSubAVX(s, p, sum *float32, width, stretches int)
 
+//go:noescape
+func colMaxRowsAVX(s, m *float32, width, stretches int)
+
+//go:noescape
+func expSubRowsAVX(s, p, sum *float32, width, stretches int)
+
+// softmaxRowsWidth is the narrowest stretch (in floats: 8 positions of
+// width/8 heads) the softmax passes take along the scores rather than down
+// their columns; at 1 KiB and more a column's stride starts to fall in few
+// L1 sets. Either way gives the same bits.
+const softmaxRowsWidth = 256
+
 func dotsF16Asm(q []float32, k []uint16, hd, group, stride int, out []float32) {
 	if hd <= 0 || hd%8 != 0 || group <= 0 || stride < 0 || len(q) < hd {
 		dotsF16Go(q, k, hd, group, stride, out)
@@ -78,6 +90,10 @@ func colMaxAsm(s, m []float32) {
 		colMaxGo(s, m)
 		return
 	}
+	if w >= softmaxRowsWidth {
+		colMaxRowsAVX(&s[0], &m[0], w, len(s)/w)
+		return
+	}
 	colMaxAVX(&s[0], &m[0], w, len(s)/w)
 }
 
@@ -88,6 +104,10 @@ func expSubAsm(s, p, sum []float32) {
 		return
 	}
 	_ = sum[w-1]
+	if w >= softmaxRowsWidth {
+		expSubRowsAVX(&s[0], &p[0], &sum[0], w, len(s)/w)
+		return
+	}
 	expSubAVX(&s[0], &p[0], &sum[0], w, len(s)/w)
 }
 

@@ -7,8 +7,23 @@
 
 // PREFETCH4 asks for this head's hdb bytes in the next group's four slots
 // (AX, BX, R11, R12 are this group's, R9 bytes before them), into L2;
-// label names its loop. R14 is scratch.
-#define PREFETCH4(label) \
+// label names its loop, ask its start, and the macro ends at skip. It asks once per kv
+// head (R10 = 0), and only where the kv head's bytes start a cache line's
+// first hdb bytes (judged by the first slot) or it is the call's first
+// head: otherwise the kv head before it, in the same line, asked for that
+// line. Asking for every head's own bytes issued four or more prefetches
+// to a line when heads are narrow (a head of 8 halves is 16 bytes), and
+// those were a third of a narrow head's instructions. R14 is scratch.
+#define PREFETCH4(label, ask, skip) \
+	TESTQ      R10, R10 \
+	JNZ        skip \
+	CMPQ       CX, nh+32(FP) \
+	JEQ        ask \
+	LEAQ       (AX)(R9*1), R14 \
+	ANDQ       $63, R14 \
+	CMPQ       R14, hdb+24(FP) \
+	JGE        skip \
+ask: \
 	ADDQ       R9, AX \
 	ADDQ       R9, BX \
 	ADDQ       R9, R11 \
@@ -25,7 +40,8 @@ label: \
 	SUBQ       R9, AX \
 	SUBQ       R9, BX \
 	SUBQ       R9, R11 \
-	SUBQ       R9, R12
+	SUBQ       R9, R12 \
+skip:
 
 // func dotsF16AVX(q *float32, k *uint16, out *float32, hdb, nh, group, npos, strideb, ostride int)
 // out[p·nh+h] = Σ_{i<hd} q[h·hd+i]·k[p·stride+(h/group)·hd+i] for h < nh,
@@ -69,7 +85,7 @@ dhead:
 	// slots side by side defeats the hardware's stream prefetch. Into L2
 	// (T1): on Zen 4 a cold batch-8 decode ran about a third faster than
 	// with T0 or no prefetch, and a group further ahead did not help.
-	PREFETCH4(dpf)
+	PREFETCH4(dpf, dpfask, dpfdone)
 
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -169,7 +185,7 @@ agroup:
 ahead:
 	// Prefetch this head's values in the next group's slots, as
 	// dotsF16AVX does its keys.
-	PREFETCH4(apf)
+	PREFETCH4(apf, apfask, apfdone)
 
 	VBROADCASTSS (DX), Y0
 	VBROADCASTSS (DX)(DI*1), Y1
@@ -348,5 +364,97 @@ esloop:
 	ADDQ    $32, DI
 	DECQ    R8
 	JNZ     esvec
+	VZEROUPPER
+	RET
+
+// func colMaxRowsAVX(s, m *float32, width, stretches int)
+// colMaxAVX's result for wide stretches, computed as expSubRowsAVX goes:
+// along s with m in memory. Each lane still folds its stretches in order
+// of k with the same operands (the running maximum first, so ties of zeros
+// and NaNs resolve as before).
+TEXT ·colMaxRowsAVX(SB), NOSPLIT, $0-32
+	MOVQ s+0(FP), SI
+	MOVQ m+8(FP), DI
+	MOVQ width+16(FP), R8
+	MOVQ stretches+24(FP), R9
+	SHRQ $3, R8 // vectors per stretch
+	MOVQ DI, AX
+	MOVQ R8, CX
+
+crfirst:
+	VMOVUPS (SI), Y0
+	VMOVUPS Y0, (AX)
+	ADDQ    $32, SI
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     crfirst
+	DECQ    R9
+	JZ      crdone
+
+crrow:
+	MOVQ DI, AX
+	MOVQ R8, CX
+
+crvec:
+	VMOVUPS (AX), Y0
+	VMAXPS  (SI), Y0, Y0
+	VMOVUPS Y0, (AX)
+	ADDQ    $32, SI
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     crvec
+	DECQ    R9
+	JNZ     crrow
+
+crdone:
+	VZEROUPPER
+	RET
+
+// func expSubRowsAVX(s, p, sum *float32, width, stretches int)
+// expSubAVX's results for wide stretches. It goes along s, a stretch at a
+// time, with the sums in memory, rather than down each vector's column of
+// stretches with its sum in a register: a stretch of 128 heads is 4 KiB,
+// and a column at that stride falls in one L1 set and aliases the store
+// before it at every step, which made this pass a third of a
+// narrow-headed model's attention. Each lane still adds its terms in order
+// of k with the same operands, so the results are the same bits. Narrow
+// stretches keep expSubAVX: the sums' loads and stores cost more there
+// than the column walk.
+TEXT ·expSubRowsAVX(SB), NOSPLIT, $0-40
+	MOVQ   s+0(FP), SI
+	MOVQ   sum+16(FP), DI
+	MOVQ   width+24(FP), R8
+	MOVQ   stretches+32(FP), R9
+	SHRQ   $3, R8 // vectors per stretch
+	VXORPS Y6, Y6, Y6
+	MOVQ   DI, AX
+	MOVQ   R8, CX
+
+erzero:
+	VMOVUPS Y6, (AX)
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     erzero
+
+errow:
+	MOVQ p+8(FP), DX
+	MOVQ DI, AX
+	MOVQ R8, CX
+
+ervec:
+	VMOVUPS (SI), Y0
+	VSUBPS  (DX), Y0, Y0
+	EXPPS(Y0, Y1, Y2, Y3)
+	VMOVUPS Y0, (SI)
+	VMOVUPS (AX), Y4
+	VADDPS  Y0, Y4, Y4
+	VMOVUPS Y4, (AX)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     ervec
+	DECQ    R9
+	JNZ     errow
 	VZEROUPPER
 	RET
