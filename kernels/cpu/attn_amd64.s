@@ -7,16 +7,19 @@
 
 // PREFETCH4 asks for this head's hdb bytes in the next group's four slots
 // (AX, BX, R11, R12 are this group's, R9 bytes before them), into L2;
-// label names its loop, ask its start, and the macro ends at skip. It asks once per kv
-// head (R10 = 0), and only where the kv head's bytes start a cache line's
-// first hdb bytes (judged by the first slot) or it is the call's first
-// head: otherwise the kv head before it, in the same line, asked for that
-// line. Asking for every head's own bytes issued four or more prefetches
-// to a line when heads are narrow (a head of 8 halves is 16 bytes), and
-// those were a third of a narrow head's instructions. R14 is scratch.
+// label names its loop, ask its start, and the macro ends at skip. It asks
+// once per kv head (R10 = 0), and for heads narrower than a line only
+// where the kv head's bytes start in a line's first hdb bytes (judged by
+// the first slot) or it is the call's first head: otherwise the kv head
+// before it, in the same line, asked for that line. Asking for every
+// head's own bytes issued four or more prefetches to a line when heads
+// are narrow (a head of 8 halves is 16 bytes), a third of a narrow head's
+// instructions. R14 is scratch.
 #define PREFETCH4(label, ask, skip) \
 	TESTQ      R10, R10 \
 	JNZ        skip \
+	CMPQ       hdb+24(FP), $64 \
+	JGE        ask \
 	CMPQ       CX, nh+32(FP) \
 	JEQ        ask \
 	LEAQ       (AX)(R9*1), R14 \
