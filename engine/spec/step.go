@@ -132,6 +132,10 @@ type Step struct {
 	active int         // the load Plan picked the shapes for
 	picks  []classPick // one per class among decs, in order of appearance
 	start  time.Time
+	// mixed: the batch carried rows besides the decodes and their trees
+	// (a prompt's prefill chunk), so the step's time says little of what
+	// its shape costs.
+	mixed  bool
 	runs   []int // decodes with a tree in the batch
 	ctxs   []Context
 	trees  []*Tree
@@ -255,6 +259,7 @@ func cutTree(t *Tree, k int) {
 func (st *Step) Plan(decs []*Seq, active int, b *model.Batch, h Host) {
 	st.decs, st.runs, st.picks = decs, st.runs[:0], st.picks[:0]
 	st.start = st.clock()
+	st.mixed = b.Len() > len(decs)
 	for _, q := range decs {
 		q.drafting = false
 		q.tree.Reset()
@@ -417,9 +422,13 @@ func (st *Step) Commit(h Host, plain int) StepReport {
 		q.drafting = false
 		q.tree.Reset()
 	}
-	if len(st.picks) > 0 {
+	if len(st.picks) > 0 && !st.mixed {
 		// Every decode commits its plain token (or ends); each class is
-		// judged by its own tokens over the whole step's time.
+		// judged by its own tokens over the whole step's time. A step
+		// that also ran a prefill chunk is not judged: the chunk can
+		// cost many decode steps, and the shape that happened to play
+		// then (Off, say, in its warm-up as a run's prompts arrive)
+		// would carry that cost in its measure for long.
 		el := st.clock().Sub(st.start)
 		for _, p := range st.picks {
 			st.disp.ObserveClass(p.class, st.active, p.decs, p.shape, p.decs+p.tokens, el)

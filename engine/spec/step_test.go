@@ -202,3 +202,50 @@ func TestStepObservesThePickedTier(t *testing.T) {
 		t.Errorf("the load-1 tier's chain has %d steps observed; want 0 (the step was not picked there)", s[0].Steps)
 	}
 }
+
+// TestStepSkipsMixedSteps: a step whose batch also carries a prefill chunk
+// is not measured (the chunk's cost would be charged to the shape that
+// played); a step of decodes alone is.
+func TestStepSkipsMixedSteps(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		prefill int // prompt rows in the batch ahead of the decode
+		steps   int // observations the dispatcher gets
+	}{
+		{"decode alone", 0, 1},
+		{"with a prefill chunk", 3, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &fixedDrafter{}
+			d.tree.Add(10, -1, nil)
+			disp := NewDispatcher([]Tier{{Shapes: []Shape{Chain(1)}}})
+			disp.Explore = -1
+			now := time.Unix(0, 0)
+			clock := func() time.Time { now = now.Add(time.Millisecond); return now }
+			st, err := NewStep(StepConfig{Drafter: d, Dispatcher: disp, Backend: &treeBackend{}, BlockSize: 4, Slots: 1, Clock: clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b model.Batch
+			other := []int32{1, 3}
+			for i := range tc.prefill {
+				b.Add(int32(20+i), int32(i), int32(4+i), other, i == tc.prefill-1)
+			}
+			q := &Seq{Tokens: []int32{1, 2, 3}, Table: []int32{5, 7}, Left: 10}
+			b.Add(3, 2, 5*4+2, q.Table, true)
+			h := &scriptHost{after: map[int32]int32{Root: 10, 0: 11}, tables: [][]int32{q.Table}}
+			st.Plan([]*Seq{q}, 1, &b, h)
+			if !q.Drafting() {
+				t.Fatal("no draft")
+			}
+			st.Commit(h, 0)
+			n := 0
+			for _, s := range disp.Stats(1) {
+				n += s.Steps
+			}
+			if n != tc.steps {
+				t.Errorf("have %d observations; want %d", n, tc.steps)
+			}
+		})
+	}
+}
