@@ -274,7 +274,9 @@ type Backend interface {
 
 	// Weights wraps rows × cols elements of type dt stored in data
 	// (rows × RowBytes(cols) bytes). data must stay valid and unchanged
-	// for the backend's lifetime; the CPU backend uses it in place.
+	// for the backend's lifetime: the CPU backend uses most types in
+	// place, but may keep a copy in a layout of its own instead (see
+	// DataOwner).
 	Weights(dt DType, rows, cols int, data []byte) (Tensor, error)
 	// Alloc returns a zeroed F32 tensor.
 	Alloc(rows, cols int) Tensor

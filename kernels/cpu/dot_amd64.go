@@ -215,9 +215,8 @@ func dotQ8X8RowsNAsm(w []byte, m, nb, na int, xq []int8, xd []float32, _ []int32
 	if !x8Check(w, x8Block, m, nb, na, xq, xd, nil, out, os) {
 		return
 	}
-	runX8(func(w *byte, out *float32, os, ngroups int) {
-		dotQ8X8AVX(w, &xq[0], nb*32, &xd[0], nb, out, os, ngroups, na)
-	}, w, x8Block, m, nb, na, out, os)
+	c := x8Call{xq: &xq[0], xd: &xd[0], nb: nb, na: na}
+	runX8(&c, w, x8Block, m, out, os)
 }
 
 // dotQ4X8RowsNAsm runs dotQ4X8AVX over m rows (runX8), at most four
@@ -229,9 +228,8 @@ func dotQ4X8RowsNAsm(w []byte, m, nb, na int, xq []int8, xd []float32, xc []int3
 	}
 	for a0 := 0; a0 < na; a0 += 4 {
 		n := min(4, na-a0)
-		runX8(func(w *byte, out *float32, os, ngroups int) {
-			dotQ4X8AVX(w, &xq[a0*nb*32], nb*32, &xd[a0*nb], &xc[a0*nb], nb, out, os, ngroups, n)
-		}, w, x4Block, m, nb, n, out[a0*os:], os)
+		c := x8Call{xq: &xq[a0*nb*32], xd: &xd[a0*nb], xc: &xc[a0*nb], nb: nb, na: n}
+		runX8(&c, w, x4Block, m, out[a0*os:], os)
 	}
 }
 
@@ -257,22 +255,41 @@ func x8Check(w []byte, blockBytes, m, nb, na int, xq []int8, xd []float32, xc []
 	return true
 }
 
-// runX8 runs a ×8 kernel (kern: ngroups groups from w, results at out,
-// activation rows os bytes apart) over m rows: whole groups straight into
-// out, a last partial group into scratch (its rows past m are padding or
-// another slice's, read but not stored).
-func runX8(kern func(w *byte, out *float32, os, ngroups int), w []byte, blockBytes, m, nb, na int, out []float32, os int) {
+// x8Call is one ×8 kernel's activation rows: Q4_0's when xc is set,
+// else Q8_0's. A struct with a method, not a closure, so that runX8's
+// scratch does not escape to the heap on every call.
+type x8Call struct {
+	xq     *int8
+	xd     *float32
+	xc     *int32
+	nb, na int
+}
+
+// kern runs the kernel over ngroups groups from w, results at out,
+// activation rows os bytes apart.
+func (c *x8Call) kern(w *byte, out *float32, os, ngroups int) {
+	if c.xc != nil {
+		dotQ4X8AVX(w, c.xq, c.nb*32, c.xd, c.xc, c.nb, out, os, ngroups, c.na)
+		return
+	}
+	dotQ8X8AVX(w, c.xq, c.nb*32, c.xd, c.nb, out, os, ngroups, c.na)
+}
+
+// runX8 runs c's kernel over m rows: whole groups straight into out, a
+// last partial group into scratch (its rows past m are padding or another
+// slice's, read but not stored).
+func runX8(c *x8Call, w []byte, blockBytes, m int, out []float32, os int) {
 	g := m / x8Rows
 	if g > 0 {
-		kern(&w[0], &out[0], 4*os, g)
+		c.kern(&w[0], &out[0], 4*os, g)
 	}
 	t := m - x8Rows*g
 	if t == 0 {
 		return
 	}
 	var o [maxRowsN * x8Rows]float32
-	kern(&w[g*nb*blockBytes], &o[0], 4*x8Rows, 1)
-	for a := range na {
+	c.kern(&w[g*c.nb*blockBytes], &o[0], 4*x8Rows, 1)
+	for a := range c.na {
 		copy(out[a*os+x8Rows*g:a*os+m], o[a*x8Rows:a*x8Rows+t])
 	}
 }
