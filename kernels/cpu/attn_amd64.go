@@ -24,6 +24,12 @@ func dotsF16AVX(q *float32, k *uint16, out *float32, hdb, nh, group, npos, strid
 func axpysF16AVX(y, w *float32, v *uint16, hdb, nh, group, npos, strideb, wstride int)
 
 //go:noescape
+func dots8F16AVX(q *float32, k *uint16, out *float32, hdb, nh, group, npos, strideb, ostride int)
+
+//go:noescape
+func axpys8F16AVX(y, w *float32, v *uint16, hdb, nh, group, npos, strideb, wstride int)
+
+//go:noescape
 func f32ToF16AVX(dst *uint16, src *float32, n int)
 
 //go:noescape
@@ -55,6 +61,10 @@ func dotsF16Asm(q []float32, k []uint16, hd, group, stride int, out []float32) {
 		return
 	}
 	_, _ = k[(npos-1)*stride+((nh-1)/group+1)*hd-1], out[npos*nh-1]
+	if hd == 8 && nh%group == 0 {
+		dots8F16AVX(&q[0], &k[0], &out[0], 2*hd, nh, group, npos, 2*stride, 4*nh)
+		return
+	}
 	dotsF16AVX(&q[0], &k[0], &out[0], 2*hd, nh, group, npos, 2*stride, 4*nh)
 }
 
@@ -69,6 +79,10 @@ func axpysF16Asm(y, w []float32, v []uint16, hd, group, stride int) {
 		return
 	}
 	_, _ = v[(npos-1)*stride+((nh-1)/group+1)*hd-1], w[npos*nh-1]
+	if hd == 8 && nh%group == 0 {
+		axpys8F16AVX(&y[0], &w[0], &v[0], 2*hd, nh, group, npos, 2*stride, 4*nh)
+		return
+	}
 	axpysF16AVX(&y[0], &w[0], &v[0], 2*hd, nh, group, npos, 2*stride, 4*nh)
 }
 

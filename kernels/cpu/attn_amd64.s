@@ -461,3 +461,195 @@ ervec:
 	JNZ     errow
 	VZEROUPPER
 	RET
+
+// func dots8F16AVX(q *float32, k *uint16, out *float32, hdb, nh, group, npos, strideb, ostride int)
+// dotsF16AVX for heads of 8 (hdb = 16) and nh a whole number of groups.
+// A head is one vector, so a kv head's four keys are converted once for
+// all the group's query heads rather than once per head, which left the
+// conversions a quarter of a narrow head's work. Each sum is formed as
+// dotsF16AVX forms it: one fused multiply-add onto zero, then the same
+// horizontal tree, so the bits are the same.
+TEXT ·dots8F16AVX(SB), NOSPLIT, $0-72
+	MOVQ k+8(FP), R8
+	MOVQ out+16(FP), DX
+	MOVQ npos+48(FP), R13
+	MOVQ ostride+64(FP), DI
+	MOVQ strideb+56(FP), R9
+	SHLQ $2, R9
+
+d8group:
+	MOVQ    R8, AX
+	MOVQ    R8, BX
+	ADDQ    strideb+56(FP), BX
+	CMPQ    R13, $2
+	CMOVQLT AX, BX
+	MOVQ    BX, R11
+	ADDQ    strideb+56(FP), R11
+	CMPQ    R13, $3
+	CMOVQLT AX, R11
+	MOVQ    R11, R12
+	ADDQ    strideb+56(FP), R12
+	CMPQ    R13, $4
+	CMOVQLT AX, R12
+	MOVQ    q+0(FP), SI
+	MOVQ    nh+32(FP), CX
+
+d8kv:
+	XORQ R10, R10
+	PREFETCH4(d8pf, d8ask, d8pfdone)
+	VCVTPH2PS (AX), Y5
+	VCVTPH2PS (BX), Y6
+	VCVTPH2PS (R11), Y7
+	VCVTPH2PS (R12), Y8
+	MOVQ      group+40(FP), R10
+
+d8head:
+	VMOVUPS      (SI), Y4
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VFMADD231PS  Y5, Y4, Y0
+	VFMADD231PS  Y6, Y4, Y1
+	VFMADD231PS  Y7, Y4, Y2
+	VFMADD231PS  Y8, Y4, Y3
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VMOVSS       X0, (DX)
+	CMPQ         R13, $3
+	JLT          d8lt3
+	VEXTRACTPS   $2, X0, (DX)(DI*2)
+
+d8lt3:
+	CMPQ       R13, $2
+	JLT        d8stored
+	ADDQ       DI, DX
+	VEXTRACTPS $1, X0, (DX)
+	CMPQ       R13, $4
+	JLT        d8back
+	VEXTRACTPS $3, X0, (DX)(DI*2)
+
+d8back:
+	SUBQ DI, DX
+
+d8stored:
+	ADDQ $32, SI
+	ADDQ $4, DX
+	DECQ CX
+	DECQ R10
+	JNZ  d8head
+	ADDQ $16, AX
+	ADDQ $16, BX
+	ADDQ $16, R11
+	ADDQ $16, R12
+	TESTQ CX, CX
+	JNZ  d8kv
+
+	LEAQ (DX)(DI*2), DX
+	ADDQ DI, DX
+	ADDQ R9, R8
+	SUBQ $4, R13
+	JGT  d8group
+	VZEROUPPER
+	RET
+
+// func axpys8F16AVX(y, w *float32, v *uint16, hdb, nh, group, npos, strideb, wstride int)
+// axpysF16AVX for heads of 8 (hdb = 16) and nh a whole number of groups:
+// a kv head's values are converted once for all the group's query heads.
+// Each output adds its terms in order of p with the same fused
+// multiply-adds, so the bits are the same.
+TEXT ·axpys8F16AVX(SB), NOSPLIT, $0-72
+	MOVQ v+16(FP), R8
+	MOVQ w+8(FP), DX
+	MOVQ npos+48(FP), R13
+	MOVQ wstride+64(FP), DI
+	MOVQ strideb+56(FP), R9
+	SHLQ $2, R9
+	CMPQ R13, $4
+	JLT  a8tail
+
+a8group:
+	MOVQ strideb+56(FP), BX
+	MOVQ R8, AX
+	LEAQ (R8)(BX*2), R11
+	LEAQ (R11)(BX*1), R12
+	ADDQ R8, BX
+	MOVQ y+0(FP), SI
+	MOVQ nh+32(FP), CX
+
+a8kv:
+	XORQ R10, R10
+	PREFETCH4(a8pf, a8ask, a8pfdone)
+	VCVTPH2PS (AX), Y5
+	VCVTPH2PS (BX), Y6
+	VCVTPH2PS (R11), Y7
+	VCVTPH2PS (R12), Y8
+	MOVQ      group+40(FP), R10
+
+a8head:
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS (DX)(DI*1), Y1
+	VBROADCASTSS (DX)(DI*2), Y2
+	ADDQ         DI, DX
+	VBROADCASTSS (DX)(DI*2), Y3
+	SUBQ         DI, DX
+	VMOVUPS      (SI), Y4
+	VFMADD231PS  Y5, Y0, Y4
+	VFMADD231PS  Y6, Y1, Y4
+	VFMADD231PS  Y7, Y2, Y4
+	VFMADD231PS  Y8, Y3, Y4
+	VMOVUPS      Y4, (SI)
+	ADDQ         $32, SI
+	ADDQ         $4, DX
+	DECQ         CX
+	DECQ         R10
+	JNZ          a8head
+	ADDQ         $16, AX
+	ADDQ         $16, BX
+	ADDQ         $16, R11
+	ADDQ         $16, R12
+	TESTQ        CX, CX
+	JNZ          a8kv
+
+	LEAQ (DX)(DI*2), DX
+	ADDQ DI, DX
+	ADDQ R9, R8
+	SUBQ $4, R13
+	CMPQ R13, $4
+	JGE  a8group
+
+a8tail:
+	TESTQ R13, R13
+	JZ    a8done
+	MOVQ  R8, AX
+	MOVQ  y+0(FP), SI
+	MOVQ  nh+32(FP), CX
+
+a8kv1:
+	VCVTPH2PS (AX), Y5
+	MOVQ      group+40(FP), R10
+
+a8head1:
+	VBROADCASTSS (DX), Y0
+	VMOVUPS      (SI), Y4
+	VFMADD231PS  Y5, Y0, Y4
+	VMOVUPS      Y4, (SI)
+	ADDQ         $32, SI
+	ADDQ         $4, DX
+	DECQ         CX
+	DECQ         R10
+	JNZ          a8head1
+	ADDQ         $16, AX
+	TESTQ        CX, CX
+	JNZ          a8kv1
+
+	ADDQ strideb+56(FP), R8
+	DECQ R13
+	JMP  a8tail
+
+a8done:
+	VZEROUPPER
+	RET

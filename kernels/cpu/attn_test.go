@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -411,8 +412,14 @@ func BenchmarkAttentionSeqRows(b *testing.B) {
 				}
 				q, dst := be.Alloc(rows, heads*hd), be.Alloc(rows, heads*hd)
 				be.Upload(q, randVals(r, rows*heads*hd, 1))
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				c0, ok := threadCPU()
 				for b.Loop() {
 					be.Attention(dst, q, kv, 0, a)
+				}
+				if c1, _ := threadCPU(); ok {
+					b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
 				}
 			})
 		}
@@ -438,7 +445,13 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 	}
 	q, dst := be.Alloc(rows, heads*hd), be.Alloc(rows, heads*hd)
 	be.Upload(q, randVals(r, rows*heads*hd, 1))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c0, ok := threadCPU()
 	for b.Loop() {
 		be.Attention(dst, q, kv, 0, a)
+	}
+	if c1, _ := threadCPU(); ok {
+		b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
 	}
 }
