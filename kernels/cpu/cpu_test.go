@@ -240,20 +240,22 @@ func TestSteadyStateAllocs(t *testing.T) {
 		}
 	}
 	// Weight rows that end in a part of a group of eight (a vocabulary of
-	// 32001) take the ×8 kernels' scratch, at batch 1 and past eight rows.
-	if !x8Layout {
-		return
-	}
+	// 32001) take the kernels' scratch, at batch 1 and past eight rows, in
+	// either weight layout.
 	const odd = m - 3
-	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
-		data, _ := kernels.Quantize(dt, vals[:odd*k])
-		w, _ := b.Weights(dt, odd, k, data)
-		for _, rows := range []int{1, 40} {
-			x, dst := b.Alloc(rows, k), b.Alloc(rows, odd)
-			if allocs := testing.AllocsPerRun(20, func() { b.MatMul(dst, x, w) }); allocs != 0 {
-				t.Errorf("%v, %d rows: have %v allocations per MatMul of %d weight rows; want 0", dt, rows, allocs, odd)
+	for _, x8 := range []bool{true, false} {
+		old := useX8Layout(x8)
+		for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
+			data, _ := kernels.Quantize(dt, vals[:odd*k])
+			w, _ := b.Weights(dt, odd, k, data)
+			for _, rows := range []int{1, 2, 40} {
+				x, dst := b.Alloc(rows, k), b.Alloc(rows, odd)
+				if allocs := testing.AllocsPerRun(20, func() { b.MatMul(dst, x, w) }); allocs != 0 {
+					t.Errorf("%v, ×8 layout %v, %d rows: have %v allocations per MatMul of %d weight rows; want 0", dt, x8, rows, allocs, odd)
+				}
 			}
 		}
+		useX8Layout(old)
 	}
 }
 

@@ -81,7 +81,7 @@ func dotQ8Asm(w []byte, xq []int8, xd []float32) float32 {
 }
 
 func dotQ8RowsAsm(w []byte, rb int, xq []int8, xd []float32, out []float32) {
-	rowsR8(dotQ8R8AVX, q8Bytes, w, rb, xq, xd, out)
+	rowsR8(rowKern{}, q8Bytes, w, rb, xq, xd, out)
 }
 
 func dotQ4Asm(w []byte, xq []int8, xd []float32) float32 {
@@ -98,16 +98,27 @@ func dotQ4RowsAsm(w []byte, rb int, xq []int8, xd []float32, out []float32) {
 	dotQ4RowsNAsm(w, rb, len(out), len(xd), 1, xq, xd, xc, out, len(out))
 }
 
-// q4R8 is dotQ4R8AVX with the corrections xc (len(xd) of them, checked
-// here) bound, in rowsR8's form.
-func q4R8(xc []int32, nb int) func(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int) {
-	if nb == 0 {
-		return nil
+// rowKern picks the row-major kernels of one weight type: Q4_0's, with
+// the activations' corrections xc (checked by the caller), when xc is
+// set, else Q8_0's. A struct with methods, not a function value, so that
+// the scratch rowsR8 and rowsT pass to a kernel does not escape to the
+// heap on every call.
+type rowKern struct{ xc *int32 }
+
+func (k rowKern) r8(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int) {
+	if k.xc != nil {
+		dotQ4R8AVX(w, rb, xq, xd, nb, out, ngroups, k.xc)
+		return
 	}
-	_ = xc[nb-1]
-	return func(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int) {
-		dotQ4R8AVX(w, rb, xq, xd, nb, out, ngroups, &xc[0])
+	dotQ8R8AVX(w, rb, xq, xd, nb, out, ngroups)
+}
+
+func (k rowKern) t(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int) {
+	if k.xc != nil {
+		dotQ4TAVX(w, rb, xq, xs, xd, nb, out, os, ngroups, na, k.xc)
+		return
 	}
+	dotQ8TAVX(w, rb, xq, xs, xd, nb, out, os, ngroups, na)
 }
 
 // rowsR8 runs an eight-row kernel over len(out) weight rows: whole groups
@@ -115,8 +126,7 @@ func q4R8(xc []int32, nb int) func(w *byte, rb int, xq *int8, xd *float32, nb in
 // the last (results kept for the new ones), or, with fewer than eight rows
 // in all, each row alone as all eight lanes (stride 0). Lanes never mix,
 // so a row's result is the same in any of these.
-func rowsR8(kern func(w *byte, rb int, xq *int8, xd *float32, nb int, out *float32, ngroups int),
-	blockBytes int, w []byte, rb int, xq []int8, xd []float32, out []float32) {
+func rowsR8(k rowKern, blockBytes int, w []byte, rb int, xq []int8, xd []float32, out []float32) {
 	n, nb := len(out), len(xd)
 	if n == 0 {
 		return
@@ -128,7 +138,7 @@ func rowsR8(kern func(w *byte, rb int, xq *int8, xd *float32, nb int, out *float
 	_, _ = w[(n-1)*rb+nb*blockBytes-1], xq[nb*32-1]
 	g := n / 8
 	if g > 0 {
-		kern(&w[0], rb, &xq[0], &xd[0], nb, &out[0], g)
+		k.r8(&w[0], rb, &xq[0], &xd[0], nb, &out[0], g)
 	}
 	t := n - 8*g
 	if t == 0 {
@@ -136,43 +146,43 @@ func rowsR8(kern func(w *byte, rb int, xq *int8, xd *float32, nb int, out *float
 	}
 	var o [8]float32
 	if g > 0 {
-		kern(&w[(n-8)*rb], rb, &xq[0], &xd[0], nb, &o[0], 1)
+		k.r8(&w[(n-8)*rb], rb, &xq[0], &xd[0], nb, &o[0], 1)
 		copy(out[8*g:], o[8-t:])
 		return
 	}
 	for r := range n {
-		kern(&w[r*rb], 0, &xq[0], &xd[0], nb, &o[0], 1)
+		k.r8(&w[r*rb], 0, &xq[0], &xd[0], nb, &o[0], 1)
 		out[r] = o[0]
 	}
 }
 
 func dotQ8RowsNAsm(w []byte, rb, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
 	if na == 1 {
-		rowsR8(dotQ8R8AVX, q8Bytes, w, rb, xq[:nb*32], xd[:nb], out[:m])
+		rowsR8(rowKern{}, q8Bytes, w, rb, xq[:nb*32], xd[:nb], out[:m])
 		return
 	}
-	rowsT(dotQ8TAVX, q8Bytes, w, rb, m, nb, na, xq, xd, out, os)
+	rowsT(rowKern{}, q8Bytes, w, rb, m, nb, na, xq, xd, out, os)
 }
 
 func dotQ4RowsNAsm(w []byte, rb, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int) {
-	if na == 1 {
-		rowsR8(q4R8(xc, nb), q4Bytes, w, rb, xq[:nb*32], xd[:nb], out[:m])
+	if m == 0 || na == 0 || nb == 0 {
+		rowsT(rowKern{}, q4Bytes, w, rb, m, nb, na, xq, xd, out, os) // nothing to run, or zeros to store
 		return
 	}
-	if nb > 0 {
-		_ = xc[na*nb-1]
+	_ = xc[na*nb-1]
+	k := rowKern{xc: &xc[0]}
+	if na == 1 {
+		rowsR8(k, q4Bytes, w, rb, xq[:nb*32], xd[:nb], out[:m])
+		return
 	}
-	rowsT(func(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int) {
-		dotQ4TAVX(w, rb, xq, xs, xd, nb, out, os, ngroups, na, &xc[0])
-	}, q4Bytes, w, rb, m, nb, na, xq, xd, out, os)
+	rowsT(k, q4Bytes, w, rb, m, nb, na, xq, xd, out, os)
 }
 
 // rowsT runs a transposed multi-row kernel over m weight rows and na
 // activation rows, splitting the weight rows as rowsR8 does. One
 // activation row takes the eight-row kernel instead: the transposition
 // costs more than it saves when only one row shares it.
-func rowsT(kern func(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int),
-	blockBytes int, w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
+func rowsT(k rowKern, blockBytes int, w []byte, rb, m, nb, na int, xq []int8, xd []float32, out []float32, os int) {
 	if m == 0 || na == 0 {
 		return
 	}
@@ -188,7 +198,7 @@ func rowsT(kern func(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out
 	_, _, _, _ = w[(m-1)*rb+nb*blockBytes-1], xq[na*nb*32-1], xd[na*nb-1], out[(na-1)*os+m-1]
 	g := m / 8
 	if g > 0 {
-		kern(&w[0], rb, &xq[0], nb*32, &xd[0], nb, &out[0], 4*os, g, na)
+		k.t(&w[0], rb, &xq[0], nb*32, &xd[0], nb, &out[0], 4*os, g, na)
 	}
 	t := m - 8*g
 	if t == 0 {
@@ -196,14 +206,14 @@ func rowsT(kern func(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out
 	}
 	var o [maxRowsN * 8]float32
 	if g > 0 {
-		kern(&w[(m-8)*rb], rb, &xq[0], nb*32, &xd[0], nb, &o[0], 32, 1, na)
+		k.t(&w[(m-8)*rb], rb, &xq[0], nb*32, &xd[0], nb, &o[0], 32, 1, na)
 		for a := range na {
 			copy(out[a*os+8*g:a*os+m], o[a*8+8-t:a*8+8])
 		}
 		return
 	}
 	for r := range m {
-		kern(&w[r*rb], 0, &xq[0], nb*32, &xd[0], nb, &o[0], 32, 1, na)
+		k.t(&w[r*rb], 0, &xq[0], nb*32, &xd[0], nb, &o[0], 32, 1, na)
 		for a := range na {
 			out[a*os+r] = o[a*8]
 		}
