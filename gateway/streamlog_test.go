@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
@@ -101,6 +103,14 @@ func TestLogWriterSeesAppendsGoOut(t *testing.T) {
 	}
 	if time.Since(paused) >= pause {
 		t.Fatal("reported after the pause: Redis's answer, not the write, was waited for")
+	}
+	// The watchdog also releases a held delta, after sentWait, and stalls
+	// its queue: a release by the write leaves the queue running.
+	q.mu.Lock()
+	stalled := q.stalled
+	q.mu.Unlock()
+	if stalled {
+		t.Fatal("the delta was released by the watchdog, not by its append's write")
 	}
 	if !e.srv.logw.flush(ctx, q) {
 		t.Fatal("the append did not land once Redis took writes again")
@@ -383,3 +393,137 @@ func TestRefusedAppendFailsOnlyItsBatch(t *testing.T) {
 type deltaChan chan logEntry
 
 func (c deltaChan) sendDelta(seq int, text string) { c <- logEntry{Seq: seq, Text: text} }
+
+// orderSink records the deltas a queue releases.
+type orderSink struct {
+	mu   sync.Mutex
+	seqs []int
+}
+
+func (s *orderSink) sendDelta(seq int, _ string) {
+	s.mu.Lock()
+	s.seqs = append(s.seqs, seq)
+	s.mu.Unlock()
+}
+
+// TestLogReleaseOrderUnderPauses: forty turns push deltas at random paces
+// while Redis keeps pausing its writes; every turn's deltas are released
+// exactly once, in order, and all of them before settle returns.
+func TestLogReleaseOrderUnderPauses(t *testing.T) {
+	rs := testredis.Start(t)
+	e := newEnv(t, rs.Client(), "", nil)
+	w := e.srv.logw
+	r := rand.New(rand.NewPCG(3, 4))
+	var rmu sync.Mutex
+	intn := func(n int) int {
+		rmu.Lock()
+		defer rmu.Unlock()
+		return r.IntN(n)
+	}
+	stop := make(chan struct{})
+	var pauser sync.WaitGroup
+	pauser.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(intn(150)) * time.Millisecond):
+			}
+			_ = rs.Client().Do(context.Background(), "client", "pause", 30+intn(80), "write").Err()
+		}
+	})
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Go(func() {
+			s := &orderSink{}
+			q := w.queue("s_order", fmt.Sprint("r", i), s)
+			defer w.end(q)
+			n := 100 + intn(100)
+			for seq := 1; seq <= n; seq++ {
+				w.push(q, logEntry{Seq: seq, Text: fmt.Sprint(seq, " ")})
+				if intn(4) == 0 {
+					time.Sleep(time.Duration(intn(3000)) * time.Microsecond)
+				}
+			}
+			w.settle(q)
+			s.mu.Lock()
+			got := slices.Clone(s.seqs)
+			s.mu.Unlock()
+			if len(got) != n {
+				t.Errorf("turn %d: %d deltas released by settle; want %d", i, len(got), n)
+			}
+			for k, v := range got {
+				if v != k+1 {
+					t.Errorf("turn %d: release %d is seq %d", i, k, v)
+					break
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	pauser.Wait()
+}
+
+// failingGen is the fake engine whose reply ends in an engine failure
+// after its last delta.
+type failingGen struct{ *fakeGenerator }
+
+type failingStream struct{ *fakeStream }
+
+func (g failingGen) Generate(ctx context.Context, r engine.Request) (engine.Events, error) {
+	ev, err := g.fakeGenerator.Generate(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return failingStream{ev.(*fakeStream)}, nil
+}
+
+func (s failingStream) Recv(ctx context.Context) (engine.Event, error) {
+	if s.i == len(s.words) && !s.ended {
+		s.ended = true
+		return engine.Event{Final: &engine.Final{FinishReason: engine.FinishError, Err: errors.New("engine failed")}}, nil
+	}
+	return s.fakeStream.Recv(ctx)
+}
+
+// TestErrorFrameAfterLastDelta: an engine failure's error frame comes
+// after every delta of the reply, though the log writer, not the turn,
+// sends the deltas (PROTOCOL.md: nothing of a request follows its end).
+func TestErrorFrameAfterLastDelta(t *testing.T) {
+	rs := testredis.Start(t)
+	e := newEnv(t, rs.Client(), "", nil)
+	e.srv.o.Generator = failingGen{e.gen}
+	c := e.login("alice")
+	sid := c.createSession("")
+	for i := range 20 {
+		req := fmt.Sprint("r", i)
+		content := strings.Repeat("w ", 30)
+		c.send(map[string]any{"type": "chat", "session": sid, "request": req, "content": content})
+		want := len(strings.SplitAfter(fakeReply(content), " "))
+		seq, sawErr := 0, false
+		for {
+			f := c.read()
+			if f.Type == TypeDelta {
+				if sawErr {
+					t.Fatalf("%s: delta %d after the error frame", req, f.Seq)
+				}
+				seq = f.Seq
+				continue
+			}
+			if f.Type == TypeError {
+				if seq != want {
+					t.Fatalf("%s: error frame after delta %d of %d", req, seq, want)
+				}
+				sawErr = true
+				continue
+			}
+			if f.Type == TypeDone {
+				break
+			}
+		}
+		if !sawErr {
+			t.Fatalf("%s: no error frame", req)
+		}
+	}
+}
