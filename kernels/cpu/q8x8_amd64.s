@@ -1,6 +1,7 @@
 //go:build amd64 && !noasm
 
 #include "textflag.h"
+#include "q8group_amd64.h"
 
 // The multi-row kernel for Q8_0 weights in the ×8 layout (pack.go): one to
 // eight activation rows against runs of eight-row groups. A group's block
@@ -36,20 +37,8 @@
 	VMOVDQU 16+g*32(SI), Y12 \
 	VPABSB  Y12, Y13
 
-// X8F sets the block sums S to the group in Y12 times the activation group
-// at x; X8N adds it.
-#define X8F(x, S) \
-	VPBROADCASTD x, Y14 \
-	VPSIGNB      Y12, Y14, Y14 \
-	VPMADDUBSW   Y14, Y13, Y14 \
-	VPMADDWD     Y15, Y14, S
-
-#define X8N(x, S) \
-	VPBROADCASTD x, Y14 \
-	VPSIGNB      Y12, Y14, Y14 \
-	VPMADDUBSW   Y14, Y13, Y14 \
-	VPMADDWD     Y15, Y14, Y14 \
-	VPADDD       Y14, S, S
+// Q8GFIRST and Q8GNEXT (q8group_amd64.h) form the block sums of a group
+// in Y12 against an activation group.
 
 // X8S fuses the block sums S (int32), times the rows' d_w (Y12) times the
 // activation row's scale at xd, into its results R; X8SM into results in
@@ -68,66 +57,66 @@
 	VMOVUPS      Y14, M
 
 #define X8F1(g) \
-	X8F(g*4(DI), Y0)
+	Q8GFIRST(g*4(DI), Y0)
 
 #define X8F2(g) \
 	X8F1(g) \
-	X8F(g*4(DI)(R13*1), Y1)
+	Q8GFIRST(g*4(DI)(R13*1), Y1)
 
 #define X8F3(g) \
 	X8F2(g) \
-	X8F(g*4(DI)(R13*2), Y2)
+	Q8GFIRST(g*4(DI)(R13*2), Y2)
 
 #define X8F4(g) \
 	X8F3(g) \
-	X8F(g*4(DI)(R14*1), Y3)
+	Q8GFIRST(g*4(DI)(R14*1), Y3)
 
 #define X8F5(g) \
 	X8F4(g) \
-	X8F(g*4(R15), Y4)
+	Q8GFIRST(g*4(R15), Y4)
 
 #define X8F6(g) \
 	X8F5(g) \
-	X8F(g*4(R15)(R13*1), Y5)
+	Q8GFIRST(g*4(R15)(R13*1), Y5)
 
 #define X8F7(g) \
 	X8F6(g) \
-	X8F(g*4(R15)(R13*2), Y6)
+	Q8GFIRST(g*4(R15)(R13*2), Y6)
 
 #define X8F8(g) \
 	X8F7(g) \
-	X8F(g*4(R15)(R14*1), Y7)
+	Q8GFIRST(g*4(R15)(R14*1), Y7)
 
 #define X8N1(g) \
-	X8N(g*4(DI), Y0)
+	Q8GNEXT(g*4(DI), Y0)
 
 #define X8N2(g) \
 	X8N1(g) \
-	X8N(g*4(DI)(R13*1), Y1)
+	Q8GNEXT(g*4(DI)(R13*1), Y1)
 
 #define X8N3(g) \
 	X8N2(g) \
-	X8N(g*4(DI)(R13*2), Y2)
+	Q8GNEXT(g*4(DI)(R13*2), Y2)
 
 #define X8N4(g) \
 	X8N3(g) \
-	X8N(g*4(DI)(R14*1), Y3)
+	Q8GNEXT(g*4(DI)(R14*1), Y3)
 
 #define X8N5(g) \
 	X8N4(g) \
-	X8N(g*4(R15), Y4)
+	Q8GNEXT(g*4(R15), Y4)
 
 #define X8N6(g) \
 	X8N5(g) \
-	X8N(g*4(R15)(R13*1), Y5)
+	Q8GNEXT(g*4(R15)(R13*1), Y5)
 
 #define X8N7(g) \
 	X8N6(g) \
-	X8N(g*4(R15)(R13*2), Y6)
+	Q8GNEXT(g*4(R15)(R13*2), Y6)
 
 #define X8N8(g) \
 	X8N7(g) \
-	X8N(g*4(R15)(R14*1), Y7)
+	Q8GNEXT(g*4(R15)(R14*1), Y7)
 
 #define X8S1 \
 	X8S((DX), Y0, Y8)
