@@ -90,12 +90,18 @@ func BenchmarkDeltaFloor(b *testing.B) {
 				}
 			})
 		}
-		for {
+		// Every dial has returned, so every upgrade was answered; their
+		// handlers may still be registering. One that failed after its
+		// answer would never register: give up rather than wait forever.
+		for deadline := time.Now().Add(10 * time.Second); ; {
 			mu.Lock()
 			n := len(outs)
 			mu.Unlock()
 			if n == streams {
 				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%d of %d connections registered by the server after 10s", n, streams)
 			}
 			time.Sleep(time.Millisecond)
 		}
