@@ -46,6 +46,24 @@ label: \
 	SUBQ       R9, R12 \
 skip:
 
+// SLOTS4 points AX, BX, R11 and R12 at the four positions' slots from R8
+// (strideb apart); a position past the last (R13 positions left) repeats
+// the first, so its sums are formed the same way and dropped.
+#define SLOTS4 \
+	MOVQ    R8, AX \
+	MOVQ    R8, BX \
+	ADDQ    strideb+56(FP), BX \
+	CMPQ    R13, $2 \
+	CMOVQLT AX, BX \
+	MOVQ    BX, R11 \
+	ADDQ    strideb+56(FP), R11 \
+	CMPQ    R13, $3 \
+	CMOVQLT AX, R11 \
+	MOVQ    R11, R12 \
+	ADDQ    strideb+56(FP), R12 \
+	CMPQ    R13, $4 \
+	CMOVQLT AX, R12
+
 // func dotsF16AVX(q *float32, k *uint16, out *float32, hdb, nh, group, npos, strideb, ostride int)
 // out[p·nh+h] = Σ_{i<hd} q[h·hd+i]·k[p·stride+(h/group)·hd+i] for h < nh,
 // p < npos ≥ 1, k in F16. hdb = 2·hd (hd a multiple of 8), strideb =
@@ -66,19 +84,7 @@ TEXT ·dotsF16AVX(SB), NOSPLIT, $0-72
 	SHLQ $2, R9             // a group of slots, in bytes
 
 dgroup:
-	MOVQ    R8, AX
-	MOVQ    R8, BX
-	ADDQ    strideb+56(FP), BX
-	CMPQ    R13, $2
-	CMOVQLT AX, BX
-	MOVQ    BX, R11
-	ADDQ    strideb+56(FP), R11
-	CMPQ    R13, $3
-	CMOVQLT AX, R11
-	MOVQ    R11, R12
-	ADDQ    strideb+56(FP), R12
-	CMPQ    R13, $4
-	CMOVQLT AX, R12
+	SLOTS4
 	MOVQ    q+0(FP), SI
 	MOVQ    nh+32(FP), CX
 	XORQ    R10, R10 // heads done in this kv head
@@ -478,19 +484,7 @@ TEXT ·dots8F16AVX(SB), NOSPLIT, $0-72
 	SHLQ $2, R9
 
 d8group:
-	MOVQ    R8, AX
-	MOVQ    R8, BX
-	ADDQ    strideb+56(FP), BX
-	CMPQ    R13, $2
-	CMOVQLT AX, BX
-	MOVQ    BX, R11
-	ADDQ    strideb+56(FP), R11
-	CMPQ    R13, $3
-	CMOVQLT AX, R11
-	MOVQ    R11, R12
-	ADDQ    strideb+56(FP), R12
-	CMPQ    R13, $4
-	CMOVQLT AX, R12
+	SLOTS4
 	MOVQ    q+0(FP), SI
 	MOVQ    nh+32(FP), CX
 
