@@ -8,10 +8,9 @@
 // Work is split across a pool of worker goroutines that the backend owns;
 // the goroutine that calls an op takes part as worker 0, so Threads=1 runs
 // everything on the caller. Weights are used in place (Q8_0 and Q4_0 ones
-// laid out once in groups of eight rows where the AVX2 kernels run,
-// pack.go):
-// quantized matrices are never dequantized as a whole; MatMul quantizes the
-// activation rows once per call (to Q8_0, or for the GGML K-quants and
+// laid out once in groups of eight rows where the AVX2 kernels run:
+// pack.go). Quantized matrices are never dequantized as a whole; MatMul
+// quantizes the activation rows once per call (to Q8_0, or for the GGML K-quants and
 // legacy types to what llama.cpp pairs them with: Q8_0, Q8_1 or Q8_K, see
 // kquant.go) and computes integer dot products on the stored blocks.
 package cpu

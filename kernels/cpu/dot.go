@@ -16,11 +16,11 @@ import (
 // Quantized activations are stored as Q8_0 split into two arrays: xq, the
 // int8 values of the rows back to back (a row of k values is k bytes), and
 // xd, one float32 scale per 32 values (a row has k/32). Weight rows are in
-// GGML's block layout, or for Q8_0 and Q4_0 in the ×8 layout of pack.go. The "Rows"
-// kernels take a run of weight rows, the "RowsN" ones also up to maxRowsN
-// activation rows, so that each weight block is read from memory once for
-// all of them (a speculative verification or a few streams cost little more
-// than one row); the F32 "x4" kernel takes one weight row and four
+// GGML's block layout, or for Q8_0 and Q4_0 in the ×8 layout of pack.go.
+// The "Rows" kernels take a run of weight rows, the "RowsN" ones also up
+// to maxRowsN activation rows, so that each weight block is read from
+// memory once for all of them (a speculative verification or a few streams
+// cost little more than one row); gemmF32 takes tiles of F32 weight and
 // activation rows.
 var (
 	// Every dot product below is computed as canon.go defines it, so an
