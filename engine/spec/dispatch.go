@@ -254,11 +254,22 @@ func (d *Dispatcher) pick(class []tierState, t *tierState) int {
 	// tried only if its best case (see hopeless) could come near the best
 	// measured one: where rows are dear (large batches on a CPU) the big
 	// budgets are never played just to learn that they lose.
-	pr := t.prior()
+	var pr prior // fitted only when an untried option needs it: not on every step
+	fitted := false
 	for _, i := range t.order {
-		if o := t.options[i]; o.n < warm && (o.n > 0 || !pr.hopeless(o, seen(class, o.shape, warm))) {
-			return i
+		o := t.options[i]
+		if o.n >= warm {
+			continue
 		}
+		if o.n == 0 {
+			if !fitted {
+				pr, fitted = t.prior(), true
+			}
+			if pr.hopeless(o, seen(class, o.shape, warm)) {
+				continue
+			}
+		}
+		return i
 	}
 	// A challenger must beat the leader by a margin to take over: close
 	// options swap on timing noise otherwise, and every swap to a losing
