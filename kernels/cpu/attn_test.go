@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"testing"
 
@@ -412,15 +411,9 @@ func BenchmarkAttentionSeqRows(b *testing.B) {
 				}
 				q, dst := be.Alloc(rows, heads*hd), be.Alloc(rows, heads*hd)
 				be.Upload(q, randVals(r, rows*heads*hd, 1))
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				c0, ok := threadCPU()
-				for b.Loop() {
+				loopThreadCPU(b, func() {
 					be.Attention(dst, q, kv, 0, a)
-				}
-				if c1, _ := threadCPU(); ok {
-					b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
-				}
+				})
 			})
 		}
 	}
@@ -445,13 +438,7 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 	}
 	q, dst := be.Alloc(rows, heads*hd), be.Alloc(rows, heads*hd)
 	be.Upload(q, randVals(r, rows*heads*hd, 1))
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	c0, ok := threadCPU()
-	for b.Loop() {
+	loopThreadCPU(b, func() {
 		be.Attention(dst, q, kv, 0, a)
-	}
-	if c1, _ := threadCPU(); ok {
-		b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
-	}
+	})
 }

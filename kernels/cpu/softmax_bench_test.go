@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 )
 
@@ -17,16 +16,10 @@ func BenchmarkSoftmaxPasses(b *testing.B) {
 			src := randVals(r, 512*nh, 4)
 			s := make([]float32, len(src))
 			scratch := make([]float32, softmaxScratch(nh))
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			c0, ok := threadCPU()
-			for b.Loop() {
+			loopThreadCPU(b, func() {
 				copy(s, src)
 				softmaxPos(s, nh, scratch)
-			}
-			if c1, _ := threadCPU(); ok {
-				b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
-			}
+			})
 		})
 	}
 }
