@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -240,6 +241,16 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// LogTarget is a gateway's stream log of one request (the chat
+// protocol's session.resume reads it): entry id "<seq>-0" with the
+// protocol's seq, 1, 2, ... for the deltas with text, field "d" the
+// text, capped near MaxLen entries, expiring TTL after its last write.
+type LogTarget struct {
+	Key    string
+	MaxLen int64
+	TTL    time.Duration
+}
+
 // Submit queues r for an engine and waits until one accepts it (returns
 // its stream) or refuses it (returns the engine's *engine.Error). It fails
 // with *UnavailableError when Redis cannot be reached or no engine answers
@@ -247,15 +258,31 @@ func randHex(n int) string {
 // Cancelling ctx later cancels the request. A request without an ID gets
 // one. The caller must read the stream to its io.EOF.
 func (c *Client) Submit(ctx context.Context, r engine.Request) (*Stream, error) {
+	return c.submit(ctx, r, LogTarget{})
+}
+
+// SubmitToLog is Submit for a request whose deltas the engine appends to
+// stream log lt itself, in the protocol's numbering, instead of to the
+// request's output stream: each delta crosses Redis once, and the log
+// holds every delta before any gateway reads it. The stream's events are
+// read back from that log: only deltas with text, Seq the protocol's.
+func (c *Client) SubmitToLog(ctx context.Context, r engine.Request, lt LogTarget) (*Stream, error) {
+	if lt.Key == "" || lt.MaxLen <= 0 || lt.TTL <= 0 {
+		return nil, fmt.Errorf("cluster: stream log target %+v needs a key, a cap and a TTL", lt)
+	}
+	return c.submit(ctx, r, lt)
+}
+
+func (c *Client) submit(ctx context.Context, r engine.Request, lt LogTarget) (*Stream, error) {
 	if r.ID == "" {
 		r.ID = "req-" + randHex(8)
 	}
-	version, body, err := encodeRequest(r)
+	version, body, err := encodeRequest(r, lt.Key != "")
 	if err != nil {
 		return nil, &engine.Error{Code: engine.CodeBadRequest, Message: "request does not encode: " + err.Error()}
 	}
 	rk := r.ID + "#" + randHex(6)
-	s := &Stream{c: c, id: r.ID, rk: rk, last: "0", notify: make(chan struct{}, 1)}
+	s := c.newStream(r.ID, rk, lt.Key)
 	affinity := r.Tenant + "/" + r.Session
 	if r.Session == "" {
 		affinity = rk
@@ -276,10 +303,14 @@ func (c *Client) Submit(ctx context.Context, r engine.Request) (*Stream, error) 
 	// hash slots: no transaction spans them. The record's order does not
 	// matter (an engine's acquire creates it as well); the set is written
 	// after the queue, which the sweeper's cleanup relies on.
+	values := []any{fieldKey, rk, fieldGateway, c.o.ID, fieldVersion, version, fieldRequest, string(body)}
+	if lt.Key != "" {
+		values = append(values, fieldLog, lt.Key, fieldLogMax, lt.MaxLen, fieldLogTTL, lt.TTL.Milliseconds())
+	}
 	_, err = c.o.Redis.Pipelined(pctx, func(p redis.Pipeliner) error {
-		p.HSet(pctx, c.k.req(rk), "gw", c.o.ID)
-		p.PExpire(pctx, c.k.req(rk), c.o.OutTTL)
-		p.XAdd(pctx, &redis.XAddArgs{Stream: queue, Values: []any{fieldKey, rk, fieldGateway, c.o.ID, fieldVersion, version, fieldRequest, string(body)}})
+		p.HSet(pctx, s.rec, "gw", c.o.ID)
+		p.PExpire(pctx, s.rec, c.o.OutTTL)
+		p.XAdd(pctx, &redis.XAddArgs{Stream: queue, Values: values})
 		return nil
 	})
 	if err == nil {
@@ -297,7 +328,7 @@ func (c *Client) Submit(ctx context.Context, r engine.Request) (*Stream, error) 
 		if errors.As(err, new(*UnavailableError)) || ctx.Err() != nil {
 			// Nobody may run it any more: an engine that takes it later
 			// finds it cancelled.
-			c.cancelKey(rk)
+			c.cancelKey(s.rec, rk)
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -317,6 +348,23 @@ func (c *Client) Generate(ctx context.Context, r engine.Request) (engine.Events,
 	return s, nil
 }
 
+// GenerateToLog is SubmitToLog behind the engine.Generator contract, for
+// a gateway that keeps a stream log per request.
+func (c *Client) GenerateToLog(ctx context.Context, r engine.Request, log string, maxLen int64, ttl time.Duration) (engine.Events, error) {
+	s, err := c.SubmitToLog(ctx, r, LogTarget{Key: log, MaxLen: maxLen, TTL: ttl})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newStream is the reader of request rk (engine request id id), whose
+// deltas are in stream log log ("": in its output stream).
+func (c *Client) newStream(id, rk, log string) *Stream {
+	rec, out := c.k.forRequest(rk, log)
+	return &Stream{c: c, id: id, rk: rk, rec: rec, out: out, log: log, last: "0", notify: make(chan struct{}, 1)}
+}
+
 var (
 	_ engine.Generator     = (*Client)(nil)
 	_ engine.Readier       = (*Client)(nil)
@@ -328,26 +376,34 @@ var (
 // that when it dies another gateway can go on reading the request, which
 // runs on in an engine.
 func (c *Client) Handle(ev engine.Events) string {
-	if s, ok := ev.(*Stream); ok {
-		return s.rk
+	s, ok := ev.(*Stream)
+	if !ok {
+		return ""
 	}
-	return ""
+	if s.log != "" {
+		// Request keys hold no space (engine request ids are the
+		// gateway's "<tenant>/<session>/<request>", none with one).
+		return s.rk + " " + s.log
+	}
+	return s.rk
 }
 
 // Attach reads the request that Handle named, from its first entry, on
 // this gateway: the engine's notifications come here from now on, and
 // Cancel of its id works here. The request may be running or over.
 func (c *Client) Attach(ctx context.Context, handle string) (engine.Events, error) {
-	i := strings.LastIndexByte(handle, '#') // Submit: the id, '#', a random suffix
-	id := handle[:max(i, 0)]
+	rk, log, _ := strings.Cut(handle, " ")
+	i := strings.LastIndexByte(rk, '#') // Submit: the id, '#', a random suffix
+	id := rk[:max(i, 0)]
 	if id == "" {
 		return nil, fmt.Errorf("cluster: attach: %q is not a request handle: %w", handle, engine.ErrGone)
 	}
+	s := c.newStream(id, rk, log)
 	// Only to a request that still exists: its record expires OutTTL
 	// after its last write, and a fresh one would wait on nothing.
-	n, err := c.o.Redis.Exists(ctx, c.k.req(handle)).Result()
+	n, err := c.o.Redis.Exists(ctx, s.rec).Result()
 	if err == nil && n == 1 {
-		err = c.o.Redis.HSet(ctx, c.k.req(handle), "gw", c.o.ID).Err()
+		err = c.o.Redis.HSet(ctx, s.rec, "gw", c.o.ID).Err()
 	}
 	if err != nil {
 		return nil, &UnavailableError{Reason: "cannot attach to the request", Err: err}
@@ -355,9 +411,8 @@ func (c *Client) Attach(ctx context.Context, handle string) (engine.Events, erro
 	if n == 0 {
 		return nil, fmt.Errorf("cluster: attach: request %s: %w", id, engine.ErrGone)
 	}
-	s := &Stream{c: c, id: id, rk: handle, last: "0", notify: make(chan struct{}, 1)}
 	c.mu.Lock()
-	c.live[handle] = s
+	c.live[rk] = s
 	c.byID[id] = s
 	c.mu.Unlock()
 	return s, nil
@@ -376,13 +431,14 @@ func (c *Client) Cancel(id string) {
 	}
 }
 
-// cancelKey sets request rk's cancel flag and tells the engines.
-func (c *Client) cancelKey(rk string) error {
+// cancelKey sets the cancel flag of request rk (record rec) and tells the
+// engines.
+func (c *Client) cancelKey(rec, rk string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := c.o.Redis.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, c.k.req(rk), "cancel", "1")
-		p.PExpire(ctx, c.k.req(rk), c.o.OutTTL)
+		p.HSet(ctx, rec, "cancel", "1")
+		p.PExpire(ctx, rec, c.o.OutTTL)
 		p.Publish(ctx, c.k.control(), rk)
 		return nil
 	})
@@ -409,8 +465,12 @@ func (c *Client) forget(s *Stream) {
 // Stream is one request's events read from Redis: deltas, then one Final,
 // then io.EOF. Recv is for one goroutine at a time; Cancel for any.
 type Stream struct {
-	c      *Client
-	id, rk string
+	c        *Client
+	id, rk   string
+	rec, out string // the request's fence record and output stream
+	// log is the stream log the engine appends the deltas to ("": they
+	// are in the output stream).
+	log    string
 	notify chan struct{} // cap 1: the output may have grown
 	stop   func() bool   // undoes the ctx watch
 
@@ -420,7 +480,9 @@ type Stream struct {
 	engine string     // the engine that last accepted the request
 
 	// Owned by the reader.
-	last     string // id of the last output entry read
+	last     string    // id of the last output entry read
+	lastSeq  int       // seq of the last log entry read
+	final    *outEntry // read from the output, held until the log is read to its end
 	buf      []outEntry
 	ended    bool
 	progress time.Time
@@ -428,6 +490,10 @@ type Stream struct {
 
 // ID returns the engine request id.
 func (s *Stream) ID() string { return s.id }
+
+// LogKey names the stream log the engine appends the deltas to ("": the
+// request has none, its deltas are in its output stream).
+func (s *Stream) LogKey() string { return s.log }
 
 // Engine returns the id of the engine that last accepted the request.
 func (s *Stream) Engine() string {
@@ -438,7 +504,7 @@ func (s *Stream) Engine() string {
 
 // Cancel asks the engine to stop the request. It does not wait.
 func (s *Stream) Cancel() {
-	if err := s.c.cancelKey(s.rk); err != nil {
+	if err := s.c.cancelKey(s.rec, s.rk); err != nil {
 		s.cancelWanted.Store(true)
 		s.wake()
 	}
@@ -451,9 +517,15 @@ func (s *Stream) wake() {
 	}
 }
 
+// fetchCount bounds the entries one read takes from a stream.
+const fetchCount = 256
+
 // fetch reads the output entries after the last one into buf.
 func (s *Stream) fetch(ctx context.Context) error {
-	msgs, err := s.c.o.Redis.XRangeN(ctx, s.c.k.out(s.rk), "("+s.last, "+", 256).Result()
+	if s.log != "" {
+		return s.fetchLogged(ctx)
+	}
+	msgs, err := s.c.o.Redis.XRangeN(ctx, s.out, "("+s.last, "+", fetchCount).Result()
 	if err != nil {
 		return fmt.Errorf("cluster: read output of %s: %w", s.id, err)
 	}
@@ -466,6 +538,65 @@ func (s *Stream) fetch(ctx context.Context) error {
 		s.buf = append(s.buf, e)
 	}
 	if len(msgs) > 0 {
+		s.progress = time.Now()
+	}
+	return nil
+}
+
+// fetchLogged reads a logged request's new entries into buf: the output
+// stream's (accepted, refused, final), then the log's deltas. The two are
+// on one slot and read in that order in one round trip, so a final read
+// comes after every delta the engine wrote before it; it is held back
+// until a read of the log comes back short, i.e. the log is read to its
+// end.
+func (s *Stream) fetchLogged(ctx context.Context) error {
+	var outCmd, logCmd *redis.XMessageSliceCmd
+	_, err := s.c.o.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
+		outCmd = p.XRangeN(ctx, s.out, "("+s.last, "+", fetchCount)
+		logCmd = p.XRangeN(ctx, s.log, "("+strconv.Itoa(s.lastSeq)+"-0", "+", fetchCount)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: read output of %s: %w", s.id, err)
+	}
+	grew := false
+	for _, m := range outCmd.Val() {
+		e, err := decodeOut(m)
+		if err != nil {
+			return &decodeError{err}
+		}
+		s.last, grew = m.ID, true
+		switch {
+		case e.Kind == kindDelta:
+			return &decodeError{fmt.Errorf("cluster: delta %s of %s in the output, not the log", m.ID, s.id)}
+		case e.Kind == kindFinal:
+			s.final = &e
+		default:
+			s.buf = append(s.buf, e)
+		}
+	}
+	msgs := logCmd.Val()
+	for _, m := range msgs {
+		ev, ok, err := decodeLogDelta(m)
+		if err != nil {
+			return &decodeError{err}
+		}
+		if !ok {
+			continue // the gateway's done record
+		}
+		if ev.Seq != s.lastSeq+1 {
+			// Trimmed past what this reader had (MAXLEN), or not
+			// written in order: either way text would be lost.
+			return &decodeError{fmt.Errorf("cluster: the log of %s has delta %d after %d", s.id, ev.Seq, s.lastSeq)}
+		}
+		s.lastSeq, grew = ev.Seq, true
+		s.buf = append(s.buf, outEntry{ID: m.ID, Kind: kindDelta, Event: ev})
+	}
+	if s.final != nil && len(msgs) < fetchCount {
+		s.buf = append(s.buf, *s.final)
+		s.final = nil
+	}
+	if grew {
 		s.progress = time.Now()
 	}
 	return nil
@@ -544,7 +675,7 @@ func (s *Stream) Recv(ctx context.Context) (engine.Event, error) {
 			}
 		}
 		if s.cancelWanted.Load() {
-			if s.c.cancelKey(s.rk) == nil {
+			if s.c.cancelKey(s.rec, s.rk) == nil {
 				s.cancelWanted.Store(false)
 			}
 		}

@@ -20,6 +20,8 @@
 //	P cl:queues               SET   every request stream ever written to
 //	P cl:req:{r:<key>}        HASH  fence, owner, done, cancel, gw of one request
 //	P cl:req:{r:<key>}:out    STREAM the request's accepted/delta/final entries
+//	<log>:cl:<key>            HASH  the same, for a request with a stream log
+//	<log>:cl:<key>:out        STREAM its accepted/final entries; deltas go to <log>
 //	P cl:gw:<gateway>         pub/sub channel: "entry appended for <key>"
 //	P cl:ctl                  pub/sub channel: "cancel <key>"
 //	P cl:warm                 pub/sub channel: sessions with live clients (warmth.go)
@@ -29,7 +31,26 @@
 //
 // On a Redis Cluster the tags spread the streams over slots by engine and
 // by request; each script and transaction touches one slot: a request's
-// record with its output, the node directory with its heartbeats.
+// record with its output (and its stream log, on whose slot, the
+// session's, both then live), the node directory with its heartbeats.
+//
+// # One delta stream
+//
+// A gateway that keeps a stream log per chat request (the log that
+// session.resume reads; internal/keyspace RequestLog) submits with
+// SubmitToLog: the engine then appends each delta to that log itself,
+// entry id "<seq>-0" with the protocol's seq (1, 2, ... for the deltas
+// with text; tokens that make no text yet wait for the next that does),
+// fields "d" text, "t" tokens, "l" log probabilities. The output stream
+// keeps only accepted and final entries. So each delta crosses Redis
+// once, under one numbering, and is in Redis before any gateway reads it:
+// the gateway running the turn reads the deltas back from the log and
+// writes only the done record after them. The log's key, cap and TTL ride
+// in the queue entry (fields "l", "lm", "lt"; wire version 2, which an
+// engine of an earlier version refuses rather than write the deltas
+// where nobody reads them). A log that ends with a done record (the
+// gateway's crash recovery ended the reply) takes no more deltas, and the
+// engine stops the request.
 //
 // # Routing
 //
@@ -65,10 +86,13 @@
 // free slots runs XAUTOCLAIM over every request stream with ClaimTimeout as
 // the minimum idle time, so the entries of a dead engine move to a live one
 // after ClaimTimeout; it also reads the never-delivered entries of a dead
-// engine's stream. The new owner reads the output stream, takes the tokens
-// of every delta as Request.Generated, and resubmits: the engine re-prefills
-// prompt plus generated tokens and numbers its deltas after them, so the
-// client's text continues with no gap and no duplicate. A request that was
+// engine's stream. The new owner reads the output stream (or the stream
+// log), takes the tokens of every delta as Request.Generated, and
+// resubmits: the engine re-prefills prompt plus generated tokens and
+// numbers its deltas after them (a logged request's seq goes on after the
+// log's last), so the client's text continues with no gap and no
+// duplicate. A log trimmed past its first delta (its cap) cannot give the
+// tokens back: the request then ends with an error. A request that was
 // taken over MaxAttempts times ends with an error instead of killing more
 // engines.
 //
@@ -78,11 +102,14 @@
 // client saw.
 //
 // The gateway side reads the output stream with XRANGE after the last entry
-// it saw. A notification on the channel of the gateway the request's record
+// it saw (a logged request: the output, then the log after the last seq,
+// in one round trip; a final is passed on once the log is read to its end,
+// so it comes after every delta). A notification on the channel of the gateway the request's record
 // names (gw; published by the append script) wakes it at once; a poll every
 // PollInterval covers notifications lost while Redis was unreachable.
 //
-// A request outlives its gateway: Client.Handle names it (its key), and
+// A request outlives its gateway: Client.Handle names it (its key, and
+// its log's), and
 // when that gateway dies another one Attaches to it by that name, which
 // points gw at itself, and reads the output from its first entry.
 //

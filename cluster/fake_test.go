@@ -16,6 +16,9 @@ import (
 // ordering, failover and cancels without a model.
 type fakeEngine struct {
 	delay time.Duration
+	// split: an odd token comes without text, its text comes with the
+	// next one's (tokens that do not yet make whole characters).
+	split bool
 
 	mu      sync.Mutex // protects the fields below
 	streams map[string]*fakeEvents
@@ -93,5 +96,12 @@ func (s *fakeEvents) Recv(ctx context.Context) (engine.Event, error) {
 	}
 	i := s.next
 	s.next++
-	return engine.Event{Seq: i, Tokens: []int32{int32(i)}, Text: fakeText(i, i)}, nil
+	text := fakeText(i, i)
+	if s.f.split {
+		text = ""
+		if i%2 == 0 {
+			text = fakeText(i-1, i)
+		}
+	}
+	return engine.Event{Seq: i, Tokens: []int32{int32(i)}, Text: text}, nil
 }

@@ -221,11 +221,12 @@ func (c *wsConn) collect(req string, after, stopAt int) (text string, last int, 
 }
 
 // enginesOf returns the engines that accepted a request, in order, from
-// its output stream.
+// its output stream, which is on its stream log's slot (the engine
+// appends the deltas to the log).
 func enginesOf(t *testing.T, rdb redis.UniversalClient, prefix, sid, req string) []string {
 	t.Helper()
 	ctx := context.Background()
-	ks, err := testredis.Keys(ctx, rdb, prefix+"cl:req:{r:acme/"+sid+"/"+req+"#*}:out")
+	ks, err := testredis.Keys(ctx, rdb, prefix+"sess:{s:"+sid+"}:req:"+req+":log:cl:acme/"+sid+"/"+req+"#*:out")
 	if err != nil || len(ks) != 1 {
 		t.Fatalf("have output keys %v, %v; want one", ks, err)
 	}

@@ -432,9 +432,16 @@ func TestAttach(t *testing.T) {
 	t.Cleanup(func() { _ = b.Close() })
 	ctx := context.Background()
 
-	for _, cancel := range []bool{false, true} {
-		id := fmt.Sprintf("attach-%v", cancel)
-		st, err := a.Generate(ctx, engine.Request{ID: id, MaxTokens: 30, Prompt: []int32{1}})
+	for _, tc := range []struct{ logged, cancel bool }{{false, false}, {false, true}, {true, false}, {true, true}} {
+		cancel := tc.cancel
+		id := fmt.Sprintf("attach-%v-%v", tc.logged, cancel)
+		req := engine.Request{ID: id, MaxTokens: 30, Prompt: []int32{1}}
+		var st engine.Events
+		if tc.logged { // the handle names the log too
+			st, err = a.GenerateToLog(ctx, req, logTarget(prefix, "s", id).Key, 1000, time.Minute)
+		} else {
+			st, err = a.Generate(ctx, req)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,6 +36,17 @@ func (k keys) shared() string               { return k.ks.SharedQueue() }
 func (k keys) queues() string               { return k.ks.Queues() }
 func (k keys) req(rk string) string         { return k.ks.ClusterRequest(rk) }
 func (k keys) out(rk string) string         { return k.ks.ClusterOutput(rk) }
+
+// forRequest is where request rk's entries go: its fence record and
+// output stream, on the slot of the stream log its deltas go to when it
+// has one (log != ""), else on its own.
+func (k keys) forRequest(rk, log string) (rec, out string) {
+	if log == "" {
+		return k.req(rk), k.out(rk)
+	}
+	rec = k.ks.LoggedClusterRequest(log, rk)
+	return rec, k.ks.ClusterOutputOf(rec)
+}
 func (k keys) gatewayChan(id string) string { return k.ks.GatewayChannel(id) }
 func (k keys) control() string              { return k.ks.Control() }
 func (k keys) warmth() string               { return k.ks.Warmth() }
@@ -60,6 +71,13 @@ const (
 	fieldGateway = "g" // the submitting gateway's id
 	fieldRequest = "r" // JSON wireRequest (wirereq.go)
 	fieldVersion = "v" // its wire version ("": 0, engine.Request's JSON)
+	// A request whose deltas go to a gateway's stream log (LogTarget):
+	// its key, cap and TTL in ms. They are fields of the entry, not of
+	// the request's body, so that even a request that does not decode is
+	// refused where its gateway reads.
+	fieldLog    = "l"
+	fieldLogMax = "lm"
+	fieldLogTTL = "lt"
 )
 
 // Results of the append script.
@@ -68,6 +86,7 @@ const (
 	appendCancelled = 1 // appended, and the request's cancel flag is set
 	appendFenced    = -1
 	appendDone      = -2
+	appendLogEnded  = -3 // the stream log ends with a done record: nobody reads on
 )
 
 // acquireScript makes the caller the owner of request KEYS[1] unless it is
@@ -99,6 +118,70 @@ local gw = redis.call('HGET', KEYS[1], 'gw')
 if gw then redis.call('PUBLISH', ARGV[4] .. gw, ARGV[5]) end
 return redis.call('HEXISTS', KEYS[1], 'cancel')
 `)
+
+// logAppendScript appends one delta to stream log KEYS[3] of request
+// KEYS[1] (output stream KEYS[2]), under the fence as appendScript does.
+// The entry's id is the delta's seq, the protocol's numbering, so the log
+// is the one stream that both the gateway reading the generation and
+// every resume read. A seq the log already holds (a retry of an append
+// that reached Redis) is not written again; a log that ends with a done
+// record (a gateway's crash recovery ended the reply) takes nothing more.
+// ARGV: fence, TTL in ms, the gateway channels' prefix, the notification
+// payload, seq, the log's cap, the log's TTL in ms, then field/value
+// pairs.
+var logAppendScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return -1 end
+if redis.call('HEXISTS', KEYS[1], 'done') == 1 then return -2 end
+local top = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
+local last = 0
+if #top > 0 then
+  if top[1][2][1] == 'done' then return -3 end
+  last = tonumber(string.match(top[1][1], '^(%d+)'))
+end
+if tonumber(ARGV[5]) > last then
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], ARGV[5] .. '-0', unpack(ARGV, 8))
+end
+redis.call('PEXPIRE', KEYS[3], ARGV[7])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+local gw = redis.call('HGET', KEYS[1], 'gw')
+if gw then redis.call('PUBLISH', ARGV[3] .. gw, ARGV[4]) end
+return redis.call('HEXISTS', KEYS[1], 'cancel')
+`)
+
+// Stream log entry fields, as the gateway reads them: "d" the text;
+// the engine adds "t" the tokens and "l" the log probabilities, which
+// only a takeover reads. The done record, the gateway's, has "done".
+const (
+	logText     = "d"
+	logTokens   = "t"
+	logLogprobs = "l"
+	logDone     = "done"
+)
+
+// decodeLogDelta decodes a stream log entry the engine wrote; ok is
+// false for the done record.
+func decodeLogDelta(m redis.XMessage) (ev engine.Event, ok bool, err error) {
+	if _, done := m.Values[logDone]; done {
+		return engine.Event{}, false, nil
+	}
+	ms, _, _ := strings.Cut(m.ID, "-")
+	seq, err := strconv.Atoi(ms)
+	if err != nil {
+		return ev, false, fmt.Errorf("cluster: log entry id %q", m.ID)
+	}
+	toks, err := decodeTokens(str(m.Values, logTokens))
+	if err != nil {
+		return ev, false, err
+	}
+	ev = engine.Event{Seq: seq, Tokens: toks, Text: str(m.Values, logText)}
+	if l := str(m.Values, logLogprobs); l != "" {
+		if err := json.Unmarshal([]byte(l), &ev.Logprobs); err != nil {
+			return ev, false, fmt.Errorf("cluster: log entry %s logprobs: %w", m.ID, err)
+		}
+	}
+	return ev, true, nil
+}
 
 // wireError is an error crossing Redis: engine errors keep their code.
 type wireError struct {

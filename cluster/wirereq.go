@@ -20,7 +20,13 @@ import (
 // a newer gateway as an explicit refusal instead of a misread one.
 // Entries without "v" are read as version 0: engine.Request's JSON, which
 // versions before this one queued, so a rolling upgrade loses nothing.
-const wireVersion = 1
+//
+// Version 2 is version 1's body in an entry that names a stream log
+// (fieldLog): the engine must append the deltas there, numbered in the
+// protocol's seq. An engine that reads only up to version 1 would put
+// them in the output stream, where nobody reads them, so it refuses the
+// request instead. Requests without a log are still queued as version 1.
+const wireVersion = 2
 
 // wireRequest is engine.Request on the wire (version 1). The field names
 // are the wire's and must never change meaning; a new field is added
@@ -188,10 +194,14 @@ func (w wireRequest) request() (engine.Request, error) {
 	return r, nil
 }
 
-// encodeRequest is a queue entry's version and request fields.
-func encodeRequest(r engine.Request) (version string, body []byte, err error) {
+// encodeRequest is a queue entry's version and request fields; logged:
+// the entry names a stream log.
+func encodeRequest(r engine.Request, logged bool) (version string, body []byte, err error) {
 	body, err = json.Marshal(toWireRequest(r))
-	return strconv.Itoa(wireVersion), body, err
+	if logged {
+		return "2", body, err
+	}
+	return "1", body, err
 }
 
 // decodeRequest reads a queue entry's request of the given version ("":
@@ -204,14 +214,14 @@ func decodeRequest(version, body string) (engine.Request, error) {
 			return engine.Request{}, fmt.Errorf("cluster: request (version 0): %w", err)
 		}
 		return r, nil
-	case "1":
+	case "1", "2":
 		var w wireRequest
 		if err := json.Unmarshal([]byte(body), &w); err != nil {
-			return engine.Request{}, fmt.Errorf("cluster: request (version 1): %w", err)
+			return engine.Request{}, fmt.Errorf("cluster: request (version %s): %w", version, err)
 		}
 		r, err := w.request()
 		if err != nil {
-			return engine.Request{}, fmt.Errorf("cluster: request (version 1): %w", err)
+			return engine.Request{}, fmt.Errorf("cluster: request (version %s): %w", version, err)
 		}
 		return r, nil
 	}

@@ -68,21 +68,30 @@ func TestRequestWire(t *testing.T) {
 	var in engine.Request
 	n := 0
 	fill(reflect.ValueOf(&in).Elem(), &n)
-	version, body, err := encodeRequest(in)
+	_, body, err := encodeRequest(in, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := decodeRequest(version, string(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(out, in) {
-		t.Fatalf("the request changed on the wire:\nhave %+v\nwant %+v", out, in)
+	for _, logged := range []bool{false, true} {
+		version, body, err := encodeRequest(in, logged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]string{false: "1", true: "2"}[logged]; version != want {
+			t.Fatalf("logged %v: have version %q; want %q", logged, version, want)
+		}
+		out, err := decodeRequest(version, string(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(out, in) {
+			t.Fatalf("the request changed on the wire:\nhave %+v\nwant %+v", out, in)
+		}
 	}
 
 	// Version 0, what earlier gateways queued, still reads.
 	legacy, _ := json.Marshal(in)
-	out, err = decodeRequest("", string(legacy))
+	out, err := decodeRequest("", string(legacy))
 	if err == nil && out.Deadline.Equal(in.Deadline) {
 		out.Deadline = in.Deadline // JSON keeps the instant, not the location
 	}
@@ -90,7 +99,7 @@ func TestRequestWire(t *testing.T) {
 		t.Fatalf("version 0: have %+v, %v", out, err)
 	}
 	for _, tc := range []struct{ name, version, body string }{
-		{"newer version", "2", string(body)},
+		{"newer version", "3", string(body)},
 		{"not JSON", "1", "{"},
 		{"unknown priority", "1", `{"id":"r","priority":"urgent"}`},
 		{"bad seed", "1", `{"id":"r","sample":{"seed":"-1"}}`},

@@ -127,6 +127,8 @@ type worker struct {
 // job is one request this engine holds.
 type job struct {
 	rk, queue, entry string
+	rec, out         string    // its fence record and output stream
+	log              LogTarget // where its deltas go (Key "": the output)
 	req              engine.Request
 	bad              error           // the request did not decode: refuse it
 	ctx              context.Context // cancelled to cancel the request
@@ -341,6 +343,10 @@ func (w *worker) take(runCtx context.Context, queue string, m redis.XMessage) {
 	// field) is refused like one the engine refuses, so its gateway
 	// hears why at once.
 	r, bad := decodeRequest(str(m.Values, fieldVersion), str(m.Values, fieldRequest))
+	lt, lerr := entryLog(m.Values)
+	if bad == nil {
+		bad = lerr
+	}
 	if bad != nil {
 		w.log.Warn("cluster: refusing a request entry that does not decode", "queue", queue, "entry", m.ID, "err", bad)
 		if !errors.As(bad, new(*engine.Error)) {
@@ -353,7 +359,8 @@ func (w *worker) take(runCtx context.Context, queue string, m redis.XMessage) {
 		return // a takeover handed us back our own running request
 	}
 	jctx, cancel := context.WithCancel(runCtx)
-	j := &job{rk: rk, queue: queue, entry: m.ID, req: r, bad: bad, ctx: jctx, cancel: cancel}
+	j := &job{rk: rk, queue: queue, entry: m.ID, log: lt, req: r, bad: bad, ctx: jctx, cancel: cancel}
+	j.rec, j.out = w.k.forRequest(rk, lt.Key)
 	w.inflight[rk] = j
 	w.mu.Unlock()
 	w.jobs.Add(1)
@@ -362,6 +369,29 @@ func (w *worker) take(runCtx context.Context, queue string, m redis.XMessage) {
 		defer w.release(j)
 		w.run(runCtx, j)
 	}()
+}
+
+// entryLog reads a queue entry's stream log target (Key "": none). A
+// version 2 entry must name one; a bad cap or TTL is an error, with the
+// key kept so that the refusal goes where the gateway reads.
+func entryLog(v map[string]any) (LogTarget, error) {
+	lt := LogTarget{Key: str(v, fieldLog)}
+	if lt.Key == "" {
+		if str(v, fieldVersion) == "2" {
+			return lt, errors.New("cluster: a version 2 request entry without its stream log")
+		}
+		return lt, nil
+	}
+	n, err := strconv.ParseInt(str(v, fieldLogMax), 10, 64)
+	if err != nil || n <= 0 {
+		return lt, fmt.Errorf("cluster: stream log cap %q", str(v, fieldLogMax))
+	}
+	ms, err := strconv.ParseInt(str(v, fieldLogTTL), 10, 64)
+	if err != nil || ms <= 0 {
+		return lt, fmt.Errorf("cluster: stream log TTL %q", str(v, fieldLogTTL))
+	}
+	lt.MaxLen, lt.TTL = n, time.Duration(ms)*time.Millisecond
+	return lt, nil
 }
 
 func (w *worker) release(j *job) {
@@ -426,7 +456,7 @@ func (w *worker) appendEntry(runCtx context.Context, j *job, fence int64, last b
 	}
 	args := append([]any{fence, fin, w.o.OutTTL.Milliseconds(), w.k.gatewayChan(""), j.rk}, fields...)
 	err = w.retry(runCtx, "appending output", func(ctx context.Context) error {
-		n, err := w.durableRun(ctx, appendScript, []string{w.k.req(j.rk), w.k.out(j.rk)}, args...).Int64()
+		n, err := w.durableRun(ctx, appendScript, []string{j.rec, j.out}, args...).Int64()
 		if err != nil {
 			return fmt.Errorf("cluster: append to %s: %w", j.rk, err)
 		}
@@ -437,6 +467,30 @@ func (w *worker) appendEntry(runCtx context.Context, j *job, fence int64, last b
 		return nil
 	})
 	return cancelled, err
+}
+
+// appendDelta appends delta seq (fields) to j's stream log under fence.
+// It reports whether the request should stop: its cancel flag is set, or
+// the log was ended by a gateway's crash recovery, so nobody reads on.
+func (w *worker) appendDelta(runCtx context.Context, j *job, fence int64, seq int, fields ...any) (stop bool, err error) {
+	args := append([]any{fence, w.o.OutTTL.Milliseconds(), w.k.gatewayChan(""), j.rk, seq, j.log.MaxLen, j.log.TTL.Milliseconds()}, fields...)
+	err = w.retry(runCtx, "appending output", func(ctx context.Context) error {
+		n, err := w.durableRun(ctx, logAppendScript, []string{j.rec, j.out, j.log.Key}, args...).Int64()
+		if err != nil {
+			return fmt.Errorf("cluster: append delta %d of %s: %w", seq, j.rk, err)
+		}
+		switch {
+		case n == appendLogEnded:
+			w.log.Warn("cluster: the request's stream log was ended by its gateway; stopping", "request", j.req.ID, "seq", seq)
+			stop = true
+		case n < 0:
+			return &lostError{n}
+		default:
+			stop = n == appendCancelled
+		}
+		return nil
+	})
+	return stop, err
 }
 
 // durableRun runs a script through the durable writer. A script that ran
@@ -476,7 +530,7 @@ func (w *worker) run(runCtx context.Context, j *job) {
 	var fence int64
 	var cancelFlag bool
 	err := w.retry(runCtx, "acquiring a request", func(ctx context.Context) error {
-		res, err := w.durableRun(ctx, acquireScript, []string{w.k.req(j.rk)}, w.o.ID, w.o.OutTTL.Milliseconds()).Int64Slice()
+		res, err := w.durableRun(ctx, acquireScript, []string{j.rec}, w.o.ID, w.o.OutTTL.Milliseconds()).Int64Slice()
 		if err != nil {
 			return fmt.Errorf("cluster: acquire %s: %w", j.rk, err)
 		}
@@ -494,12 +548,14 @@ func (w *worker) run(runCtx context.Context, j *job) {
 		return
 	}
 
-	// What earlier owners wrote: their tokens become Generated.
+	// What earlier owners wrote: their tokens become Generated; a logged
+	// request's numbering goes on after their last delta (seq).
 	var gen []int32
-	accepted := false
+	accepted, ended := false, false
+	seq := 0
 	err = w.retry(runCtx, "reading output", func(ctx context.Context) error {
-		gen, accepted = nil, false
-		msgs, err := w.o.Redis.XRange(ctx, w.k.out(j.rk), "-", "+").Result()
+		gen, accepted, ended, seq = nil, false, false, 0
+		msgs, err := w.o.Redis.XRange(ctx, j.out, "-", "+").Result()
 		if err != nil {
 			return fmt.Errorf("cluster: read output of %s: %w", j.rk, err)
 		}
@@ -510,6 +566,29 @@ func (w *worker) run(runCtx context.Context, j *job) {
 			}
 			accepted = accepted || e.Kind == kindAccepted
 			gen = append(gen, e.Event.Tokens...)
+		}
+		if j.log.Key == "" || !accepted {
+			return nil
+		}
+		logged, err := w.o.Redis.XRange(ctx, j.log.Key, "-", "+").Result()
+		if err != nil {
+			return fmt.Errorf("cluster: read the stream log of %s: %w", j.rk, err)
+		}
+		for _, m := range logged {
+			ev, ok, err := decodeLogDelta(m)
+			if err != nil {
+				return fmt.Errorf("%w: %w", errStop, err)
+			}
+			if !ok {
+				ended = true
+				break
+			}
+			if ev.Seq != seq+1 {
+				// Trimmed (MAXLEN): the tokens before are lost.
+				return fmt.Errorf("%w: the stream log of %s has delta %d after %d", errStop, j.rk, ev.Seq, seq)
+			}
+			seq = ev.Seq
+			gen = append(gen, ev.Tokens...)
 		}
 		return nil
 	})
@@ -524,7 +603,7 @@ func (w *worker) run(runCtx context.Context, j *job) {
 		log.Info("cluster: taking over request", "fence", fence, "generated", len(gen))
 	}
 	switch {
-	case cancelFlag || j.ctx.Err() != nil && runCtx.Err() == nil:
+	case cancelFlag || ended || j.ctx.Err() != nil && runCtx.Err() == nil:
 		w.finish(runCtx, j, fence, &engine.Final{FinishReason: engine.FinishCancelled}, len(gen))
 		return
 	case fence > int64(w.o.MaxAttempts):
@@ -563,22 +642,34 @@ func (w *worker) run(runCtx context.Context, j *job) {
 		j.cancel()
 		return
 	}
-	w.pump(runCtx, j, fence, st, len(gen))
+	w.pump(runCtx, j, fence, st, len(gen), seq)
 }
 
-// pump copies the engine's events to the output stream. Text that comes
-// without tokens (held back for a stop string) waits for them, so every
-// written delta carries the tokens behind its text.
-func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Events, replayed int) {
+// pump copies the engine's events to the output stream, or to the stream
+// log, whose deltas after seq it numbers. Text that comes without tokens
+// (held back for a stop string) waits for them, so every written delta
+// carries the tokens behind its text. A logged delta has text: tokens
+// that do not make text yet wait for it too, and those left at the end
+// are not written (a takeover generates them again).
+func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Events, replayed, seq int) {
 	var pend engine.Event
 	// badDelta is set when a delta cannot be encoded: the request ends
 	// with an error here, since another engine would only fail the same.
 	var badDelta error
-	flush := func() error {
-		if len(pend.Tokens) == 0 && pend.Text == "" {
+	flush := func(last bool) error {
+		logged := j.log.Key != ""
+		if logged && pend.Text == "" || len(pend.Tokens) == 0 && (pend.Text == "" || !last && logged) {
+			if last {
+				pend = engine.Event{}
+			}
 			return nil
 		}
-		fields := []any{"k", kindDelta, "s", strconv.Itoa(pend.Seq), "x", pend.Text, "t", encodeTokens(pend.Tokens)}
+		var fields []any
+		if logged {
+			fields = []any{logText, pend.Text, logTokens, encodeTokens(pend.Tokens)}
+		} else {
+			fields = []any{"k", kindDelta, "s", strconv.Itoa(pend.Seq), "x", pend.Text, "t", encodeTokens(pend.Tokens)}
+		}
 		if len(pend.Logprobs) > 0 {
 			// JSON has no NaN or infinity: a model that gives one must
 			// not lose the logprobs the client asked for in silence.
@@ -589,7 +680,16 @@ func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Eve
 			}
 			fields = append(fields, "l", string(b))
 		}
-		cancelled, err := w.appendEntry(runCtx, j, fence, false, fields...)
+		var cancelled bool
+		var err error
+		if logged {
+			cancelled, err = w.appendDelta(runCtx, j, fence, seq+1, fields...)
+			if err == nil {
+				seq++
+			}
+		} else {
+			cancelled, err = w.appendEntry(runCtx, j, fence, false, fields...)
+		}
 		if err != nil {
 			return err
 		}
@@ -618,7 +718,7 @@ func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Eve
 			return
 		}
 		if ev.Final != nil {
-			if err := flush(); err != nil {
+			if err := flush(true); err != nil {
 				fail()
 				return
 			}
@@ -632,7 +732,7 @@ func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Eve
 		if len(pend.Tokens) == 0 {
 			continue
 		}
-		if err := flush(); err != nil {
+		if err := flush(false); err != nil {
 			fail()
 			return
 		}
@@ -706,7 +806,7 @@ func (w *worker) refresh(ctx context.Context) error {
 			p.XClaimJustID(ctx, &redis.XClaimArgs{Stream: q, Group: group, Consumer: w.o.ID, MinIdle: 0, Messages: ids})
 		}
 		for i, j := range jobs {
-			flags[i] = p.HExists(ctx, w.k.req(j.rk), "cancel")
+			flags[i] = p.HExists(ctx, j.rec, "cancel")
 		}
 		return nil
 	})

@@ -34,6 +34,9 @@
 //	P sess:{s:<sid>}:alts             HASH   branch point → stored versions (regenerate, edit)
 //	P sess:{s:<sid>}:req:<rid>        HASH   state running|done; expires
 //	P sess:{s:<sid>}:req:<rid>:log    STREAM the request's deltas; capped, expires
+//	P sess:{s:<sid>}:req:<rid>:log:cl:<key>      HASH   split mode: fence record of the
+//	                                             cluster request writing the log
+//	P sess:{s:<sid>}:req:<rid>:log:cl:<key>:out  STREAM its accepted/final entries
 //	P idx:{u:<tenant>:<user>}         ZSET   session id → last activity (ms)
 //	P {turns}:running                 ZSET   "<sid> <rid>" → owner's lease deadline (ms)
 //
@@ -176,6 +179,15 @@ func (s Space) Queues() string { return s.prefix + "cl:queues" }
 
 // ClusterRequest is the fence record of cluster request key rk.
 func (s Space) ClusterRequest(rk string) string { return s.prefix + "cl:req:{r:" + Tag(rk) + "}" }
+
+// LoggedClusterRequest is the fence record of cluster request key rk
+// when the request appends its deltas to stream log log itself (split
+// mode): on the log's slot, so that one script checks the fence and
+// appends. Its output stream is ClusterOutputOf of it.
+func (s Space) LoggedClusterRequest(log, rk string) string { return log + ":cl:" + Tag(rk) }
+
+// ClusterOutputOf is the output stream of the fence record rec.
+func (s Space) ClusterOutputOf(rec string) string { return rec + ":out" }
 
 // ClusterOutput is the output stream of cluster request key rk.
 func (s Space) ClusterOutput(rk string) string { return s.ClusterRequest(rk) + ":out" }
