@@ -316,6 +316,7 @@ func (s *Server) attachTurn(ctx context.Context, a attacher, sid, rid, handle st
 	s.mu.Lock() // cancelLocal reads it, from another socket's goroutine
 	t.stream = stream
 	s.mu.Unlock()
+	t.logged = s.appendsToLog(stream, sid, rid)
 	s.o.Logger.Warn("gateway: took over a dead gateway's turn; its generation goes on", "session", sid, "request", rid, "logged", logged)
 	go func() {
 		defer release()

@@ -37,7 +37,11 @@ type turn struct {
 	// generation by crash recovery passes them over. Their text still
 	// comes from the generation, read again from its first event: the
 	// log may have lost its beginning to MAXLEN.
-	skip   int
+	skip int
+	// logged: the generation appends its deltas to the stream log
+	// itself (logGenerator), numbered in the protocol's seq; the turn
+	// only reads them and passes them on.
+	logged bool
 	leased bool // holds a request slot in the tenant's counters
 	// registered: the turn is in the running-turn index (recovery.go)
 	// and this gateway renews it. Set under Server.mu.
@@ -81,6 +85,27 @@ func (t *turn) send(f ServerFrame) {
 		t.conn = nil
 		t.mu.Unlock()
 	}
+}
+
+// logGenerator is a Generator whose generations can append their deltas
+// to a turn's stream log themselves, in the protocol's numbering (1, 2,
+// ... for the deltas with text): cluster.Client, whose engines then write
+// each delta to Redis once, where the turn and every resume read it. The
+// deltas a generation yields are then those of the log, Seq its seq.
+type logGenerator interface {
+	GenerateToLog(ctx context.Context, r engine.Request, log string, maxLen int64, ttl time.Duration) (engine.Events, error)
+}
+
+// loggedEvents is a generation that appends to a stream log (LogKey).
+type loggedEvents interface {
+	LogKey() string
+}
+
+// appendsToLog reports whether generation ev appends its deltas to the
+// stream log of the turn (sid, rid).
+func (s *Server) appendsToLog(ev engine.Events, sid, rid string) bool {
+	l, ok := ev.(loggedEvents)
+	return ok && l.LogKey() != "" && l.LogKey() == s.log.key(sid, rid)
 }
 
 // startTurn checks quotas, stores the user message, submits the request
@@ -211,7 +236,12 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 		req.Stop = f.Params.Stop
 		req.Speculate = f.Params.Speculate
 	}
-	stream, err := s.o.Generator.Generate(s.runCtx, req)
+	var stream engine.Events
+	if lg, ok := s.o.Generator.(logGenerator); ok {
+		stream, err = lg.GenerateToLog(s.runCtx, req, s.log.key(f.Session, f.Request), s.log.maxLen, s.log.ttl)
+	} else {
+		stream, err = s.o.Generator.Generate(s.runCtx, req)
+	}
 	if err != nil {
 		// A refusal is not a turn: the user message leaves the history
 		// (the client keeps it to retry) and the request id is free again.
@@ -227,6 +257,7 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 	s.mu.Lock()
 	t.stream = stream
 	s.mu.Unlock()
+	t.logged = s.appendsToLog(stream, f.Session, f.Request)
 	if a, ok := s.o.Generator.(attacher); ok {
 		// Should this gateway die, crash recovery attaches another
 		// to the generation instead of ending the reply partial. A
@@ -283,7 +314,9 @@ const logRetry = 250 * time.Millisecond
 // run reads the engine's events to the end: each delta is queued for the
 // stream log, which the server's log writer appends in batches and sends
 // live without waiting for Redis's answer (logwriter.go); the end stores
-// the reply and sends done.
+// the reply and sends done. A logged generation's deltas are in the log
+// already when they come (the engine wrote them): they go to the client
+// at once, under the log's seq.
 //
 // Redis going away does not end the turn: deltas the log could not take
 // wait in the queue, retried as generation goes on and before the reply is
@@ -294,8 +327,11 @@ func (t *turn) run() {
 	s := t.s
 	var text strings.Builder
 	seq := 0
-	q := s.logw.queue(t.session, t.request, t)
-	defer s.logw.end(q)
+	var q *logQueue // nil: the generation writes the log
+	if !t.logged {
+		q = s.logw.queue(t.session, t.request, t)
+		defer s.logw.end(q)
+	}
 	var final *engine.Final
 	for {
 		ev, err := t.stream.Recv(s.runCtx)
@@ -315,6 +351,12 @@ func (t *turn) run() {
 		if ev.Text == "" {
 			continue // tokens that do not yet make whole characters
 		}
+		if t.logged {
+			seq = ev.Seq
+			text.WriteString(ev.Text)
+			t.sendDelta(seq, ev.Text)
+			continue
+		}
 		seq++
 		text.WriteString(ev.Text)
 		if seq <= t.skip {
@@ -327,7 +369,9 @@ func (t *turn) run() {
 		s.logw.push(q, logEntry{Seq: seq, Text: ev.Text})
 	}
 	// Every delta reaches the client before what ends the reply.
-	s.logw.settle(q)
+	if q != nil {
+		s.logw.settle(q)
+	}
 	if final == nil {
 		final = &engine.Final{FinishReason: engine.FinishError, Err: errors.New("stream ended without a final event")}
 	}
@@ -372,9 +416,11 @@ func (t *turn) run() {
 		msg.Error = ce.Message
 		t.send(errorFrame(ce, t.request))
 	}
-	stored, ended := t.persist(msg, done, seq, func(ctx context.Context) bool { return s.logw.flush(ctx, q) })
+	stored, ended := t.persist(msg, done, seq, func(ctx context.Context) bool { return q == nil || s.logw.flush(ctx, q) })
 	if !stored {
-		s.logw.abandon(q)
+		if q != nil {
+			s.logw.abandon(q)
+		}
 		t.send(errorFrame(unavailable("the reply could not be stored"), t.request))
 	}
 	t.send(done)
