@@ -7,9 +7,9 @@
 //
 // Work is split across a pool of worker goroutines that the backend owns;
 // the goroutine that calls an op takes part as worker 0, so Threads=1 runs
-// everything on the caller. Weights are used in place (Q8_0 and Q4_0 ones
-// laid out once in groups of eight rows where the AVX2 kernels run:
-// pack.go). Quantized matrices are never dequantized as a whole; MatMul
+// everything on the caller. Weights are used in place (Q8_0, Q4_0, Q4_K and
+// Q6_K ones laid out once in groups of eight rows where the AVX2 kernels
+// run: pack.go). Quantized matrices are never dequantized as a whole; MatMul
 // quantizes the activation rows once per call (to Q8_0, or for the GGML K-quants and
 // legacy types to what llama.cpp pairs them with: Q8_0, Q8_1 or Q8_K, see
 // kquant.go) and computes integer dot products on the stored blocks.
@@ -38,9 +38,9 @@ type Tensor struct {
 	rows, cols int
 	// f32 holds rows*cols values when dt is F32.
 	f32 []float32
-	// raw holds rows*rowBytes stored bytes for the other types, or for
-	// Q8_0 and Q4_0 with x8 set their rows in the ×8 layout (pack.go);
-	// rowBytes is GGML's row size either way.
+	// raw holds rows*rowBytes stored bytes for the other types, or, for
+	// the types of x8BlockBytes with x8 set, their rows in the ×8 layout
+	// (pack.go); rowBytes is GGML's row size either way.
 	raw      []byte
 	rowBytes int
 	x8       bool
@@ -151,6 +151,10 @@ type workerScratch struct {
 	qd []float32
 	// gemm is gemmF32's.
 	gemm gemmScratch
+	// kx8 holds a K-quant weight row put back in GGML's layout (kX8Go),
+	// kx8o the ×8 K-quant kernels' results of a last partial group.
+	kx8  []byte
+	kx8o [4 * x8Rows]float32
 }
 
 func (s *workerScratch) floats(n int) []float32 {
@@ -218,8 +222,8 @@ func (b *Backend) live() {
 var ErrShortData = errors.New("cpu: weight data does not match its shape")
 
 // Weights wraps data without copying (except F32 data that is not 4-byte
-// aligned, which is copied once, and Q8_0 and Q4_0 data where the ×8
-// layout is in use, which is laid out anew once: pack.go). data is never
+// aligned, which is copied once, and Q8_0, Q4_0, Q4_K and Q6_K data where
+// the ×8 layout is in use, which is laid out anew once: pack.go). data is never
 // written.
 func (b *Backend) Weights(dt kernels.DType, rows, cols int, data []byte) (kernels.Tensor, error) {
 	if rows < 0 {

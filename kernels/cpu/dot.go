@@ -16,7 +16,7 @@ import (
 // Quantized activations are stored as Q8_0 split into two arrays: xq, the
 // int8 values of the rows back to back (a row of k values is k bytes), and
 // xd, one float32 scale per 32 values (a row has k/32). Weight rows are in
-// GGML's block layout, or for Q8_0 and Q4_0 in the ×8 layout of pack.go.
+// GGML's block layout, or in the ×8 layout of pack.go.
 // The "Rows" kernels take a run of weight rows, the "RowsN" ones also up
 // to maxRowsN activation rows, so that each weight block is read from
 // memory once for all of them (a speculative verification or a few streams

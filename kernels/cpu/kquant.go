@@ -23,9 +23,11 @@ import (
 //     for the value max of largest magnitude, q = round-to-even(x/d), and
 //     the sums of q over each 16 values.
 //
-// Every output is computed by one call of its type's dot function on one
-// weight row and one activation row, whatever the batch: a row's result
-// never depends on the other rows of the batch (batch invariance).
+// Every output is computed by the same sequence of operations on one
+// weight row and one activation row, whatever the batch and the kernel
+// (one row, four activation rows, or eight weight rows in the ×8 layout
+// of pack.go): a row's result never depends on the other rows of the
+// batch (batch invariance).
 
 // actFormat is how MatMul quantizes activations for a weight type.
 type actFormat uint8
@@ -250,7 +252,7 @@ var kDotsGo = map[kernels.DType]kDot{
 
 // useKDotsGo points every type at its Go dot product.
 func useKDotsGo() {
-	kX4 = nil
+	kX4, kX8 = nil, nil
 	kDots = make(map[kernels.DType]kRows, len(kDotsGo))
 	for dt, f := range kDotsGo {
 		kDots[dt] = goRows(f)
@@ -451,7 +453,7 @@ func dotIQ4XSGo(w []byte, a actRow) float32 {
 
 // matmulK is MatMul for the types of this file.
 func (b *Backend) matmulK(d, xt, wt *Tensor) {
-	b.quantizeK(xt, actFormatOf(wt.dt), kX4[wt.dt] != nil)
+	b.quantizeK(xt, actFormatOf(wt.dt), kX4[wt.dt] != nil && !wt.x8)
 	b.runK(d, xt, wt)
 }
 
@@ -469,7 +471,7 @@ func (b *Backend) matmulManyK(dsts []kernels.Tensor, xt *Tensor, ws []kernels.Te
 		if actFormatOf(wt.dt) != f || f == actNone || wt.cols != xt.cols || d.rows != xt.rows || d.cols != wt.rows {
 			return false
 		}
-		x4 = x4 || kX4[wt.dt] != nil
+		x4 = x4 || kX4[wt.dt] != nil && !wt.x8
 	}
 	if xt.rows == 0 || xt.cols == 0 {
 		return false // MatMul's own handling of empty shapes
@@ -524,13 +526,16 @@ func (b *Backend) quantizeK(xt *Tensor, f actFormat, x4 bool) {
 func (b *Backend) runK(d, xt, wt *Tensor) {
 	n, k, m := xt.rows, xt.cols, wt.rows
 	x4 := kX4[wt.dt]
-	if b.kact.g == nil {
+	if b.kact.g == nil || wt.x8 {
 		x4 = nil
 	}
 	b.kmm = kMatTask{b: b, a: &b.kact, dst: d, w: wt, dot: kDots[wt.dt], x4: x4}
 	grain := m
 	if n*m*k >= 1<<15 {
 		grain = min(64, max(4, m/(b.threads*8)))
+		if wt.x8 {
+			grain = max(x8Rows, grain&^(x8Rows-1)) // whole groups
+		}
 	}
 	b.pool.run(&b.kmm, m, grain)
 	b.kmm = kMatTask{}
@@ -567,6 +572,10 @@ type kMatTask struct {
 // rows (a few KB) stay in cache while the activation rows pass them, four
 // at a time where an x4 kernel exists.
 func (t *kMatTask) run(wk, lo, hi int) {
+	if t.w.x8 {
+		t.runX8(wk, lo, hi)
+		return
+	}
 	n, m := t.dst.rows, t.dst.cols
 	out := t.dst.f32
 	rb := t.w.rowBytes
@@ -585,5 +594,49 @@ func (t *kMatTask) run(wk, lo, hi int) {
 	}
 	for ; r < n; r++ {
 		t.dot(w, rb, t.a.row(r), out[r*m+lo:r*m+hi])
+	}
+}
+
+// kX8 holds, per type, the kernel for weights in the ×8 layout (pack.go):
+// out[a·os+r] = the dot product of weight row r of the groups w (m rows,
+// nb super-blocks each) with activation row a0+a of act, for r < m and
+// a < na ≤ 4, each with the bits of kDotsGo (useAsm fills it; a type
+// without an entry runs kX8Go).
+var kX8 map[kernels.DType]kX8Kernel
+
+// kX8Kernel is a kernel of kX8; sc is the calling worker's scratch.
+type kX8Kernel func(sc *workerScratch, dt kernels.DType, w []byte, m, nb int, act *kAct, a0, na int, out []float32, os int)
+
+// runX8 is run for weights in the ×8 layout: up to four activation rows
+// a kernel call against the chunk's groups, which stay in cache for the
+// next rows.
+func (t *kMatTask) runX8(wk, lo, hi int) {
+	n, m := t.dst.rows, t.dst.cols
+	nb := t.a.k / superBlocks
+	w := t.w.groupBytes(lo, hi)
+	kern := kX8[t.w.dt]
+	for r := 0; r < n; r += 4 {
+		na := min(4, n-r)
+		if kern == nil {
+			kern = kX8Go
+		}
+		kern(&t.b.scratch[wk], t.w.dt, w, hi-lo, nb, t.a, r, na, t.dst.f32[r*m+lo:], m)
+	}
+}
+
+// kX8Go is the ×8 layout's Go kernel: each weight row put back in GGML's
+// layout (in the worker's scratch) and given to the Go reference.
+func kX8Go(sc *workerScratch, dt kernels.DType, w []byte, m, nb int, act *kAct, a0, na int, out []float32, os int) {
+	rb := nb * x8BlockBytes(dt)
+	if cap(sc.kx8) < rb {
+		sc.kx8 = make([]byte, rb)
+	}
+	row := sc.kx8[:rb]
+	dot := kDotsGo[dt]
+	for r := range m {
+		unpackX8Row(row, w, dt, nb, r)
+		for a := range na {
+			out[a*os+r] = dot(row, act.row(a0+a))
+		}
 	}
 }

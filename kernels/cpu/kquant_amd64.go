@@ -29,6 +29,12 @@ func dotQ5Kx4AVX(w *byte, grp *byte, nb int, out *[4]float32)
 //go:noescape
 func dotQ6Kx4AVX(w *byte, grp *byte, nb int, out *[4]float32)
 
+//go:noescape
+func dotQ4KX8AVX(w *byte, xq *int8, xs int, xd *float32, bs *int16, nb int, out *float32, os int, ngroups, na int)
+
+//go:noescape
+func dotQ6KX8AVX(w *byte, xq *int8, xs int, xd *float32, bs *int16, nb int, out *float32, os int, ngroups, na int)
+
 // setKDotsAsm points the types with AVX2 kernels at them.
 func setKDotsAsm() {
 	kDots[kernels.Q4_K] = kRowsAsm(dotQ4KRowsAVX, q4KBytes)
@@ -41,6 +47,47 @@ func setKDotsAsm() {
 		kernels.Q4_K: kX4Asm(dotQ4Kx4AVX, q4KBytes),
 		kernels.Q5_K: kX4Asm(dotQ5Kx4AVX, q5KBytes),
 		kernels.Q6_K: kX4Asm(dotQ6Kx4AVX, q6KBytes),
+	}
+	kX8 = map[kernels.DType]kX8Kernel{kernels.Q4_K: kX8Asm, kernels.Q6_K: kX8Asm}
+}
+
+// kX8Asm runs the ×8 kernel of w's type over m rows: whole groups straight
+// into out, a last partial group into the worker's scratch (its rows past
+// m are padding or another slice's, read but not stored).
+func kX8Asm(sc *workerScratch, dt kernels.DType, w []byte, m, nb int, act *kAct, a0, na int, out []float32, os int) {
+	if m == 0 || na == 0 {
+		return
+	}
+	if na > 4 {
+		panic("cpu: too many activation rows for one ×8 K-quant kernel call")
+	}
+	if nb == 0 {
+		for a := range na {
+			clear(out[a*os : a*os+m])
+		}
+		return
+	}
+	k := nb * superBlocks
+	gb := nb * x8Rows * x8BlockBytes(dt)
+	_, _, _ = w[x8Groups(m)*gb-1], act.q[(a0+na)*k-1], act.d[(a0+na)*nb-1]
+	_, _ = act.bs[(a0+na)*nb*16-1], out[(na-1)*os+m-1]
+	xq, xd, bs := &act.q[a0*k], &act.d[a0*nb], &act.bs[a0*nb*16]
+	kern := dotQ4KX8AVX
+	if dt == kernels.Q6_K {
+		kern = dotQ6KX8AVX
+	}
+	g := m / x8Rows
+	if g > 0 {
+		kern(&w[0], xq, k, xd, bs, nb, &out[0], 4*os, g, na)
+	}
+	t := m - x8Rows*g
+	if t == 0 {
+		return
+	}
+	o := &sc.kx8o
+	kern(&w[g*gb], xq, k, xd, bs, nb, &o[0], 4*x8Rows, 1, na)
+	for a := range na {
+		copy(out[a*os+x8Rows*g:a*os+m], o[a*x8Rows:a*x8Rows+t])
 	}
 }
 

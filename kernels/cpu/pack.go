@@ -1,13 +1,12 @@
 package cpu
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/specgate/specgate/kernels"
 )
 
-// Q8_0 and Q4_0 weights repacked at load: the ×8 layout.
+// Q8_0, Q4_0, Q4_K and Q6_K weights repacked at load: the ×8 layout.
 //
 // The kernels that take eight weight rows at a time (one per lane) spend
 // most of a block's cycles, in GGML's row-major layout, on fixed work:
@@ -23,6 +22,13 @@ import (
 //     groups g (eight for Q8_0, four for Q4_0), each 32 bytes holding rows
 //     0-7's group g (row l at 16 + 32g + 4l).
 //
+// The K-quants Q4_K and Q6_K take the same rule (x8Segments): each piece
+// of a GGML block, an F16 field or a four-byte word, of s bytes at offset
+// o, lands for row l at 8·o + s·l of the group's block. Their kernels
+// (kquantx8_amd64.s) then read a super-block's scales of eight rows from
+// three or four vectors and its quants as words of eight rows, so one pass
+// of a word serves eight rows where the row-major kernels spent it on one.
+//
 // One load is then 4-byte group g of all eight rows, lane l = row l (what
 // the transposition built), one VCVTPH2PS the eight scales, and a pass over
 // a run of groups reads one sequential stream. For Q4_0, group g's bytes
@@ -36,7 +42,7 @@ const (
 	x4Block = 8 * q4Bytes // bytes per group and block, Q4_0
 )
 
-// x8Layout says whether Weights repacks Q8_0 and Q4_0 weights into the ×8
+// x8Layout says whether Weights repacks the types of x8BlockBytes into the ×8
 // layout. It is set by useAsm: on where the AVX2 multi-row kernels run (VNNI
 // machines keep GGML's layout, which their tile kernels read); tests switch
 // it with useX8Layout to cover both layouts on any kernel set.
@@ -62,30 +68,69 @@ func x8BlockBytes(dt kernels.DType) int {
 		return q8Bytes
 	case kernels.Q4_0:
 		return q4Bytes
+	case kernels.Q4_K:
+		return q4KBytes
+	case kernels.Q6_K:
+		return q6KBytes
 	}
 	return 0
 }
 
-// packX8 returns rows rows of nb blocks of bb bytes each, row r in GGML's
-// layout at row(r), in the ×8 layout, in a new allocation.
-func packX8(rows, nb, bb int, row func(r int) []byte) []byte {
-	out := make([]byte, x8Groups(rows)*nb*8*bb)
-	packX8Rows(out, 0, rows, nb, bb, row)
+// x8Segments calls f for each piece of a GGML block of dt, in order: the
+// F16 fields (two bytes) and the four-byte words between them. A piece of
+// s bytes at offset o of row l's block lands at 8·o + s·l of the group's
+// block, so the eight rows' copies of a piece sit side by side: an F16
+// field becomes eight scales for one VCVTPH2PS, a word one 32-byte vector,
+// lane l = row l.
+func x8Segments(dt kernels.DType, f func(o, s int)) {
+	bb := x8BlockBytes(dt)
+	var f16s []int // offsets of the F16 fields
+	switch dt {
+	case kernels.Q8_0, kernels.Q4_0:
+		f16s = []int{0}
+	case kernels.Q4_K:
+		f16s = []int{0, 2}
+	case kernels.Q6_K:
+		f16s = []int{bb - 2}
+	}
+	for o := 0; o < bb; {
+		if len(f16s) > 0 && f16s[0] == o {
+			f(o, 2)
+			o, f16s = o+2, f16s[1:]
+			continue
+		}
+		f(o, 4)
+		o += 4
+	}
+}
+
+// x8BlockElems returns the number of values one block of dt holds.
+func x8BlockElems(dt kernels.DType) int { return dt.BlockElems() }
+
+// packX8 returns rows rows of nb blocks of dt each, row r in GGML's layout
+// at row(r), in the ×8 layout, in a new allocation.
+func packX8(dt kernels.DType, rows, nb int, row func(r int) []byte) []byte {
+	out := make([]byte, x8Groups(rows)*nb*8*x8BlockBytes(dt))
+	packX8Rows(out, dt, 0, rows, nb, row)
 	return out
 }
 
 // packX8Rows lays rows [lo, hi) out into out, the whole tensor's ×8 bytes.
-func packX8Rows(out []byte, lo, hi, nb, bb int, row func(r int) []byte) {
+func packX8Rows(out []byte, dt kernels.DType, lo, hi, nb int, row func(r int) []byte) {
+	bb := x8BlockBytes(dt)
 	gb := 8 * bb
+	var segs [64][2]int
+	ns := 0
+	x8Segments(dt, func(o, s int) { segs[ns] = [2]int{o, s}; ns++ })
 	for r := lo; r < hi; r++ {
 		src := row(r)[:nb*bb]
 		g := out[r/x8Rows*nb*gb:]
 		l := r % x8Rows
 		for b := range nb {
 			blk, dst := src[b*bb:(b+1)*bb], g[b*gb:(b+1)*gb]
-			dst[2*l], dst[2*l+1] = blk[0], blk[1]
-			for q := range (bb - 2) / 4 {
-				binary.LittleEndian.PutUint32(dst[16+32*q+4*l:], binary.LittleEndian.Uint32(blk[2+4*q:]))
+			for _, sg := range segs[:ns] {
+				o, s := sg[0], sg[1]
+				copy(dst[8*o+s*l:8*o+s*l+s], blk[o:o+s])
 			}
 		}
 	}
@@ -98,27 +143,29 @@ type x8PackTask struct {
 }
 
 func (p *x8PackTask) run(_, lo, hi int) {
-	packX8Rows(p.out, lo*x8Rows, min(hi*x8Rows, p.t.rows), p.t.cols/kernels.QK, x8BlockBytes(p.t.dt), p.t.rawRow)
+	packX8Rows(p.out, p.t.dt, lo*x8Rows, min(hi*x8Rows, p.t.rows), p.t.cols/x8BlockElems(p.t.dt), p.t.rawRow)
 }
 
-// unpackX8Row writes row r of the ×8 bytes p (nb blocks of bb bytes a row)
-// into dst in GGML's layout.
-func unpackX8Row(dst, p []byte, nb, bb, r int) {
+// unpackX8Row writes row r of the ×8 bytes p (nb blocks of dt a row) into
+// dst in GGML's layout.
+func unpackX8Row(dst, p []byte, dt kernels.DType, nb, r int) {
+	bb := x8BlockBytes(dt)
 	gb := 8 * bb
 	g := p[r/x8Rows*nb*gb:]
 	l := r % x8Rows
 	for b := range nb {
 		src, blk := g[b*gb:(b+1)*gb], dst[b*bb:(b+1)*bb]
-		blk[0], blk[1] = src[2*l], src[2*l+1]
-		for q := range (bb - 2) / 4 {
-			copy(blk[2+4*q:2+4*q+4], src[16+32*q+4*l:16+32*q+4*l+4])
-		}
+		x8Segments(dt, func(o, s int) { copy(blk[o:o+s], src[8*o+s*l:8*o+s*l+s]) })
 	}
 }
 
 // convertRowX8 decodes row r of the ×8 bytes p of type dt into dst, as
 // convertRow decodes a row: the same products, so the same bits.
 func convertRowX8(dst []float32, dt kernels.DType, p []byte, r int) {
+	if dt != kernels.Q8_0 && dt != kernels.Q4_0 {
+		convertRowX8K(dst, dt, p, r)
+		return
+	}
 	nb := len(dst) / kernels.QK
 	bb := x8BlockBytes(dt)
 	gb := 8 * bb
@@ -138,6 +185,26 @@ func convertRowX8(dst []float32, dt kernels.DType, p []byte, r int) {
 				out[4*q+c] = d * float32(int(v&15)-8)
 				out[4*q+c+16] = d * float32(int(v>>4)-8)
 			}
+		}
+	}
+}
+
+// convertRowX8K is convertRowX8 for the K-quants: each block is put back
+// in GGML's layout and decoded as convertRow decodes it.
+func convertRowX8K(dst []float32, dt kernels.DType, p []byte, r int) {
+	var blk [q6KBytes]byte
+	bb, be := x8BlockBytes(dt), x8BlockElems(dt)
+	nb := len(dst) / be
+	gb := 8 * bb
+	g := p[r/x8Rows*nb*gb:]
+	l := r % x8Rows
+	for b := range nb {
+		src := g[b*gb : (b+1)*gb]
+		x8Segments(dt, func(o, s int) { copy(blk[o:o+s], src[8*o+s*l:8*o+s*l+s]) })
+		// What convertRow does for these types, called here directly so
+		// that blk stays on the stack.
+		if err := kernels.Dequantize(dt, blk[:bb], dst[b*be:(b+1)*be]); err != nil {
+			panic("cpu: cannot convert " + dt.String() + ": " + err.Error())
 		}
 	}
 }
@@ -165,7 +232,7 @@ func (b *Backend) packWeights(t *Tensor) {
 func sliceX8(s *Tensor, r0, r1 int) *Tensor {
 	v := *s
 	v.rows = r1 - r0
-	nb, bb := s.cols/kernels.QK, x8BlockBytes(s.dt)
+	nb, bb := s.cols/x8BlockElems(s.dt), x8BlockBytes(s.dt)
 	if r0%x8Rows == 0 {
 		// The view keeps the whole last group: the kernels read groups
 		// whole, and the rows past r1 are the parent's, never written.
@@ -174,8 +241,8 @@ func sliceX8(s *Tensor, r0, r1 int) *Tensor {
 		return &v
 	}
 	row := make([]byte, s.rowBytes)
-	v.raw = packX8(v.rows, nb, bb, func(r int) []byte {
-		unpackX8Row(row, s.raw, nb, bb, r0+r)
+	v.raw = packX8(s.dt, v.rows, nb, func(r int) []byte {
+		unpackX8Row(row, s.raw, s.dt, nb, r0+r)
 		return row
 	})
 	return &v
@@ -187,7 +254,7 @@ func (t *Tensor) groupBytes(lo, hi int) []byte {
 	if lo%x8Rows != 0 {
 		panic(fmt.Sprintf("cpu: rows [%d, %d) of a ×8 tensor do not start a group", lo, hi))
 	}
-	gb := t.cols / kernels.QK * 8 * x8BlockBytes(t.dt)
+	gb := t.cols / x8BlockElems(t.dt) * 8 * x8BlockBytes(t.dt)
 	return t.raw[lo/x8Rows*gb : x8Groups(hi)*gb]
 }
 

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -9,15 +10,28 @@ import (
 	"github.com/specgate/specgate/kernels"
 )
 
-// x8Types are the weight types the ×8 layout takes.
-var x8Types = []kernels.DType{kernels.Q8_0, kernels.Q4_0}
+// x8Types are the Q8_0-activation types the ×8 layout takes, x8KTypes
+// the K-quants it takes.
+var (
+	x8Types    = []kernels.DType{kernels.Q8_0, kernels.Q4_0}
+	x8KTypes   = []kernels.DType{kernels.Q4_K, kernels.Q6_K}
+	x8AllTypes = append(slices.Clone(x8Types), x8KTypes...)
+)
 
 // randX8Rows returns m random rows of dt of nb blocks in GGML's layout, and
-// the same rows in the ×8 layout.
+// the same rows in the ×8 layout. The blocks' bytes are random but for
+// their F16 scales, which are small and finite.
 func randX8Rows(r *rand.Rand, dt kernels.DType, m, nb int, extreme bool) (rows, x8 []byte) {
 	rows = randBlocks(r, dt, m*nb, extreme)
 	bb := x8BlockBytes(dt)
-	return rows, packX8(m, nb, bb, func(i int) []byte { return rows[i*nb*bb : (i+1)*nb*bb] })
+	if fs, ok := f16Fields[dt]; ok {
+		for b := range m * nb {
+			for _, off := range fs {
+				binary.LittleEndian.PutUint16(rows[b*bb+off:], kernels.F32ToF16(r.Float32()*0.02-0.01))
+			}
+		}
+	}
+	return rows, packX8(dt, m, nb, func(i int) []byte { return rows[i*nb*bb : (i+1)*nb*bb] })
 }
 
 // randQ8Act returns na quantized activation rows of nb blocks.
@@ -39,8 +53,8 @@ func randQ8Act(r *rand.Rand, na, nb int, extreme bool) ([]int8, []float32) {
 func TestX8Layout(t *testing.T) {
 	initTables()
 	r := rand.New(rand.NewPCG(3, 4))
-	for _, dt := range x8Types {
-		bb := x8BlockBytes(dt)
+	for _, dt := range x8AllTypes {
+		bb, be := x8BlockBytes(dt), x8BlockElems(dt)
 		for _, m := range []int{1, 7, 8, 9, 17} {
 			for _, nb := range []int{1, 3} {
 				rows, x8 := randX8Rows(r, dt, m, nb, false)
@@ -49,21 +63,21 @@ func TestX8Layout(t *testing.T) {
 				}
 				rb := nb * bb
 				back := make([]byte, rb)
-				want, have := make([]float32, nb*32), make([]float32, nb*32)
+				want, have := make([]float32, nb*be), make([]float32, nb*be)
 				for i := range m {
-					unpackX8Row(back, x8, nb, bb, i)
+					unpackX8Row(back, x8, dt, nb, i)
 					if !slices.Equal(back, rows[i*rb:(i+1)*rb]) {
 						t.Fatalf("%v m=%d nb=%d: row %d does not unpack to itself", dt, m, nb, i)
 					}
 					convertRow(want, dt, rows[i*rb:(i+1)*rb])
 					convertRowX8(have, dt, x8, i)
-					if !slices.Equal(have, want) {
+					if !slices.EqualFunc(have, want, sameBits) {
 						t.Fatalf("%v m=%d nb=%d: row %d converts differently", dt, m, nb, i)
 					}
 				}
 				// Padding rows are zeros, scales included.
 				for i := m; i < x8Groups(m)*x8Rows; i++ {
-					unpackX8Row(back, x8, nb, bb, i)
+					unpackX8Row(back, x8, dt, nb, i)
 					if slices.ContainsFunc(back, func(c byte) bool { return c != 0 }) {
 						t.Fatalf("%v m=%d nb=%d: padding row %d is not zero", dt, m, nb, i)
 					}
@@ -143,9 +157,12 @@ func TestPackedMatchesUnpacked(t *testing.T) {
 		}
 		for _, threads := range []int{1, 3} {
 			for _, shape := range shapes {
-				for _, dt := range x8Types {
-					t.Run(fmt.Sprintf("%v/%s/threads=%d/%dx%d", dt, kset.name, threads, shape.m, shape.k), func(t *testing.T) {
-						m, k := shape.m, shape.k
+				for _, dt := range x8AllTypes {
+					m, k := shape.m, shape.k
+					if be := x8BlockElems(dt); k%be != 0 {
+						k += be - k%be
+					}
+					t.Run(fmt.Sprintf("%v/%s/threads=%d/%dx%d", dt, kset.name, threads, m, k), func(t *testing.T) {
 						data, err := kernels.Quantize(dt, randVals(r, m*k, 0.5))
 						if err != nil {
 							t.Fatal(err)
@@ -225,6 +242,75 @@ func TestPackedMatchesUnpacked(t *testing.T) {
 							return out
 						})
 					})
+				}
+			}
+		}
+	}
+}
+
+// randKAct returns na activation rows of nb super-blocks quantized to Q8_K
+// (random, or with every value at an extreme of the quantization).
+func randKAct(r *rand.Rand, na, nb int, extreme bool) *kAct {
+	k := nb * superBlocks
+	a := &kAct{f: actQ8K, k: k, q: make([]int8, na*k), d: make([]float32, na*nb), bs: make([]int16, na*k/16)}
+	x := make([]float32, k)
+	for i := range na {
+		for j := range x {
+			x[j] = float32(r.NormFloat64())
+			if extreme {
+				x[j] = []float32{1, -1, 0.999}[r.IntN(3)]
+			}
+		}
+		a.quantize(i, x)
+	}
+	return a
+}
+
+// TestX8KKernels checks the ×8 K-quant kernels, Go and assembly, against
+// the Go reference on the same rows in GGML's layout, bit for bit, for
+// one to four activation rows, partial last groups included, and that they
+// store nothing past m.
+func TestX8KKernels(t *testing.T) {
+	initTables()
+	defer useAsm(true)
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, dt := range x8KTypes {
+		for _, nb := range []int{1, 2, 3, 5} {
+			for _, m := range []int{1, 2, 7, 8, 9, 16, 17, 31, 40} {
+				for _, mode := range []string{"random", "extreme"} {
+					rows, x8 := randX8Rows(r, dt, m, nb, mode == "extreme")
+					act := randKAct(r, 5, nb, mode == "extreme")
+					kerns := map[string]kX8Kernel{"go": kX8Go}
+					if useAsm(true) && kX8[dt] != nil {
+						kerns["asm"] = kX8[dt]
+					}
+					rb := nb * x8BlockBytes(dt)
+					for a0 := range 2 {
+						for na := 1; na <= 4; na++ {
+							os := m + r.IntN(3)
+							want := make([]float32, na*os)
+							for i := range want {
+								want[i] = 7
+							}
+							for a := range na {
+								for i := range m {
+									want[a*os+i] = kDotsGo[dt](rows[i*rb:(i+1)*rb], act.row(a0+a))
+								}
+							}
+							for name, k := range kerns {
+								have := make([]float32, na*os)
+								for i := range have {
+									have[i] = 7
+								}
+								k(&workerScratch{}, dt, x8, m, nb, act, a0, na, have, os)
+								for i := range have {
+									if !sameBits(have[i], want[i]) {
+										t.Fatalf("%v %s nb=%d m=%d a0=%d na=%d %s: out[%d][%d] = %g; want %g", dt, name, nb, m, a0, na, mode, i/os, i%os, have[i], want[i])
+									}
+								}
+							}
+						}
+					}
 				}
 			}
 		}

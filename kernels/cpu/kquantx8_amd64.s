@@ -1,0 +1,869 @@
+//go:build amd64 && !noasm
+
+#include "textflag.h"
+
+// The kernels for Q4_K and Q6_K weights in the ×8 layout (pack.go): one to
+// four Q8_K activation rows against runs of eight-row groups. Every piece
+// of a GGML block (an F16 field, or a four-byte word) sits with the other
+// seven rows' copies of it, so one 32-byte load is one word of eight rows,
+// lane l = row l, and the super-block's arithmetic runs on eight rows at
+// once in the lanes, with nothing to transpose or sum across lanes:
+//
+//   - the sub-blocks' 6-bit scales and mins of the eight rows are unpacked
+//     from three words with lane-wise shifts and masks, and one VPSHUFB
+//     spreads sub-block j's to both words of each lane ([s, s]), kept on
+//     the stack for the super-block;
+//   - a word of quants meets each activation row's four values, broadcast,
+//     in VPMADDUBSW (unsigned quants, signed activations); the int16 pairs
+//     add up over a sub-block while they cannot overflow (Q4_K: 16 products
+//     of at most 15·128; Q6_K: 4 of at most 63·128), and VPMADDWD with the
+//     sub-block's [s, s] widens them to int32 and applies the scale;
+//   - the mins (Q4_K) and Q6_K's offset of 32 meet the activation row's
+//     sums per 16 (bs) in VPMADDWD.
+//
+// A super-block's integer sums are exact, and the float steps that follow
+// are those of the one-row kernels (kquant_amd64.s), in the same order and
+// with the same operand order, lane by lane: each row's result has the bits
+// of the Go reference.
+//
+// Registers: Y0-Y3 activation row a's int32 sums, Y4-Y7 its int16 sums of
+// a sub-block (then its mins' or offset's sum), Y8 a word of quants, Y9
+// scratch, Y15 bytes of 0x0F. SI walks the weights, super-block after
+// super-block, group after group; DI is activation row 0's values of the
+// super-block, the rows R13 bytes apart (R14 = 3·R13); DX its scale, the
+// rows' AX bytes apart (BX = 3·AX); R9 its sums per 16, the rows 8·AX
+// bytes apart (R10 walks them); CX the super-blocks left, R11 the groups
+// left, R12 the group's results for row 0, the rows R8 bytes apart.
+
+// kx8lo<>+32j spreads byte j of each lane's word to both words, zero
+// extended: [s_j, s_j] for VPMADDWD.
+
+DATA kx8lo<>+0(SB)/8, $0x8004800480008000
+DATA kx8lo<>+8(SB)/8, $0x800c800c80088008
+DATA kx8lo<>+16(SB)/8, $0x8004800480008000
+DATA kx8lo<>+24(SB)/8, $0x800c800c80088008
+DATA kx8lo<>+32(SB)/8, $0x8005800580018001
+DATA kx8lo<>+40(SB)/8, $0x800d800d80098009
+DATA kx8lo<>+48(SB)/8, $0x8005800580018001
+DATA kx8lo<>+56(SB)/8, $0x800d800d80098009
+DATA kx8lo<>+64(SB)/8, $0x8006800680028002
+DATA kx8lo<>+72(SB)/8, $0x800e800e800a800a
+DATA kx8lo<>+80(SB)/8, $0x8006800680028002
+DATA kx8lo<>+88(SB)/8, $0x800e800e800a800a
+DATA kx8lo<>+96(SB)/8, $0x8007800780038003
+DATA kx8lo<>+104(SB)/8, $0x800f800f800b800b
+DATA kx8lo<>+112(SB)/8, $0x8007800780038003
+DATA kx8lo<>+120(SB)/8, $0x800f800f800b800b
+GLOBL kx8lo<>(SB), RODATA|NOPTR, $128
+
+// kx8hi<>+32j puts byte j of each lane's word in the high byte of both
+// words: VPSRAW $8 then gives [s_j, s_j] sign extended (Q6_K's scales).
+
+DATA kx8hi<>+0(SB)/8, $0x0480048000800080
+DATA kx8hi<>+8(SB)/8, $0x0c800c8008800880
+DATA kx8hi<>+16(SB)/8, $0x0480048000800080
+DATA kx8hi<>+24(SB)/8, $0x0c800c8008800880
+DATA kx8hi<>+32(SB)/8, $0x0580058001800180
+DATA kx8hi<>+40(SB)/8, $0x0d800d8009800980
+DATA kx8hi<>+48(SB)/8, $0x0580058001800180
+DATA kx8hi<>+56(SB)/8, $0x0d800d8009800980
+DATA kx8hi<>+64(SB)/8, $0x0680068002800280
+DATA kx8hi<>+72(SB)/8, $0x0e800e800a800a80
+DATA kx8hi<>+80(SB)/8, $0x0680068002800280
+DATA kx8hi<>+88(SB)/8, $0x0e800e800a800a80
+DATA kx8hi<>+96(SB)/8, $0x0780078003800380
+DATA kx8hi<>+104(SB)/8, $0x0f800f800b800b80
+DATA kx8hi<>+112(SB)/8, $0x0780078003800380
+DATA kx8hi<>+120(SB)/8, $0x0f800f800b800b80
+GLOBL kx8hi<>(SB), RODATA|NOPTR, $128
+
+// kx8pr<>+32i gives bytes 2i and 2i+1 of each lane's word as two words,
+// after VPSRAW $8: Q6_K's scales of two sub-blocks, against a pair of sums
+// per 16.
+
+DATA kx8pr<>+0(SB)/8, $0x0580048001800080
+DATA kx8pr<>+8(SB)/8, $0x0d800c8009800880
+DATA kx8pr<>+16(SB)/8, $0x0580048001800080
+DATA kx8pr<>+24(SB)/8, $0x0d800c8009800880
+DATA kx8pr<>+32(SB)/8, $0x0780068003800280
+DATA kx8pr<>+40(SB)/8, $0x0f800e800b800a80
+DATA kx8pr<>+48(SB)/8, $0x0780068003800280
+DATA kx8pr<>+56(SB)/8, $0x0f800e800b800a80
+GLOBL kx8pr<>(SB), RODATA|NOPTR, $64
+
+DATA kx8b3f<>+0(SB)/4, $0x3f3f3f3f
+GLOBL kx8b3f<>(SB), RODATA|NOPTR, $4
+DATA kx8b03<>+0(SB)/4, $0x03030303
+GLOBL kx8b03<>(SB), RODATA|NOPTR, $4
+
+// Activation row a's four values at x: the first word of a sub-block sets
+// its int16 sums (KF), the others add to them (KN).
+#define KF(x, T) \
+	VPBROADCASTD x, Y9 \
+	VPMADDUBSW   Y9, Y8, T
+
+#define KN(x, T) \
+	VPBROADCASTD x, Y9 \
+	VPMADDUBSW   Y9, Y8, Y9 \
+	VPADDW       Y9, T, T
+
+#define KF1(x) \
+	KF(x(DI), Y4)
+
+#define KF2(x) \
+	KF(x(DI), Y4) \
+	KF(x(DI)(R13*1), Y5)
+
+#define KF3(x) \
+	KF(x(DI), Y4) \
+	KF(x(DI)(R13*1), Y5) \
+	KF(x(DI)(R13*2), Y6)
+
+#define KF4(x) \
+	KF(x(DI), Y4) \
+	KF(x(DI)(R13*1), Y5) \
+	KF(x(DI)(R13*2), Y6) \
+	KF(x(DI)(R14*1), Y7)
+
+#define KN1(x) \
+	KN(x(DI), Y4)
+
+#define KN2(x) \
+	KN(x(DI), Y4) \
+	KN(x(DI)(R13*1), Y5)
+
+#define KN3(x) \
+	KN(x(DI), Y4) \
+	KN(x(DI)(R13*1), Y5) \
+	KN(x(DI)(R13*2), Y6)
+
+#define KN4(x) \
+	KN(x(DI), Y4) \
+	KN(x(DI)(R13*1), Y5) \
+	KN(x(DI)(R13*2), Y6) \
+	KN(x(DI)(R14*1), Y7)
+
+// KS applies the sub-block's scales at s(SP) to the int16 sums T and adds
+// them to the row's int32 sums I.
+#define KS(s, T, I) \
+	VPMADDWD s(SP), T, T \
+	VPADDD   T, I, I
+
+#define KS1(s) \
+	KS(s, Y4, Y0)
+
+#define KS2(s) \
+	KS(s, Y4, Y0) \
+	KS(s, Y5, Y1)
+
+#define KS3(s) \
+	KS(s, Y4, Y0) \
+	KS(s, Y5, Y1) \
+	KS(s, Y6, Y2)
+
+#define KS4(s) \
+	KS(s, Y4, Y0) \
+	KS(s, Y5, Y1) \
+	KS(s, Y6, Y2) \
+	KS(s, Y7, Y3)
+
+// KGROUP starts a group: the activations' first super-block, the
+// results (on the stack from acc) +0.
+#define KGROUP(acc) \
+	MOVQ    xq+8(FP), DI \
+	MOVQ    xd+24(FP), DX \
+	MOVQ    bs+32(FP), R9 \
+	MOVQ    nb+40(FP), CX \
+	VXORPS  Y9, Y9, Y9 \
+	VMOVUPS Y9, acc(SP) \
+	VMOVUPS Y9, acc+32(SP) \
+	VMOVUPS Y9, acc+64(SP) \
+	VMOVUPS Y9, acc+96(SP)
+
+#define KNEXT(bytes, label) \
+	ADDQ $bytes, SI \
+	ADDQ $256, DI \
+	ADDQ $4, DX \
+	ADDQ $32, R9 \
+	DECQ CX \
+	JNZ  label
+
+// KSTn stores the group's results of n activation rows.
+#define KST1(acc) \
+	MOVQ    R12, R10 \
+	VMOVUPS acc+0(SP), Y9 \
+	VMOVUPS Y9, (R10) \
+	ADDQ    $32, R12
+
+#define KST2(acc) \
+	MOVQ    R12, R10 \
+	VMOVUPS acc+0(SP), Y9 \
+	VMOVUPS Y9, (R10) \
+	ADDQ    R8, R10 \
+	VMOVUPS acc+32(SP), Y9 \
+	VMOVUPS Y9, (R10) \
+	ADDQ    $32, R12
+
+#define KST3(acc) \
+	MOVQ    R12, R10 \
+	VMOVUPS acc+0(SP), Y9 \
+	VMOVUPS Y9, (R10) \
+	ADDQ    R8, R10 \
+	VMOVUPS acc+32(SP), Y9 \
+	VMOVUPS Y9, (R10) \
+	ADDQ    R8, R10 \
+	VMOVUPS acc+64(SP), Y9 \
+	VMOVUPS Y9, (R10) \
+	ADDQ    $32, R12
+
+#define KST4(acc) \
+	MOVQ    R12, R10 \
+	VMOVUPS acc+0(SP), Y9 \
+	VMOVUPS Y9, (R10) \
+	ADDQ    R8, R10 \
+	VMOVUPS acc+32(SP), Y9 \
+	VMOVUPS Y9, (R10) \
+	ADDQ    R8, R10 \
+	VMOVUPS acc+64(SP), Y9 \
+	VMOVUPS Y9, (R10) \
+	ADDQ    R8, R10 \
+	VMOVUPS acc+96(SP), Y9 \
+	VMOVUPS Y9, (R10) \
+	ADDQ    $32, R12
+
+// Q4_K. A group's super-block is 1152 bytes: the eight d (0) and dmin
+// (16), the scale words V0-V2 (32, 64, 96), then the 32 words of quants
+// (128 + 32i): word i holds values 64c + 4g to 64c + 4g + 3 (c = i/8,
+// g = i%8) in its low nibbles, sub-block 2c, and 32 on in its high ones,
+// sub-block 2c+1. Stack: [s_j, s_j] at 32j, [m_j, m_j] at 256 + 32j, the
+// results at 512.
+
+// Q4KPFD is how far ahead the kernel asks for weights: one super-block.
+#define Q4KPFD 1152
+
+// Q4KSCALES unpacks the eight rows' scales and mins (ScaleMinK4) to the
+// stack: scales 0-3 are V0's six low bits, mins 0-3 V1's; scales 4-7 are
+// V2's low nibbles and V0's top two bits, mins 4-7 V2's high nibbles and
+// V1's top two bits.
+#define Q4KSCALES \
+	PREFETCHT0   Q4KPFD+1024(SI) \
+	PREFETCHT0   Q4KPFD+1088(SI) \
+	VPBROADCASTD kx8b3f<>(SB), Y14 \
+	VPBROADCASTD kx8b03<>(SB), Y13 \
+	VMOVDQU      32(SI), Y10 \
+	VMOVDQU      64(SI), Y11 \
+	VMOVDQU      96(SI), Y12 \
+	VPAND        Y14, Y10, Y8 \
+	VPSHUFB      kx8lo<>+0(SB), Y8, Y9 \
+	VMOVDQU      Y9, 0(SP) \
+	VPSHUFB      kx8lo<>+32(SB), Y8, Y9 \
+	VMOVDQU      Y9, 32(SP) \
+	VPSHUFB      kx8lo<>+64(SB), Y8, Y9 \
+	VMOVDQU      Y9, 64(SP) \
+	VPSHUFB      kx8lo<>+96(SB), Y8, Y9 \
+	VMOVDQU      Y9, 96(SP) \
+	VPAND        Y14, Y11, Y8 \
+	VPSHUFB      kx8lo<>+0(SB), Y8, Y9 \
+	VMOVDQU      Y9, 256(SP) \
+	VPSHUFB      kx8lo<>+32(SB), Y8, Y9 \
+	VMOVDQU      Y9, 288(SP) \
+	VPSHUFB      kx8lo<>+64(SB), Y8, Y9 \
+	VMOVDQU      Y9, 320(SP) \
+	VPSHUFB      kx8lo<>+96(SB), Y8, Y9 \
+	VMOVDQU      Y9, 352(SP) \
+	VPSRLD       $6, Y10, Y10 \
+	VPAND        Y13, Y10, Y10 \
+	VPSLLD       $4, Y10, Y10 \
+	VPAND        Y15, Y12, Y8 \
+	VPOR         Y10, Y8, Y8 \
+	VPSHUFB      kx8lo<>+0(SB), Y8, Y9 \
+	VMOVDQU      Y9, 128(SP) \
+	VPSHUFB      kx8lo<>+32(SB), Y8, Y9 \
+	VMOVDQU      Y9, 160(SP) \
+	VPSHUFB      kx8lo<>+64(SB), Y8, Y9 \
+	VMOVDQU      Y9, 192(SP) \
+	VPSHUFB      kx8lo<>+96(SB), Y8, Y9 \
+	VMOVDQU      Y9, 224(SP) \
+	VPSRLD       $6, Y11, Y11 \
+	VPAND        Y13, Y11, Y11 \
+	VPSLLD       $4, Y11, Y11 \
+	VPSRLD       $4, Y12, Y8 \
+	VPAND        Y15, Y8, Y8 \
+	VPOR         Y11, Y8, Y8 \
+	VPSHUFB      kx8lo<>+0(SB), Y8, Y9 \
+	VMOVDQU      Y9, 384(SP) \
+	VPSHUFB      kx8lo<>+32(SB), Y8, Y9 \
+	VMOVDQU      Y9, 416(SP) \
+	VPSHUFB      kx8lo<>+64(SB), Y8, Y9 \
+	VMOVDQU      Y9, 448(SP) \
+	VPSHUFB      kx8lo<>+96(SB), Y8, Y9 \
+	VMOVDQU      Y9, 480(SP)
+
+// Q4KLO adds sub-block 2c (the low nibbles of chunk c) to the rows'
+// sums; Q4KHI sub-block 2c+1 (the high nibbles).
+#define Q4KLO(F, N, S, c) \
+	PREFETCHT0 Q4KPFD+256*c(SI) \
+	PREFETCHT0 Q4KPFD+256*c+64(SI) \
+	VPAND      128+256*c(SI), Y15, Y8 \
+	F(64*c+0) \
+	VPAND      160+256*c(SI), Y15, Y8 \
+	N(64*c+4) \
+	VPAND      192+256*c(SI), Y15, Y8 \
+	N(64*c+8) \
+	VPAND      224+256*c(SI), Y15, Y8 \
+	N(64*c+12) \
+	VPAND      256+256*c(SI), Y15, Y8 \
+	N(64*c+16) \
+	VPAND      288+256*c(SI), Y15, Y8 \
+	N(64*c+20) \
+	VPAND      320+256*c(SI), Y15, Y8 \
+	N(64*c+24) \
+	VPAND      352+256*c(SI), Y15, Y8 \
+	N(64*c+28) \
+	S(64*c)
+
+#define Q4KHI(F, N, S, c) \
+	PREFETCHT0 Q4KPFD+256*c+128(SI) \
+	PREFETCHT0 Q4KPFD+256*c+192(SI) \
+	VMOVDQU    128+256*c(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	F(64*c+32) \
+	VMOVDQU    160+256*c(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	N(64*c+36) \
+	VMOVDQU    192+256*c(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	N(64*c+40) \
+	VMOVDQU    224+256*c(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	N(64*c+44) \
+	VMOVDQU    256+256*c(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	N(64*c+48) \
+	VMOVDQU    288+256*c(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	N(64*c+52) \
+	VMOVDQU    320+256*c(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	N(64*c+56) \
+	VMOVDQU    352+256*c(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	N(64*c+60) \
+	S(64*c+32)
+
+// Q4KFIN ends a super-block for one activation row (sums per 16 at
+// R10, scale at xd, result at acc on the stack): T = Σ m_j·(bs_2j +
+// bs_2j+1), then acc += (d·d_x)·I − (dmin·d_x)·T, Y10 and Y11 holding the
+// rows' d and dmin.
+#define Q4KFIN(I, T, xd, acc) \
+	VPBROADCASTD 0(R10), Y9 \
+	VPMADDWD     256(SP), Y9, T \
+	VPBROADCASTD 4(R10), Y9 \
+	VPMADDWD     288(SP), Y9, Y9 \
+	VPADDD       Y9, T, T \
+	VPBROADCASTD 8(R10), Y9 \
+	VPMADDWD     320(SP), Y9, Y9 \
+	VPADDD       Y9, T, T \
+	VPBROADCASTD 12(R10), Y9 \
+	VPMADDWD     352(SP), Y9, Y9 \
+	VPADDD       Y9, T, T \
+	VPBROADCASTD 16(R10), Y9 \
+	VPMADDWD     384(SP), Y9, Y9 \
+	VPADDD       Y9, T, T \
+	VPBROADCASTD 20(R10), Y9 \
+	VPMADDWD     416(SP), Y9, Y9 \
+	VPADDD       Y9, T, T \
+	VPBROADCASTD 24(R10), Y9 \
+	VPMADDWD     448(SP), Y9, Y9 \
+	VPADDD       Y9, T, T \
+	VPBROADCASTD 28(R10), Y9 \
+	VPMADDWD     480(SP), Y9, Y9 \
+	VPADDD       Y9, T, T \
+	VBROADCASTSS xd, Y12 \
+	VMULPS       Y12, Y10, Y13 \
+	VCVTDQ2PS    I, I \
+	VMULPS       I, Y13, Y13 \
+	VMULPS       Y12, Y11, Y14 \
+	VCVTDQ2PS    T, T \
+	VMULPS       T, Y14, Y14 \
+	VSUBPS       Y14, Y13, Y13 \
+	VMOVUPS      acc(SP), Y14 \
+	VADDPS       Y13, Y14, Y14 \
+	VMOVUPS      Y14, acc(SP)
+
+#define Q4KFIN1 \
+	VCVTPH2PS (SI), Y10 \
+	VCVTPH2PS 16(SI), Y11 \
+	MOVQ      R9, R10 \
+	Q4KFIN(Y0, Y4, (DX), 512)
+
+#define Q4KFIN2 \
+	VCVTPH2PS (SI), Y10 \
+	VCVTPH2PS 16(SI), Y11 \
+	MOVQ      R9, R10 \
+	Q4KFIN(Y0, Y4, (DX), 512) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q4KFIN(Y1, Y5, (DX)(AX*1), 544)
+
+#define Q4KFIN3 \
+	VCVTPH2PS (SI), Y10 \
+	VCVTPH2PS 16(SI), Y11 \
+	MOVQ      R9, R10 \
+	Q4KFIN(Y0, Y4, (DX), 512) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q4KFIN(Y1, Y5, (DX)(AX*1), 544) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q4KFIN(Y2, Y6, (DX)(AX*2), 576)
+
+#define Q4KFIN4 \
+	VCVTPH2PS (SI), Y10 \
+	VCVTPH2PS 16(SI), Y11 \
+	MOVQ      R9, R10 \
+	Q4KFIN(Y0, Y4, (DX), 512) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q4KFIN(Y1, Y5, (DX)(AX*1), 544) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q4KFIN(Y2, Y6, (DX)(AX*2), 576) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q4KFIN(Y3, Y7, (DX)(BX*1), 608)
+
+// Q4KBLOCK is one super-block of a group for n activation rows.
+#define Q4KBLOCK(F, N, S, FIN) \
+	Q4KSCALES \
+	VPXOR Y0, Y0, Y0 \
+	VPXOR Y1, Y1, Y1 \
+	VPXOR Y2, Y2, Y2 \
+	VPXOR Y3, Y3, Y3 \
+	Q4KLO(F, N, S, 0) \
+	Q4KHI(F, N, S, 0) \
+	Q4KLO(F, N, S, 1) \
+	Q4KHI(F, N, S, 1) \
+	Q4KLO(F, N, S, 2) \
+	Q4KHI(F, N, S, 2) \
+	Q4KLO(F, N, S, 3) \
+	Q4KHI(F, N, S, 3) \
+	FIN
+
+// Q6_K. A group's super-block is 1680 bytes: the words of ql (32i, i <
+// 32), of qh (1024 + 32i, i < 16) and of the scales (1536 + 32i, i < 4),
+// then the eight d (1664). In half h and for q < 8, ql's words A = 16h + q
+// and B = 16h + 8 + q and qh's word H = 8h + q give four words of 6-bit
+// quants (stored plus 32, unsigned): A's low nibbles and H's bits 0-1 are
+// values 128h + 4q to 128h + 4q + 3, B's low nibbles and bits 2-3 those 32
+// on, A's high nibbles and bits 4-5 those 64 on, B's high nibbles and bits
+// 6-7 those 96 on; the sub-block is the value over 16. Stack: [s, s] of
+// sub-block s at 32s, the scales of sub-blocks 2i and 2i+1 at 512 + 32i,
+// the results at 768. Y14 holds bytes of 0x30, Y11 is scratch.
+
+#define Q6KPFD 1680
+
+// Q6KSCALES spreads the eight rows' scales to the stack.
+#define Q6KSCALES \
+	PREFETCHT0 Q6KPFD+1536(SI) \
+	PREFETCHT0 Q6KPFD+1600(SI) \
+	PREFETCHT0 Q6KPFD+1664(SI) \
+	VMOVDQU    1536(SI), Y10 \
+	VPSHUFB    kx8hi<>+0(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 0(SP) \
+	VPSHUFB    kx8hi<>+32(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 32(SP) \
+	VPSHUFB    kx8hi<>+64(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 64(SP) \
+	VPSHUFB    kx8hi<>+96(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 96(SP) \
+	VPSHUFB    kx8pr<>+0(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 512(SP) \
+	VPSHUFB    kx8pr<>+32(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 544(SP) \
+	VMOVDQU    1568(SI), Y10 \
+	VPSHUFB    kx8hi<>+0(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 128(SP) \
+	VPSHUFB    kx8hi<>+32(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 160(SP) \
+	VPSHUFB    kx8hi<>+64(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 192(SP) \
+	VPSHUFB    kx8hi<>+96(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 224(SP) \
+	VPSHUFB    kx8pr<>+0(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 576(SP) \
+	VPSHUFB    kx8pr<>+32(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 608(SP) \
+	VMOVDQU    1600(SI), Y10 \
+	VPSHUFB    kx8hi<>+0(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 256(SP) \
+	VPSHUFB    kx8hi<>+32(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 288(SP) \
+	VPSHUFB    kx8hi<>+64(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 320(SP) \
+	VPSHUFB    kx8hi<>+96(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 352(SP) \
+	VPSHUFB    kx8pr<>+0(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 640(SP) \
+	VPSHUFB    kx8pr<>+32(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 672(SP) \
+	VMOVDQU    1632(SI), Y10 \
+	VPSHUFB    kx8hi<>+0(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 384(SP) \
+	VPSHUFB    kx8hi<>+32(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 416(SP) \
+	VPSHUFB    kx8hi<>+64(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 448(SP) \
+	VPSHUFB    kx8hi<>+96(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 480(SP) \
+	VPSHUFB    kx8pr<>+0(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 704(SP) \
+	VPSHUFB    kx8pr<>+32(SB), Y10, Y9 \
+	VPSRAW     $8, Y9, Y9 \
+	VMOVDQU    Y9, 736(SP)
+
+// Q6KW sets Y8 to word q's quants at position p of half h (see above).
+#define Q6KW0(A, B, H) \
+	VPAND   A(SI), Y15, Y8 \
+	VMOVDQU H(SI), Y11 \
+	VPSLLW  $4, Y11, Y11 \
+	VPAND   Y14, Y11, Y11 \
+	VPOR    Y11, Y8, Y8
+
+#define Q6KW1(A, B, H) \
+	VPAND   B(SI), Y15, Y8 \
+	VMOVDQU H(SI), Y11 \
+	VPSLLW  $2, Y11, Y11 \
+	VPAND   Y14, Y11, Y11 \
+	VPOR    Y11, Y8, Y8
+
+#define Q6KW2(A, B, H) \
+	VMOVDQU A(SI), Y8 \
+	VPSRLW  $4, Y8, Y8 \
+	VPAND   Y15, Y8, Y8 \
+	VPAND   H(SI), Y14, Y11 \
+	VPOR    Y11, Y8, Y8
+
+#define Q6KW3(A, B, H) \
+	VMOVDQU B(SI), Y8 \
+	VPSRLW  $4, Y8, Y8 \
+	VPAND   Y15, Y8, Y8 \
+	VMOVDQU H(SI), Y11 \
+	VPSRLW  $2, Y11, Y11 \
+	VPAND   Y14, Y11, Y11 \
+	VPOR    Y11, Y8, Y8
+
+// Q6KPASS adds position p of half h (W is Q6KW<p>, x the values' offset
+// 128h + 32p, s the first sub-block 8h + 2p) to the rows' sums: word
+// pairs q, q+1 (one sub-block's int16 sums), q = 0, 2, 4, 6.
+#define Q6KPASS0(W, F, N, S, x, s) \
+	PREFETCHT0 Q6KPFD+6*x(SI) \
+	PREFETCHT0 Q6KPFD+6*x+64(SI) \
+	PREFETCHT0 Q6KPFD+6*x+128(SI) \
+	W(0, 256, 1024) \
+	F(x+0) \
+	W(32, 288, 1056) \
+	N(x+4) \
+	S(s+0) \
+	W(64, 320, 1088) \
+	F(x+8) \
+	W(96, 352, 1120) \
+	N(x+12) \
+	S(s+0) \
+	W(128, 384, 1152) \
+	F(x+16) \
+	W(160, 416, 1184) \
+	N(x+20) \
+	S(s+32) \
+	W(192, 448, 1216) \
+	F(x+24) \
+	W(224, 480, 1248) \
+	N(x+28) \
+	S(s+32)
+
+#define Q6KPASS1(W, F, N, S, x, s) \
+	PREFETCHT0 Q6KPFD+6*x(SI) \
+	PREFETCHT0 Q6KPFD+6*x+64(SI) \
+	PREFETCHT0 Q6KPFD+6*x+128(SI) \
+	W(512, 768, 1280) \
+	F(x+0) \
+	W(544, 800, 1312) \
+	N(x+4) \
+	S(s+0) \
+	W(576, 832, 1344) \
+	F(x+8) \
+	W(608, 864, 1376) \
+	N(x+12) \
+	S(s+0) \
+	W(640, 896, 1408) \
+	F(x+16) \
+	W(672, 928, 1440) \
+	N(x+20) \
+	S(s+32) \
+	W(704, 960, 1472) \
+	F(x+24) \
+	W(736, 992, 1504) \
+	N(x+28) \
+	S(s+32)
+
+// Q6KFIN ends a super-block for one activation row (sums per 16 at R10,
+// scale at xd, result at acc on the stack): I −= 32·Σ s·bs, then acc +=
+// (d·d_x)·I, Y10 holding the rows' d.
+#define Q6KFIN(I, T, xd, acc) \
+	VPBROADCASTD 0(R10), Y9 \
+	VPMADDWD     512(SP), Y9, T \
+	VPBROADCASTD 4(R10), Y9 \
+	VPMADDWD     544(SP), Y9, Y9 \
+	VPADDD       Y9, T, T \
+	VPBROADCASTD 8(R10), Y9 \
+	VPMADDWD     576(SP), Y9, Y9 \
+	VPADDD       Y9, T, T \
+	VPBROADCASTD 12(R10), Y9 \
+	VPMADDWD     608(SP), Y9, Y9 \
+	VPADDD       Y9, T, T \
+	VPBROADCASTD 16(R10), Y9 \
+	VPMADDWD     640(SP), Y9, Y9 \
+	VPADDD       Y9, T, T \
+	VPBROADCASTD 20(R10), Y9 \
+	VPMADDWD     672(SP), Y9, Y9 \
+	VPADDD       Y9, T, T \
+	VPBROADCASTD 24(R10), Y9 \
+	VPMADDWD     704(SP), Y9, Y9 \
+	VPADDD       Y9, T, T \
+	VPBROADCASTD 28(R10), Y9 \
+	VPMADDWD     736(SP), Y9, Y9 \
+	VPADDD       Y9, T, T \
+	VPSLLD       $5, T, T \
+	VPSUBD       T, I, I \
+	VCVTDQ2PS    I, I \
+	VBROADCASTSS xd, Y12 \
+	VMULPS       Y12, Y10, Y13 \
+	VMULPS       I, Y13, Y13 \
+	VMOVUPS      acc(SP), Y12 \
+	VADDPS       Y13, Y12, Y12 \
+	VMOVUPS      Y12, acc(SP)
+
+#define Q6KFIN1 \
+	VCVTPH2PS 1664(SI), Y10 \
+	MOVQ      R9, R10 \
+	Q6KFIN(Y0, Y4, (DX), 768)
+
+#define Q6KFIN2 \
+	VCVTPH2PS 1664(SI), Y10 \
+	MOVQ      R9, R10 \
+	Q6KFIN(Y0, Y4, (DX), 768) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q6KFIN(Y1, Y5, (DX)(AX*1), 800)
+
+#define Q6KFIN3 \
+	VCVTPH2PS 1664(SI), Y10 \
+	MOVQ      R9, R10 \
+	Q6KFIN(Y0, Y4, (DX), 768) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q6KFIN(Y1, Y5, (DX)(AX*1), 800) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q6KFIN(Y2, Y6, (DX)(AX*2), 832)
+
+#define Q6KFIN4 \
+	VCVTPH2PS 1664(SI), Y10 \
+	MOVQ      R9, R10 \
+	Q6KFIN(Y0, Y4, (DX), 768) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q6KFIN(Y1, Y5, (DX)(AX*1), 800) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q6KFIN(Y2, Y6, (DX)(AX*2), 832) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q6KFIN(Y3, Y7, (DX)(BX*1), 864)
+
+// Q6KBLOCK is one super-block of a group for n activation rows.
+#define Q6KBLOCK(F, N, S, FIN) \
+	Q6KSCALES \
+	VPXOR Y0, Y0, Y0 \
+	VPXOR Y1, Y1, Y1 \
+	VPXOR Y2, Y2, Y2 \
+	VPXOR Y3, Y3, Y3 \
+	Q6KPASS0(Q6KW0, F, N, S, 0, 0) \
+	Q6KPASS0(Q6KW1, F, N, S, 32, 64) \
+	Q6KPASS0(Q6KW2, F, N, S, 64, 128) \
+	Q6KPASS0(Q6KW3, F, N, S, 96, 192) \
+	Q6KPASS1(Q6KW0, F, N, S, 128, 256) \
+	Q6KPASS1(Q6KW1, F, N, S, 160, 320) \
+	Q6KPASS1(Q6KW2, F, N, S, 192, 384) \
+	Q6KPASS1(Q6KW3, F, N, S, 224, 448) \
+	FIN
+
+// func dotQ4KX8AVX(w *byte, xq *int8, xs int, xd *float32, bs *int16, nb int, out *float32, os int, ngroups, na int)
+// out[a·os/4 + 8G + l] = the dot product of row l of group G (the groups
+// back to back from w, nb super-blocks each) with activation row a (values
+// xs bytes apart, scales nb·4 bytes apart, sums per 16 nb·32 bytes apart),
+// for G < ngroups and a < na; nb ≥ 1, ngroups ≥ 1, 1 ≤ na ≤ 4.
+TEXT ·dotQ4KX8AVX(SB), 0, $640-80
+	MOVQ         w+0(FP), SI
+	MOVQ         xs+16(FP), R13
+	LEAQ         (R13)(R13*2), R14
+	MOVQ         nb+40(FP), AX
+	SHLQ         $2, AX
+	LEAQ         (AX)(AX*2), BX
+	MOVQ         out+48(FP), R12
+	MOVQ         os+56(FP), R8
+	MOVQ         ngroups+64(FP), R11
+	MOVL         $0x0f0f0f0f, R10
+	VMOVD        R10, X15
+	VPBROADCASTD X15, Y15
+	MOVQ         na+72(FP), R10
+	CMPQ         R10, $2
+	JL           q4kx8n1group
+	JE           q4kx8n2group
+	CMPQ         R10, $3
+	JE           q4kx8n3group
+	JMP          q4kx8n4group
+
+q4kx8n1group:
+	KGROUP(512)
+
+q4kx8n1block:
+	Q4KBLOCK(KF1, KN1, KS1, Q4KFIN1)
+	KNEXT(1152, q4kx8n1block)
+	KST1(512)
+	DECQ R11
+	JNZ  q4kx8n1group
+	VZEROUPPER
+	RET
+
+q4kx8n2group:
+	KGROUP(512)
+
+q4kx8n2block:
+	Q4KBLOCK(KF2, KN2, KS2, Q4KFIN2)
+	KNEXT(1152, q4kx8n2block)
+	KST2(512)
+	DECQ R11
+	JNZ  q4kx8n2group
+	VZEROUPPER
+	RET
+
+q4kx8n3group:
+	KGROUP(512)
+
+q4kx8n3block:
+	Q4KBLOCK(KF3, KN3, KS3, Q4KFIN3)
+	KNEXT(1152, q4kx8n3block)
+	KST3(512)
+	DECQ R11
+	JNZ  q4kx8n3group
+	VZEROUPPER
+	RET
+
+q4kx8n4group:
+	KGROUP(512)
+
+q4kx8n4block:
+	Q4KBLOCK(KF4, KN4, KS4, Q4KFIN4)
+	KNEXT(1152, q4kx8n4block)
+	KST4(512)
+	DECQ R11
+	JNZ  q4kx8n4group
+	VZEROUPPER
+	RET
+
+// func dotQ6KX8AVX(w *byte, xq *int8, xs int, xd *float32, bs *int16, nb int, out *float32, os int, ngroups, na int)
+// out[a·os/4 + 8G + l] = the dot product of row l of group G (the groups
+// back to back from w, nb super-blocks each) with activation row a (values
+// xs bytes apart, scales nb·4 bytes apart, sums per 16 nb·32 bytes apart),
+// for G < ngroups and a < na; nb ≥ 1, ngroups ≥ 1, 1 ≤ na ≤ 4.
+TEXT ·dotQ6KX8AVX(SB), 0, $896-80
+	MOVQ         w+0(FP), SI
+	MOVQ         xs+16(FP), R13
+	LEAQ         (R13)(R13*2), R14
+	MOVQ         nb+40(FP), AX
+	SHLQ         $2, AX
+	LEAQ         (AX)(AX*2), BX
+	MOVQ         out+48(FP), R12
+	MOVQ         os+56(FP), R8
+	MOVQ         ngroups+64(FP), R11
+	MOVL         $0x0f0f0f0f, R10
+	VMOVD        R10, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x30303030, R10
+	VMOVD        R10, X14
+	VPBROADCASTD X14, Y14
+	MOVQ         na+72(FP), R10
+	CMPQ         R10, $2
+	JL           q6kx8n1group
+	JE           q6kx8n2group
+	CMPQ         R10, $3
+	JE           q6kx8n3group
+	JMP          q6kx8n4group
+
+q6kx8n1group:
+	KGROUP(768)
+
+q6kx8n1block:
+	Q6KBLOCK(KF1, KN1, KS1, Q6KFIN1)
+	KNEXT(1680, q6kx8n1block)
+	KST1(768)
+	DECQ R11
+	JNZ  q6kx8n1group
+	VZEROUPPER
+	RET
+
+q6kx8n2group:
+	KGROUP(768)
+
+q6kx8n2block:
+	Q6KBLOCK(KF2, KN2, KS2, Q6KFIN2)
+	KNEXT(1680, q6kx8n2block)
+	KST2(768)
+	DECQ R11
+	JNZ  q6kx8n2group
+	VZEROUPPER
+	RET
+
+q6kx8n3group:
+	KGROUP(768)
+
+q6kx8n3block:
+	Q6KBLOCK(KF3, KN3, KS3, Q6KFIN3)
+	KNEXT(1680, q6kx8n3block)
+	KST3(768)
+	DECQ R11
+	JNZ  q6kx8n3group
+	VZEROUPPER
+	RET
+
+q6kx8n4group:
+	KGROUP(768)
+
+q6kx8n4block:
+	Q6KBLOCK(KF4, KN4, KS4, Q6KFIN4)
+	KNEXT(1680, q6kx8n4block)
+	KST4(768)
+	DECQ R11
+	JNZ  q6kx8n4group
+	VZEROUPPER
+	RET
