@@ -396,12 +396,19 @@ func dotQ3KGo(w []byte, a actRow) float32 {
 	return sum
 }
 
-func dotQ45K(w []byte, a actRow, bytes int, values func([]byte, *[kernels.QKK]int8)) float32 {
+// dotQ45K is the dot product of Q4_K (q5 false) or Q5_K rows. It calls
+// the value decoders directly, not through a function value, so that v
+// stays on the stack.
+func dotQ45K(w []byte, a actRow, bytes int, q5 bool) float32 {
 	var sum float32
 	var v [superBlocks]int8
 	for b, dy := range a.d {
 		blk := w[b*bytes : (b+1)*bytes]
-		values(blk, &v)
+		if q5 {
+			kernels.Q5KValues(blk, &v)
+		} else {
+			kernels.Q4KValues(blk, &v)
+		}
 		x := a.q[b*256 : b*256+256]
 		var isum, msum int32
 		for j := range 8 {
@@ -414,8 +421,8 @@ func dotQ45K(w []byte, a actRow, bytes int, values func([]byte, *[kernels.QKK]in
 	return sum
 }
 
-func dotQ4KGo(w []byte, a actRow) float32 { return dotQ45K(w, a, q4KBytes, kernels.Q4KValues) }
-func dotQ5KGo(w []byte, a actRow) float32 { return dotQ45K(w, a, q5KBytes, kernels.Q5KValues) }
+func dotQ4KGo(w []byte, a actRow) float32 { return dotQ45K(w, a, q4KBytes, false) }
+func dotQ5KGo(w []byte, a actRow) float32 { return dotQ45K(w, a, q5KBytes, true) }
 
 func dotQ6KGo(w []byte, a actRow) float32 {
 	var sum float32
