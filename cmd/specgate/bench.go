@@ -62,11 +62,18 @@ func runBench(ctx context.Context, args []string) error {
 	if sb.kind != "" {
 		sb.target, sb.kvType = m, *kvType
 		if *draftPath != "" {
-			d, closeDraft, err := loadModel(*backend, *threads, *draftPath, *kvType)
+			// On the target's backend, as serve loads it: one worker
+			// pool. A pool of its own would keep its workers spinning
+			// after each small draft pass, on the cores the target's
+			// pass is about to need.
+			d, err := model.Load(*draftPath, m.Backend())
 			if err != nil {
 				return fmt.Errorf("--draft-model: %w", err)
 			}
-			defer closeDraft()
+			defer d.Close()
+			if err := d.SetKVType(kvType.DType(m.Backend())); err != nil {
+				return fmt.Errorf("--draft-model: --kv-type: %w", err)
+			}
 			sb.draft = d
 		}
 		if *cpuprofile != "" {

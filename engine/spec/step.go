@@ -126,6 +126,7 @@ type Step struct {
 	bs      int
 	clock   func() time.Time
 	free    []int
+	cuts    map[cutKey]Shape // see within
 
 	// Per step.
 	decs   []*Seq
@@ -238,6 +239,34 @@ func mainChain(sh Shape) Shape {
 	return Chain(k)
 }
 
+// within returns sh without its nodes deeper than depth (Off when none is
+// left), remembering the cut shapes: they recur at the end of every
+// request.
+func (st *Step) within(sh Shape, depth int) Shape {
+	if sh.MaxDepth <= depth {
+		return sh
+	}
+	if depth < 1 {
+		return Off
+	}
+	key := cutKey{sh.Name, depth}
+	if c, ok := st.cuts[key]; ok {
+		return c
+	}
+	c := sh.within(depth)
+	if st.cuts == nil {
+		st.cuts = map[cutKey]Shape{}
+	}
+	st.cuts[key] = c
+	return c
+}
+
+// cutKey names a shape cut to a depth.
+type cutKey struct {
+	name  string
+	depth int
+}
+
 // cutTree keeps the first k nodes of t: parents come before their
 // children, so the rest is still a tree.
 func cutTree(t *Tree, k int) {
@@ -274,8 +303,13 @@ func (st *Step) Plan(decs []*Seq, active int, b *model.Batch, h Host) {
 		k := st.pickOf(q.Class)
 		st.picks[k].decs++
 		sh := q.Policy.Shape(st.picks[k].shape, active)
-		// A draft deeper than the tokens left to generate is wasted.
-		if sh.Off() || sh.MaxDepth >= q.Left {
+		if sh.MaxDepth >= q.Left {
+			// A draft deeper than the tokens left to generate is
+			// wasted; a shallower one still saves steps at the end of
+			// the request, where plain steps would otherwise run.
+			sh = st.within(sh, q.Left-1)
+		}
+		if sh.Off() {
 			continue
 		}
 		if q.slot == 0 {

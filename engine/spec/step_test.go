@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -247,5 +248,74 @@ func TestStepSkipsMixedSteps(t *testing.T) {
 				t.Errorf("have %d observations; want %d", n, tc.steps)
 			}
 		})
+	}
+}
+
+// shapeDrafter fills each tree with its shape's nodes (token 10+i for
+// node i) and records the shapes it was asked for.
+type shapeDrafter struct{ shapes []Shape }
+
+func (*shapeDrafter) Name() string { return "shapes" }
+
+func (d *shapeDrafter) Propose(ctxs []Context, trees []*Tree) error {
+	for i, c := range ctxs {
+		d.shapes = append(d.shapes, c.Shape)
+		trees[i].Reset()
+		for k, p := range c.Shape.Parent {
+			trees[i].Add(int32(10+k), p, nil)
+		}
+	}
+	return nil
+}
+
+func (*shapeDrafter) Rewind(slot, n int) {}
+
+// TestStepDraftsToTheEnd: near the end of a request the step drafts as
+// deep as the tokens left allow (a draft of depth d commits up to d+1
+// tokens) instead of decoding plainly.
+func TestStepDraftsToTheEnd(t *testing.T) {
+	for _, tc := range []struct {
+		shape Shape
+		left  int
+		nodes int // the tree's nodes; 0: no draft
+		depth int
+	}{
+		{Chain(4), 10, 4, 4},
+		{Chain(4), 5, 4, 4},
+		{Chain(4), 4, 3, 3},
+		{Chain(4), 2, 1, 1},
+		{Chain(4), 1, 0, 0},
+		{Bushy, 3, 10, 2},
+		{Dynamic(8), 3, 5, 2},
+	} {
+		d := &shapeDrafter{}
+		disp := Fixed(tc.shape)
+		st, err := NewStep(StepConfig{Drafter: d, Dispatcher: disp, Backend: &treeBackend{}, BlockSize: 64, Slots: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := &Seq{Tokens: []int32{1, 2, 3}, Table: []int32{0}, Left: tc.left}
+		var b model.Batch
+		b.Add(3, 2, 2, q.Table, true)
+		st.Plan([]*Seq{q}, 1, &b, &scriptHost{tables: [][]int32{q.Table}})
+		name := fmt.Sprintf("%s with %d left", tc.shape.Name, tc.left)
+		if got := q.Tree().Len(); got != tc.nodes || q.Drafting() != (tc.nodes > 0) {
+			t.Errorf("%s: %d nodes (drafting %v); want %d", name, got, q.Drafting(), tc.nodes)
+		}
+		if tc.nodes == 0 || len(d.shapes) == 0 {
+			continue
+		}
+		sh := d.shapes[0]
+		if sh.MaxDepth != tc.depth || sh.Dynamic != tc.shape.Dynamic || sh.Width != tc.shape.Width {
+			t.Errorf("%s: drafter asked for depth %d (dynamic %v, width %d); want %d (%v, %d)", name, sh.MaxDepth, sh.Dynamic, sh.Width, tc.depth, tc.shape.Dynamic, tc.shape.Width)
+		}
+		if err := q.Tree().Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		for k, dep := range q.Tree().Depths(nil) {
+			if int(dep) > tc.depth || int(dep) != int(sh.Depth[k]) {
+				t.Errorf("%s: node %d at depth %d (shape says %d); want at most %d", name, k, dep, sh.Depth[k], tc.depth)
+			}
+		}
 	}
 }

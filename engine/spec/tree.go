@@ -121,6 +121,31 @@ func (s Shape) Len() int { return len(s.Parent) }
 // Off reports whether the shape drafts nothing (plain decoding).
 func (s Shape) Off() bool { return len(s.Parent) == 0 }
 
+// within returns s without its nodes deeper than depth, under the same
+// name (a dynamic shape keeps its width and grows no deeper).
+func (s Shape) within(depth int) Shape {
+	if s.MaxDepth <= depth {
+		return s
+	}
+	out := Shape{Name: s.Name, Dynamic: s.Dynamic, Width: s.Width}
+	idx := make([]int32, s.Len())
+	for i, p := range s.Parent {
+		idx[i] = -1
+		if int(s.Depth[i]) > depth {
+			continue // parents come first: so are its descendants
+		}
+		if p >= 0 {
+			p = idx[p]
+		}
+		idx[i] = int32(out.Len())
+		out.Parent = append(out.Parent, p)
+		out.Rank = append(out.Rank, s.Rank[i])
+		out.Depth = append(out.Depth, s.Depth[i])
+		out.MaxDepth = max(out.MaxDepth, int(s.Depth[i]))
+	}
+	return out
+}
+
 // Chain returns the chain of k nodes (k ≤ 0 gives the empty shape: off).
 func Chain(k int) Shape {
 	paths := make([][]int, max(k, 0))
