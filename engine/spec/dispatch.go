@@ -68,6 +68,26 @@ const closeRun = 0.85
 // closeOff is closeRun for Off.
 const closeOff = 0.7
 
+// relWindow is how many of an option's latest steps its relative step
+// time is the median of. One step in ten or so on a shared machine is
+// several times slower (another process, a collection); a median of nine
+// ignores such steps where a running mean moves a fifth of the way each
+// time and then takes five re-tries to forget.
+const relWindow = 9
+
+// trusted is how many steps an option's relative time must rest on before
+// its own steps are read as the load's rather than as its cost: a leader
+// that won on its warm-up steps (a lull, a burst on the others) keeps
+// being measured against the time base its predecessors set until then.
+// Off, the baseline, is re-tried at the base interval until it too rests
+// on as many steps, however much it seems to lose.
+const trusted = 8
+
+// loadStep bounds how far one step moves a tier's time base, in log
+// units: a step several times slower than the load says is most likely
+// an outlier, and a true change of load is followed within a few steps.
+const loadStep = 0.3
+
 // Dispatcher picks the tree shape of each step, per priority class. Within
 // the tier of the step's load it estimates each option's cost per
 // committed token and plays the cheapest, re-trying the others now and
@@ -101,9 +121,13 @@ const closeOff = 0.7
 //     more a pass over the option's rows costs than the others, a
 //     property of the backend (cheaper multi-row kernels make longer
 //     chains win by themselves). The machine's load scales every option
-//     alike; it goes into one time base per tier that every step updates,
-//     so an option re-tried during a burst of load elsewhere is not
-//     judged by the burst.
+//     alike; it goes into one time base per tier that every step of an
+//     option measured enough updates (by a bounded amount), so an option
+//     re-tried during a burst of load elsewhere is not judged by the
+//     burst. An option's cost is the median of its latest steps'
+//     (relWindow), so a step that a burst hit counts for nothing, and a
+//     leader that won on a few lucky steps is measured against the base
+//     its predecessors set until its cost rests on enough of them.
 //
 // Each class (Seq.Class: the engine's priority classes) has its own
 // measurements and choices, so a class whose requests gain nothing from
@@ -115,8 +139,8 @@ type Dispatcher struct {
 	tiers   []Tier
 	fixed   bool          // Fixed: the one shape, no Off beside it
 	classes [][]tierState // per class, made on its first pick
-	// Alpha is the weight of a new observation in the time base and in
-	// the relative costs. Zero means 0.2.
+	// Alpha is the weight of a new observation in the time base. Zero
+	// means 0.2.
 	Alpha float64
 	// AccAlpha is the least weight of a new observation in the accepted
 	// tokens per step (the first 1/AccAlpha observations are averaged
@@ -150,9 +174,11 @@ type option struct {
 	shape Shape
 	n     int
 	// logRel is the log of the option's step time relative to the
-	// tier's time base; acc its mean accepted draft tokens per
-	// sequence-step.
+	// tier's time base: the median of rels, its latest measures (each a
+	// step's log time against the base then), oldest at rels[n%relWindow]
+	// once full; acc its mean accepted draft tokens per sequence-step.
 	logRel float64
+	rels   [relWindow]float64
 	acc    float64
 	// wait is the current re-try interval in steps and next the step of
 	// the next re-try, while the option is not the best.
@@ -326,7 +352,7 @@ func (d *Dispatcher) pick(class []tierState, t *tierState) int {
 				// interval until speculation clearly wins.
 				close = closeOff
 			}
-			if o.value() < close*t.options[best].value() {
+			if o.value() < close*t.options[best].value() && (!o.shape.Off() || o.n >= trusted) {
 				o.wait = min(2*o.wait, 64*explore)
 			} else {
 				// A close runner-up keeps being re-tried at the base
@@ -473,28 +499,60 @@ func (d *Dispatcher) ObserveClass(class, load, batch int, s Shape, tokens int, e
 	o := &t.options[at]
 	lt := math.Log(elapsed.Seconds())
 	acc := float64(tokens-batch) / float64(batch)
-	switch {
-	case !t.based:
+	if !t.based {
 		t.logBase, t.based = lt, true
-		o.logRel = 0
-	case o.n == 0:
-		o.logRel = lt - t.logBase
-	case at != t.best:
-		// A re-try (or a warm-up step) is judged against the base, which
-		// the steps just before it set: the load now. Its first few
-		// observations count evenly.
-		o.logRel += max(1/float64(o.n+1), a) * (lt - t.logBase - o.logRel)
 	}
-	// The base follows the load, judged by the option's known cost. The
-	// leader's own cost stays as it was measured beside the others: with
-	// only it playing, a change of its step time is the load's.
-	t.logBase += a * (lt - o.logRel - t.logBase)
+	if at != t.best || o.n < trusted {
+		// A re-try, a warm-up step or a leader's step while its cost
+		// rests on few steps is judged against the base, which the
+		// steps before it set: the load now.
+		r := lt - t.logBase
+		o.rels[o.n%relWindow] = r
+		o.logRel = median(o.rels[:min(o.n+1, relWindow)])
+		if b := t.best; b >= 0 && b != at && d.Explore >= 0 {
+			// A re-try that measures faster than the leader while the
+			// median says it loses is looked at again soon: one fast
+			// step may be a lull, several are a change the median
+			// must not take a whole window of rare re-tries to see.
+			lead := t.options[b].value() * (1 + switchMargin)
+			if (1+o.acc)/math.Exp(r) >= lead && o.value() < lead {
+				explore := d.Explore
+				if explore == 0 {
+					explore = 16
+				}
+				o.wait, o.next = explore, min(o.next, t.steps+explore)
+			}
+		}
+	}
+	if o.n >= trusted {
+		// The base follows the load, judged by the option's known
+		// cost. The leader's own cost stays as it was measured beside
+		// the others: with only it playing, a change of its step time
+		// is the load's.
+		t.logBase += a * min(max(lt-o.logRel-t.logBase, -loadStep), loadStep)
+	}
 	if t.batch == 0 {
 		t.batch = float64(batch)
 	}
 	t.batch += a * (float64(batch) - t.batch)
 	o.n++
 	o.acc += max(1/float64(o.n), accA) * (acc - o.acc)
+}
+
+// median returns the median of v (the mean of the middle two when their
+// number is even), reordering v's copy, not v.
+func median(v []float64) float64 {
+	var w [relWindow]float64
+	c := w[:copy(w[:], v)]
+	slices.Sort(c)
+	n := len(c)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return c[n/2]
+	}
+	return (c[n/2-1] + c[n/2]) / 2
 }
 
 // ShapeStats is one option's measurements.
