@@ -50,7 +50,9 @@
 // engine of an earlier version refuses rather than write the deltas
 // where nobody reads them). A log that ends with a done record (the
 // gateway's crash recovery ended the reply) takes no more deltas, and the
-// engine stops the request.
+// engine stops the request. An engine appends the deltas of all its logged
+// requests in rounds, one pipeline per Redis primary with one replica
+// WAIT, rather than a round trip and a WAIT per delta (deltas.go).
 //
 // # Routing
 //

@@ -126,27 +126,30 @@ return redis.call('HEXISTS', KEYS[1], 'cancel')
 // every resume read. A seq the log already holds (a retry of an append
 // that reached Redis) is not written again; a log that ends with a done
 // record (a gateway's crash recovery ended the reply) takes nothing more.
+// It runs for every delta, so it is lean: one read of the record, a plain
+// XADD (which refuses an id not above the log's last: only then is the
+// log's end read), the TTLs renewed only when asked.
 // ARGV: fence, TTL in ms, the gateway channels' prefix, the notification
-// payload, seq, the log's cap, the log's TTL in ms, then field/value
-// pairs.
+// payload, seq, the log's cap, the log's TTL in ms, "1" to renew the
+// TTLs, then field/value pairs.
 var logAppendScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return -1 end
-if redis.call('HEXISTS', KEYS[1], 'done') == 1 then return -2 end
-local top = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
-local last = 0
-if #top > 0 then
-  if top[1][2][1] == 'done' then return -3 end
-  last = tonumber(string.match(top[1][1], '^(%d+)'))
+local r = redis.call('HMGET', KEYS[1], 'fence', 'done', 'gw', 'cancel')
+if r[1] ~= ARGV[1] then return -1 end
+if r[2] then return -2 end
+local ok = redis.pcall('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], ARGV[5] .. '-0', unpack(ARGV, 9))
+if type(ok) == 'table' and ok.err then
+  if not string.find(ok.err, 'equal or smaller', 1, true) then return ok end
+  local top = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
+  if #top > 0 and top[1][2][1] == 'done' then return -3 end
 end
-if tonumber(ARGV[5]) > last then
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], ARGV[5] .. '-0', unpack(ARGV, 8))
+if ARGV[8] == '1' then
+  redis.call('PEXPIRE', KEYS[3], ARGV[7])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
-redis.call('PEXPIRE', KEYS[3], ARGV[7])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-local gw = redis.call('HGET', KEYS[1], 'gw')
-if gw then redis.call('PUBLISH', ARGV[3] .. gw, ARGV[4]) end
-return redis.call('HEXISTS', KEYS[1], 'cancel')
+if r[3] then redis.call('PUBLISH', ARGV[3] .. r[3], ARGV[4]) end
+if r[4] then return 1 end
+return 0
 `)
 
 // Stream log entry fields, as the gateway reads them: "d" the text;

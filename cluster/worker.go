@@ -115,6 +115,8 @@ type worker struct {
 	k   keys
 	log *slog.Logger
 	dw  *durable.Writer // acquisitions and output entries wait for replicas
+	// deltas appends logged requests' deltas in rounds (deltas.go).
+	deltas *deltaBatcher
 
 	jobs sync.WaitGroup
 
@@ -131,6 +133,7 @@ type job struct {
 	log              LogTarget // where its deltas go (Key "": the output)
 	req              engine.Request
 	bad              error           // the request did not decode: refuse it
+	renewed          time.Time       // when a delta append last renewed the TTLs
 	ctx              context.Context // cancelled to cancel the request
 	cancel           context.CancelFunc
 }
@@ -146,6 +149,7 @@ func RunEngine(ctx context.Context, o EngineOptions) error {
 		return err
 	}
 	w := &worker{o: o, k: newKeys(o.Prefix), dw: durable.New(o.Redis, durable.Options{Replicas: o.WaitReplicas}), log: o.Logger.With("engine", o.ID), inflight: map[string]*job{}, freed: make(chan struct{}, 1)}
+	w.deltas = newDeltaBatcher(w)
 
 	// Jobs run under runCtx, which outlives ctx by the drain; background
 	// loops under bgCtx, which ends after the jobs; the heartbeat under
@@ -154,10 +158,14 @@ func RunEngine(ctx context.Context, o EngineOptions) error {
 	defer stopRun()
 	bgCtx, stopBG := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
-	bg.Add(4)
+	bg.Add(5)
 	go func() {
 		defer bg.Done()
 		w.warmth(bgCtx)
+	}()
+	go func() {
+		defer bg.Done()
+		w.deltas.run(bgCtx)
 	}()
 	go func() {
 		defer bg.Done()
@@ -473,9 +481,21 @@ func (w *worker) appendEntry(runCtx context.Context, j *job, fence int64, last b
 // It reports whether the request should stop: its cancel flag is set, or
 // the log was ended by a gateway's crash recovery, so nobody reads on.
 func (w *worker) appendDelta(runCtx context.Context, j *job, fence int64, seq int, fields ...any) (stop bool, err error) {
-	args := append([]any{fence, w.o.OutTTL.Milliseconds(), w.k.gatewayChan(""), j.rk, seq, j.log.MaxLen, j.log.TTL.Milliseconds()}, fields...)
+	// The TTLs are renewed now and then, not with every delta: the final
+	// entry and the gateway's done record renew them in full.
+	now := time.Now()
+	renew := "0"
+	if j.renewed.IsZero() || now.Sub(j.renewed) >= min(w.o.OutTTL, j.log.TTL)/4 {
+		renew = "1"
+	}
+	args := append([]any{fence, w.o.OutTTL.Milliseconds(), w.k.gatewayChan(""), j.rk, seq, j.log.MaxLen, j.log.TTL.Milliseconds(), renew}, fields...)
+	defer func() {
+		if err == nil && renew == "1" {
+			j.renewed = now
+		}
+	}()
 	err = w.retry(runCtx, "appending output", func(ctx context.Context) error {
-		n, err := w.durableRun(ctx, logAppendScript, []string{j.rec, j.out, j.log.Key}, args...).Int64()
+		n, err := w.deltas.do(ctx, []string{j.rec, j.out, j.log.Key}, args)
 		if err != nil {
 			return fmt.Errorf("cluster: append delta %d of %s: %w", seq, j.rk, err)
 		}
