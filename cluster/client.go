@@ -480,8 +480,11 @@ type Stream struct {
 	engine string     // the engine that last accepted the request
 
 	// Owned by the reader.
-	last     string    // id of the last output entry read
-	lastSeq  int       // seq of the last log entry read
+	last    string // id of the last output entry read
+	lastSeq int    // seq of the last log entry read
+	// drained: the last read took entries and everything there was;
+	// the next read waits for the engine's word that more came.
+	drained  bool
 	final    *outEntry // read from the output, held until the log is read to its end
 	buf      []outEntry
 	ended    bool
@@ -540,6 +543,7 @@ func (s *Stream) fetch(ctx context.Context) error {
 	if len(msgs) > 0 {
 		s.progress = time.Now()
 	}
+	s.drained = len(msgs) > 0 && len(msgs) < fetchCount
 	return nil
 }
 
@@ -599,6 +603,7 @@ func (s *Stream) fetchLogged(ctx context.Context) error {
 	if grew {
 		s.progress = time.Now()
 	}
+	s.drained = grew && s.final == nil && len(msgs) < fetchCount && len(outCmd.Val()) < fetchCount
 	return nil
 }
 
@@ -677,6 +682,15 @@ func (s *Stream) Recv(ctx context.Context) (engine.Event, error) {
 		if s.cancelWanted.Load() {
 			if s.c.cancelKey(s.rec, s.rk) == nil {
 				s.cancelWanted.Store(false)
+			}
+		}
+		if s.drained {
+			// Everything there was is passed on: read again once the
+			// engine says it appended (or a poll interval passed), not
+			// at once for nothing, which would double the reads.
+			s.drained = false
+			if err := s.wait(ctx, time.Hour); err != nil {
+				return engine.Event{}, err
 			}
 		}
 		err := s.fetch(ctx)
