@@ -3,31 +3,42 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"io"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/specgate/specgate/cluster"
+
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/internal/keyspace"
 	"github.com/specgate/specgate/internal/testredis"
 )
 
 // clockEngine emits a delta every tick whose text is the time it was
-// emitted, so the reader can measure transport latency alone.
-type clockEngine struct{ tick time.Duration }
+// emitted, so the reader can measure transport latency alone. With step
+// set, every stream emits at the same instants (multiples of tick), as
+// an engine's step emits the deltas of its whole batch at once.
+type clockEngine struct {
+	tick time.Duration
+	step bool
+}
 
 type clockEvents struct {
 	tick time.Duration
+	step bool
 	n, i int
 	ctx  context.Context
 	done bool
 }
 
 func (e clockEngine) Generate(ctx context.Context, r engine.Request) (engine.Events, error) {
-	return &clockEvents{tick: e.tick, n: r.MaxTokens, ctx: ctx}, nil
+	return &clockEvents{tick: e.tick, step: e.step, n: r.MaxTokens, ctx: ctx}, nil
 }
 
 func (clockEngine) Cancel(string) {}
@@ -40,8 +51,13 @@ func (s *clockEvents) Recv(ctx context.Context) (engine.Event, error) {
 		s.done = true
 		return engine.Event{Final: &engine.Final{FinishReason: engine.FinishLength}}, nil
 	}
+	wait := s.tick
+	if s.step {
+		now := time.Now()
+		wait = now.Truncate(s.tick).Add(s.tick).Sub(now)
+	}
 	select {
-	case <-time.After(s.tick):
+	case <-time.After(wait):
 	case <-ctx.Done():
 		return engine.Event{}, ctx.Err()
 	}
@@ -98,12 +114,29 @@ func pct(lat []time.Duration, p float64) float64 {
 	return float64(lat[int(float64(len(lat)-1)*p)].Microseconds()) / 1000
 }
 
+// logGen submits through a client as a gateway that keeps stream logs
+// does (SubmitToLog: the engine writes the deltas to the log).
+type logGen struct {
+	c      *cluster.Client
+	prefix string
+}
+
+func (g logGen) Generate(ctx context.Context, r engine.Request) (engine.Events, error) {
+	return g.c.GenerateToLog(ctx, r, keyspace.New(g.prefix).RequestLog(r.Session, r.ID), 10000, time.Minute)
+}
+
+func (g logGen) Cancel(id string) { g.c.Cancel(id) }
+
 // BenchmarkDeltaLatency measures the time from the engine emitting a
 // delta to the gateway receiving it, at 100 concurrent streams of a delta
-// every 20ms: in process, and through Redis.
+// every 20ms: in process, and through Redis, into each request's output
+// stream and (redis-log) into stream logs. -delta.streams and
+// -delta.step change the load: with step, all streams emit at once, as
+// an engine step does. redis-cpu-us/delta is Redis's own CPU (INFO) per
+// delta.
 func BenchmarkDeltaLatency(b *testing.B) {
-	const streams, deltas = 100, 50
-	fe := clockEngine{tick: 20 * time.Millisecond}
+	streams, deltas := *deltaStreams, 50
+	fe := clockEngine{tick: 20 * time.Millisecond, step: *deltaStep}
 	b.Run("inprocess", func(b *testing.B) {
 		g := fe
 		for b.Loop() {
@@ -112,7 +145,39 @@ func BenchmarkDeltaLatency(b *testing.B) {
 			b.ReportMetric(pct(lat, .99), "p99-ms")
 		}
 	})
-	b.Run("redis", func(b *testing.B) {
+	for _, logged := range []bool{false, true} {
+		name := "redis"
+		if logged {
+			name = "redis-log"
+		}
+		b.Run(name, func(b *testing.B) { benchRedisLatency(b, fe, streams, deltas, logged) })
+	}
+}
+
+var (
+	deltaStreams = flag.Int("delta.streams", 100, "BenchmarkDeltaLatency: concurrent streams")
+	deltaStep    = flag.Bool("delta.step", false, "BenchmarkDeltaLatency: every stream emits at the same instants")
+)
+
+// redisCPU is Redis's CPU time so far (INFO cpu), in µs.
+func redisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f * 1e6
+		}
+	}
+	return total
+}
+
+func benchRedisLatency(b *testing.B, fe clockEngine, streams, deltas int, logged bool) {
+	{
 		rdb := testredis.Client(b)
 		prefix := testredis.Prefix(b)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -130,13 +195,18 @@ func BenchmarkDeltaLatency(b *testing.B) {
 		for c.Ready() != nil {
 			time.Sleep(20 * time.Millisecond)
 		}
-		g := c
+		var g engine.Generator = c
+		if logged {
+			g = logGen{c: c, prefix: prefix}
+		}
 		for b.Loop() {
+			cpu := redisCPU(b, rdb)
 			lat := runLatency(b, g, streams, deltas)
 			b.ReportMetric(pct(lat, .5), "p50-ms")
 			b.ReportMetric(pct(lat, .99), "p99-ms")
+			b.ReportMetric((redisCPU(b, rdb)-cpu)/float64(len(lat)), "redis-cpu-us/delta")
 		}
-	})
+	}
 }
 
 // BenchmarkEngines measures aggregate completion tokens per second through
