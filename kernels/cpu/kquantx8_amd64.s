@@ -238,8 +238,9 @@ GLOBL kx8b03<>(SB), RODATA|NOPTR, $4
 // sub-block 2c+1. Stack: [s_j, s_j] at 32j, [m_j, m_j] at 256 + 32j, the
 // results at 512.
 
-// Q4KPFD is how far ahead the kernel asks for weights: one super-block.
-#define Q4KPFD 1152
+// Q4KPFD is how far ahead the kernel asks for weights: two super-blocks
+// (one was as good from memory and slower from the L3 cache).
+#define Q4KPFD 2304
 
 // Q4KSCALES unpacks the eight rows' scales and mins (ScaleMinK4) to the
 // stack: scales 0-3 are V0's six low bits, mins 0-3 V1's; scales 4-7 are
@@ -435,6 +436,74 @@ GLOBL kx8b03<>(SB), RODATA|NOPTR, $4
 	LEAQ      (R10)(AX*8), R10 \
 	Q4KFIN(Y3, Y7, (DX)(BX*1), 608)
 
+// Q4KC1 adds chunk c (sub-blocks 2c and 2c+1) to one activation row's
+// sums, each word loaded once for both its nibbles.
+#define Q4KC1(c) \
+	PREFETCHT0 Q4KPFD+256*c(SI) \
+	PREFETCHT0 Q4KPFD+256*c+64(SI) \
+	PREFETCHT0 Q4KPFD+256*c+128(SI) \
+	PREFETCHT0 Q4KPFD+256*c+192(SI) \
+	VMOVDQU    128+256*c(SI), Y10 \
+	VPAND      Y15, Y10, Y8 \
+	KF(64*c+0(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	KF(64*c+32(DI), Y5) \
+	VMOVDQU    160+256*c(SI), Y10 \
+	VPAND      Y15, Y10, Y8 \
+	KN(64*c+4(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	KN(64*c+36(DI), Y5) \
+	VMOVDQU    192+256*c(SI), Y10 \
+	VPAND      Y15, Y10, Y8 \
+	KN(64*c+8(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	KN(64*c+40(DI), Y5) \
+	VMOVDQU    224+256*c(SI), Y10 \
+	VPAND      Y15, Y10, Y8 \
+	KN(64*c+12(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	KN(64*c+44(DI), Y5) \
+	VMOVDQU    256+256*c(SI), Y10 \
+	VPAND      Y15, Y10, Y8 \
+	KN(64*c+16(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	KN(64*c+48(DI), Y5) \
+	VMOVDQU    288+256*c(SI), Y10 \
+	VPAND      Y15, Y10, Y8 \
+	KN(64*c+20(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	KN(64*c+52(DI), Y5) \
+	VMOVDQU    320+256*c(SI), Y10 \
+	VPAND      Y15, Y10, Y8 \
+	KN(64*c+24(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	KN(64*c+56(DI), Y5) \
+	VMOVDQU    352+256*c(SI), Y10 \
+	VPAND      Y15, Y10, Y8 \
+	KN(64*c+28(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	KN(64*c+60(DI), Y5) \
+	KS(64*c, Y4, Y0) \
+	KS(64*c+32, Y5, Y0)
+
+// Q4KBLOCK1 is one super-block of a group for one activation row.
+#define Q4KBLOCK1 \
+	Q4KSCALES \
+	VPXOR Y0, Y0, Y0 \
+	Q4KC1(0) \
+	Q4KC1(1) \
+	Q4KC1(2) \
+	Q4KC1(3) \
+	Q4KFIN1
+
 // Q4KBLOCK is one super-block of a group for n activation rows.
 #define Q4KBLOCK(F, N, S, FIN) \
 	Q4KSCALES \
@@ -463,7 +532,8 @@ GLOBL kx8b03<>(SB), RODATA|NOPTR, $4
 // sub-block s at 32s, the scales of sub-blocks 2i and 2i+1 at 512 + 32i,
 // the results at 768. Y14 holds bytes of 0x30, Y11 is scratch.
 
-#define Q6KPFD 1680
+// Q6KPFD is how far ahead the kernel asks for weights, as for Q4_K.
+#define Q6KPFD 3360
 
 // Q6KSCALES spreads the eight rows' scales to the stack.
 #define Q6KSCALES \
@@ -700,6 +770,97 @@ GLOBL kx8b03<>(SB), RODATA|NOPTR, $4
 	LEAQ      (R10)(AX*8), R10 \
 	Q6KFIN(Y3, Y7, (DX)(BX*1), 864)
 
+// Q6KQ1 adds word q of half h (ql words at A and B, qh's at H, values from
+// x = 128h + 4q) to one activation row's int16 sums of its four positions,
+// Y4-Y7 (KF for the first word of a pair, else KN).
+#define Q6KQ1(K, A, B, H, x) \
+	VMOVDQU A(SI), Y10 \
+	VMOVDQU B(SI), Y12 \
+	VMOVDQU H(SI), Y11 \
+	VPAND   Y15, Y10, Y8 \
+	VPSLLW  $4, Y11, Y13 \
+	VPAND   Y14, Y13, Y13 \
+	VPOR    Y13, Y8, Y8 \
+	K(x(DI), Y4) \
+	VPAND   Y15, Y12, Y8 \
+	VPSLLW  $2, Y11, Y13 \
+	VPAND   Y14, Y13, Y13 \
+	VPOR    Y13, Y8, Y8 \
+	K(x+32(DI), Y5) \
+	VPSRLW  $4, Y10, Y8 \
+	VPAND   Y15, Y8, Y8 \
+	VPAND   Y14, Y11, Y13 \
+	VPOR    Y13, Y8, Y8 \
+	K(x+64(DI), Y6) \
+	VPSRLW  $4, Y12, Y8 \
+	VPAND   Y15, Y8, Y8 \
+	VPSRLW  $2, Y11, Y13 \
+	VPAND   Y14, Y13, Y13 \
+	VPOR    Y13, Y8, Y8 \
+	K(x+96(DI), Y7)
+
+// Q6KS1 applies sub-blocks s, s+2, s+4 and s+6 (their [s, s] at 32s on the
+// stack, so the offsets step by 64) to Y4-Y7 and adds them to Y0.
+#define Q6KS1(s) \
+	KS(s, Y4, Y0) \
+	KS(s+64, Y5, Y0) \
+	KS(s+128, Y6, Y0) \
+	KS(s+192, Y7, Y0)
+
+// Q6KBLOCK1 is one super-block of a group for one activation row.
+#define Q6KBLOCK1 \
+	Q6KSCALES \
+	VPXOR Y0, Y0, Y0 \
+	PREFETCHT0 Q6KPFD+0(SI) \
+	PREFETCHT0 Q6KPFD+64(SI) \
+	PREFETCHT0 Q6KPFD+128(SI) \
+	Q6KQ1(KF, 0, 256, 1024, 0) \
+	Q6KQ1(KN, 32, 288, 1056, 4) \
+	Q6KS1(0) \
+	PREFETCHT0 Q6KPFD+192(SI) \
+	PREFETCHT0 Q6KPFD+256(SI) \
+	PREFETCHT0 Q6KPFD+320(SI) \
+	Q6KQ1(KF, 64, 320, 1088, 8) \
+	Q6KQ1(KN, 96, 352, 1120, 12) \
+	Q6KS1(0) \
+	PREFETCHT0 Q6KPFD+384(SI) \
+	PREFETCHT0 Q6KPFD+448(SI) \
+	PREFETCHT0 Q6KPFD+512(SI) \
+	Q6KQ1(KF, 128, 384, 1152, 16) \
+	Q6KQ1(KN, 160, 416, 1184, 20) \
+	Q6KS1(32) \
+	PREFETCHT0 Q6KPFD+576(SI) \
+	PREFETCHT0 Q6KPFD+640(SI) \
+	PREFETCHT0 Q6KPFD+704(SI) \
+	Q6KQ1(KF, 192, 448, 1216, 24) \
+	Q6KQ1(KN, 224, 480, 1248, 28) \
+	Q6KS1(32) \
+	PREFETCHT0 Q6KPFD+768(SI) \
+	PREFETCHT0 Q6KPFD+832(SI) \
+	PREFETCHT0 Q6KPFD+896(SI) \
+	Q6KQ1(KF, 512, 768, 1280, 128) \
+	Q6KQ1(KN, 544, 800, 1312, 132) \
+	Q6KS1(256) \
+	PREFETCHT0 Q6KPFD+960(SI) \
+	PREFETCHT0 Q6KPFD+1024(SI) \
+	PREFETCHT0 Q6KPFD+1088(SI) \
+	Q6KQ1(KF, 576, 832, 1344, 136) \
+	Q6KQ1(KN, 608, 864, 1376, 140) \
+	Q6KS1(256) \
+	PREFETCHT0 Q6KPFD+1152(SI) \
+	PREFETCHT0 Q6KPFD+1216(SI) \
+	PREFETCHT0 Q6KPFD+1280(SI) \
+	Q6KQ1(KF, 640, 896, 1408, 144) \
+	Q6KQ1(KN, 672, 928, 1440, 148) \
+	Q6KS1(288) \
+	PREFETCHT0 Q6KPFD+1344(SI) \
+	PREFETCHT0 Q6KPFD+1408(SI) \
+	PREFETCHT0 Q6KPFD+1472(SI) \
+	Q6KQ1(KF, 704, 960, 1472, 152) \
+	Q6KQ1(KN, 736, 992, 1504, 156) \
+	Q6KS1(288) \
+	Q6KFIN1
+
 // Q6KBLOCK is one super-block of a group for n activation rows.
 #define Q6KBLOCK(F, N, S, FIN) \
 	Q6KSCALES \
@@ -747,7 +908,7 @@ q4kx8n1group:
 	KGROUP(512)
 
 q4kx8n1block:
-	Q4KBLOCK(KF1, KN1, KS1, Q4KFIN1)
+	Q4KBLOCK1
 	KNEXT(1152, q4kx8n1block)
 	KST1(512)
 	DECQ R11
@@ -824,7 +985,7 @@ q6kx8n1group:
 	KGROUP(768)
 
 q6kx8n1block:
-	Q6KBLOCK(KF1, KN1, KS1, Q6KFIN1)
+	Q6KBLOCK1
 	KNEXT(1680, q6kx8n1block)
 	KST1(768)
 	DECQ R11
