@@ -210,8 +210,10 @@ type attacher interface {
 // may run on stores nothing and returns the error: the turn stays in the
 // index for a later try. Otherwise (no handle, or the generation is gone)
 // the deltas in its log become the stored reply and a done record ends
-// the log. A turn that had in fact
-// finished only gets the done record it may lack.
+// the log, in one step that holds only while no delta came after the
+// read (in split mode an engine may still be appending: the dead gateway
+// had not recorded the handle yet), else the log is read again. A turn
+// that had in fact finished only gets the done record it may lack.
 func (s *Server) recoverTurn(ctx context.Context, sid, rid string) (attached bool, err error) {
 	state, finish, handle, err := s.sessions.requestFinish(ctx, sid, rid)
 	if err != nil {
@@ -224,14 +226,9 @@ func (s *Server) recoverTurn(ctx context.Context, sid, rid string) (attached boo
 	if err != nil {
 		return false, err
 	}
-	var text strings.Builder
-	lastSeq := 0
-	for _, e := range entries {
-		if e.Done != nil {
-			return false, nil // the owner ended it; only its unregister was lost
-		}
-		text.WriteString(e.Text)
-		lastSeq = e.Seq
+	text, lastSeq, ended := logText(entries)
+	if ended {
+		return false, nil // the owner ended it; only its unregister was lost
 	}
 	if a, ok := s.o.Generator.(attacher); ok && state == "running" && handle != "" {
 		err := s.attachTurn(ctx, a, sid, rid, handle, lastSeq)
@@ -247,32 +244,55 @@ func (s *Server) recoverTurn(ctx context.Context, sid, rid string) (attached boo
 		}
 		s.o.Logger.Warn("gateway: the dead gateway's generation is gone; ending its reply", "session", sid, "request", rid, "err", err)
 	}
-	reason := finish
-	if state == "running" {
-		reason = engine.FinishError
-		tenant, user, err := s.sessions.ownerOf(ctx, sid)
-		if err != nil {
-			return false, err
+	if state != "running" {
+		reason := finish
+		if reason == "" {
+			reason = engine.FinishError
 		}
-		stored, err := s.sessions.RecoverTurn(ctx, tenant, user, sid, Message{
-			Request: rid, Content: text.String(), FinishReason: reason,
+		done := ServerFrame{Type: TypeDone, Request: rid, FinishReason: reason, Usage: &Usage{}, Stats: &Stats{}}
+		return false, s.log.appendDone(ctx, sid, rid, lastSeq, done)
+	}
+	tenant, user, err := s.sessions.ownerOf(ctx, sid)
+	if err != nil {
+		return false, err
+	}
+	done := ServerFrame{Type: TypeDone, Request: rid, FinishReason: engine.FinishError, Usage: &Usage{}, Stats: &Stats{}}
+	for range 20 {
+		stored, err := s.sessions.RecoverEnd(ctx, tenant, user, sid, Message{
+			Request: rid, Content: text, FinishReason: engine.FinishError,
 			Partial: true, Interrupted: interruptCrash,
 			Error: "the gateway generating this reply stopped",
-		})
-		if err != nil {
+		}, s.log.key(sid, rid), s.log.maxLen, lastSeq, done)
+		if !errors.Is(err, errLogMoved) {
+			if stored {
+				s.o.Logger.Warn("gateway: recovered the reply of a dead gateway's turn", "session", sid, "request", rid, "deltas", lastSeq)
+			}
+			// Not stored: the owner finished meanwhile and writes its
+			// own done, or the log was ended already.
 			return false, err
 		}
-		if !stored {
-			// The owner finished meanwhile; it writes its own done.
+		if entries, err = s.log.readAfter(ctx, sid, rid, 0, 0); err != nil {
+			return false, err
+		}
+		if text, lastSeq, ended = logText(entries); ended {
 			return false, nil
 		}
-		s.o.Logger.Warn("gateway: recovered the reply of a dead gateway's turn", "session", sid, "request", rid, "deltas", lastSeq)
 	}
-	if reason == "" {
-		reason = engine.FinishError
+	return false, errors.New("gateway: the dead gateway's turn's log keeps growing; trying again later")
+}
+
+// logText is the text of a log's deltas, the seq of the last one, and
+// whether a done record follows them.
+func logText(entries []logEntry) (text string, lastSeq int, ended bool) {
+	var b strings.Builder
+	for _, e := range entries {
+		if e.Done != nil {
+			return b.String(), lastSeq, true
+		}
+		b.WriteString(e.Text)
+		lastSeq = e.Seq
 	}
-	done := ServerFrame{Type: TypeDone, Request: rid, FinishReason: reason, Usage: &Usage{}, Stats: &Stats{}}
-	return false, s.log.appendDone(ctx, sid, rid, lastSeq, done)
+	return b.String(), lastSeq, false
 }
 
 // errSessionGone: the turn's session was deleted; nothing can store its

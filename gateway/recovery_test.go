@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -228,5 +229,49 @@ func TestSetAttachNeedsTheRecord(t *testing.T) {
 	}
 	if n := e.rdb.Exists(ctx, e.srv.ks.Request(sid, "gone")).Val(); n != 0 {
 		t.Fatal("setAttach created a request record")
+	}
+}
+
+// TestRecoverEndHoldsOnlyAtTheLogsEnd: recovery stores a dead gateway's
+// reply and ends its log in one step, and only while the log still ends
+// with the delta the reply was read up to: in split mode an engine may
+// append after recovery read the log (the dead gateway had not recorded
+// the handle a takeover needs), and that delta must be in the stored
+// reply, before any resume can read a done.
+func TestRecoverEndHoldsOnlyAtTheLogsEnd(t *testing.T) {
+	e := newEnv(t, nil, "", nil)
+	ctx := context.Background()
+	sid := rawSession(t, e.rawLogin("alice"))
+	deadTurn(t, e, sid, "r1", []string{"one ", "two"})
+	msg := func(text string) Message {
+		return Message{Request: "r1", Content: text, FinishReason: "error", Partial: true, Interrupted: interruptCrash}
+	}
+	done := ServerFrame{Type: TypeDone, Request: "r1", FinishReason: "error"}
+	key := e.srv.log.key(sid, "r1")
+
+	// Read up to delta 1, but delta 2 came since: nothing is stored or ended.
+	if _, err := e.srv.sessions.RecoverEnd(ctx, "acme", "alice", sid, msg("one "), key, 100, 1, done); !errors.Is(err, errLogMoved) {
+		t.Fatalf("have %v; want errLogMoved", err)
+	}
+	if m := lastMessage(t, e, sid); m.Role == "assistant" {
+		t.Fatalf("have reply %+v stored from a stale read", m)
+	}
+	if tail, err := e.srv.log.last(ctx, sid, "r1"); err != nil || tail.Done != nil {
+		t.Fatalf("have log end %+v, %v; want delta 2, not done", tail, err)
+	}
+
+	// Read again: stored, and the log ends with done right after delta 2.
+	if ok, err := e.srv.sessions.RecoverEnd(ctx, "acme", "alice", sid, msg("one two"), key, 100, 2, done); err != nil || !ok {
+		t.Fatalf("have %v, %v; want stored", ok, err)
+	}
+	if m := lastMessage(t, e, sid); m.Content != "one two" || !m.Partial || m.Interrupted != interruptCrash {
+		t.Fatalf("have %+v; want the two deltas stored partial", m)
+	}
+	if tail, err := e.srv.log.last(ctx, sid, "r1"); err != nil || tail.Done == nil || tail.Seq != 3 {
+		t.Fatalf("have log end %+v, %v; want done at 3", tail, err)
+	}
+	// Once is all: the request is no longer running.
+	if ok, err := e.srv.sessions.RecoverEnd(ctx, "acme", "alice", sid, msg("one two"), key, 100, 2, done); err != nil || ok {
+		t.Fatalf("have %v, %v; want nothing done", ok, err)
 	}
 }

@@ -335,32 +335,63 @@ func (s *SessionStore) FinishTurn(ctx context.Context, finisher, tenant, user, s
 	return true, s.touch(ctx, tenant, user, sid, m.Created)
 }
 
-// recoverScript is finishScript for crash recovery: it stores the
-// recovered reply only while the request is still running, and marks the
-// record reaped. Returns -1 when the request is not running any more.
-var recoverScript = redis.NewScript(`
+// recoverEndScript is finishScript for crash recovery: it stores the
+// reply only while the request is still running, marks the record
+// reaped, and ends the log with its done record, all together, and only if
+// the log still ends with the delta the reply was read up to. In split
+// mode an engine may append to the log until its done record is there
+// (the dead gateway had not recorded the handle that a takeover needs);
+// a delta that came after the read would be in the log and not in the
+// stored reply, and a done before the reply is stored would let a resumer
+// find the session without it. KEYS: session, messages, request record,
+// log. ARGV: message JSON, created ms, TTL ms, finish reason, the last
+// delta's seq, the log's cap, the done frame JSON. Returns -1 when the
+// request is not running, -2 when the log already ends with a done
+// record, -3 when the log's newest delta is not the one given, 0 when the
+// session is gone (the log is ended all the same), 1 when stored.
+var recoverEndScript = redis.NewScript(`
 if redis.call('HGET', KEYS[3], 'state') ~= 'running' then return -1 end
+local top = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
+local last = 0
+if #top > 0 then
+  if top[1][2][1] == 'done' then return -2 end
+  last = tonumber(string.match(top[1][1], '^(%d+)'))
+end
+if last ~= tonumber(ARGV[5]) then return -3 end
 redis.call('HSET', KEYS[3], 'state', 'done', 'finish', ARGV[4], 'reaped', '1')
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], (last + 1) .. '-0', 'done', ARGV[7])
+redis.call('PEXPIRE', KEYS[4], ARGV[3])
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], 'updated', ARGV[2])
 return 1
 `)
 
-// RecoverTurn stores the reply of a turn whose gateway died, unless the
-// turn is no longer running; it reports whether it ended the turn.
-func (s *SessionStore) RecoverTurn(ctx context.Context, tenant, user, sid string, m Message) (bool, error) {
+// errLogMoved: the log grew past the delta a recovered reply was read up
+// to; read it again.
+var errLogMoved = errors.New("gateway: the stream log grew while the reply was recovered")
+
+// RecoverEnd stores the reply of a turn whose gateway died and ends its
+// log (key log, capped near maxLen) with done after delta lastSeq, in one
+// step; it reports whether it ended the turn (false: not running any
+// more, or the log was ended already), and errLogMoved when the log has
+// deltas past lastSeq.
+func (s *SessionStore) RecoverEnd(ctx context.Context, tenant, user, sid string, m Message, log string, maxLen int64, lastSeq int, done ServerFrame) (bool, error) {
 	m.Role = "assistant"
 	if m.Created == 0 {
 		m.Created = s.now().UnixMilli()
 	}
 	b, _ := json.Marshal(m)
-	n, err := s.w.Run(ctx, recoverScript,
-		[]string{s.sessKey(sid), s.msgsKey(sid), s.reqKey(sid, m.Request)},
-		b, m.Created, s.logTTL.Milliseconds(), m.FinishReason).Int()
+	d, _ := json.Marshal(done)
+	n, err := s.w.Run(ctx, recoverEndScript,
+		[]string{s.sessKey(sid), s.msgsKey(sid), s.reqKey(sid, m.Request), log},
+		b, m.Created, s.logTTL.Milliseconds(), m.FinishReason, lastSeq, maxLen, d).Int()
 	if err != nil {
 		return false, fmt.Errorf("gateway: store recovered reply: %w", err)
+	}
+	if n == -3 {
+		return false, errLogMoved
 	}
 	if n == 1 && tenant != "" {
 		if err := s.touch(ctx, tenant, user, sid, m.Created); err != nil {
