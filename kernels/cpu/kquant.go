@@ -165,11 +165,11 @@ func quantRowQ8g(xq []int8, xd, s []float32, x []float32) {
 	}
 }
 
-// quantRowQ8K quantizes x to Q8_K as ggml's quantize_row_q8_K_ref does: per
+// quantRowQ8KGo quantizes x to Q8_K as ggml's quantize_row_q8_K_ref does: per
 // 256 values, the first value max of largest magnitude sets iscale =
 // −127/max, q = min(127, round-to-even(iscale·x)), d = 1/iscale; bs holds
 // Σq over each 16 values. An all-zero block has d = 0.
-func quantRowQ8K(xq []int8, xd []float32, bs []int16, x []float32) {
+func quantRowQ8KGo(xq []int8, xd []float32, bs []int16, x []float32) {
 	for b := range xd {
 		v := x[b*256 : b*256+256]
 		q := xq[b*256 : b*256+256]

@@ -222,3 +222,69 @@ func TestMatMulManyK(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantQ8KKernels checks the Q8_K quantizer of every kernel set
+// against the Go reference, bit for bit: random rows, and rows with ties
+// of the largest magnitude in both signs, zeros (−0 too), NaN, ±Inf, huge
+// and tiny values, and all-zero or all-NaN super-blocks.
+func TestQuantQ8KKernels(t *testing.T) {
+	defer useAsm(true)
+	if !useAsm(true) {
+		t.Skip("no assembly kernels on this machine")
+	}
+	r := rand.New(rand.NewPCG(41, 42))
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	specials := []float32{0, float32(math.Copysign(0, -1)), nan, inf, -inf, 3e38, -3e38, 1e-40, -1e-40, 1, -1, 0.5, -0.5}
+	for c := range 400 {
+		nb := 1 + r.IntN(4)
+		x := make([]float32, nb*superBlocks)
+		for i := range x {
+			x[i] = float32(r.NormFloat64()) * []float32{1, 1e-3, 1e3, 1e-30}[c%4]
+		}
+		switch c % 5 {
+		case 1: // ties of the largest magnitude, the negative one first or not
+			m := float32(8)
+			if c%2 == 0 {
+				m = -m
+			}
+			x[r.IntN(len(x))], x[r.IntN(len(x))] = m, -m
+		case 2:
+			for range 1 + r.IntN(20) {
+				x[r.IntN(len(x))] = specials[r.IntN(len(specials))]
+			}
+		case 3: // a whole super-block of one special value
+			b := r.IntN(nb)
+			v := specials[r.IntN(len(specials))]
+			for i := range superBlocks {
+				x[b*superBlocks+i] = v
+			}
+		case 4: // values at the rounding ties of the quantization
+			for i := range x {
+				x[i] = float32(r.IntN(255)-127) / 2
+			}
+			// A NaN after the largest value where a vector kernel may
+			// keep both in one lane of a running maximum.
+			i := r.IntN(len(x) - 64)
+			x[i], x[i+32], x[i+8] = 1000, nan, nan
+		}
+		want := &kAct{q: make([]int8, len(x)), d: make([]float32, nb), bs: make([]int16, len(x)/16)}
+		have := &kAct{q: make([]int8, len(x)), d: make([]float32, nb), bs: make([]int16, len(x)/16)}
+		quantRowQ8KGo(want.q, want.d, want.bs, x)
+		quantRowQ8K(have.q, have.d, have.bs, x)
+		for b := range nb {
+			if math.Float32bits(have.d[b]) != math.Float32bits(want.d[b]) {
+				t.Fatalf("case %d block %d: d = %g; want %g", c, b, have.d[b], want.d[b])
+			}
+		}
+		for i := range want.q {
+			if have.q[i] != want.q[i] {
+				t.Fatalf("case %d: q[%d] = %d; want %d (x = %g)", c, i, have.q[i], want.q[i], x[i])
+			}
+		}
+		for i := range want.bs {
+			if have.bs[i] != want.bs[i] {
+				t.Fatalf("case %d: bs[%d] = %d; want %d", c, i, have.bs[i], want.bs[i])
+			}
+		}
+	}
+}

@@ -14,10 +14,14 @@ var (
 	siluMul func(d, g, u []float32)
 	// scaleMul sets d[i] = x[i]·s·w[i]; len(x), len(w) ≥ len(d).
 	scaleMul func(d, x, w []float32, s float32)
+	// quantRowQ8K quantizes x (a whole number of 256-value super-blocks)
+	// to Q8_K as quantRowQ8KGo does, into xq, xd and the sums per 16 bs.
+	quantRowQ8K func(xq []int8, xd []float32, bs []int16, x []float32)
 )
 
 func useVecGo() {
 	quantRowQ8, quantLane = quantRowQ8Go, quantLaneGo
+	quantRowQ8K = quantRowQ8KGo
 	siluMul, scaleMul = siluMulGo, scaleMulGo
 }
 

@@ -6,11 +6,15 @@ import "github.com/specgate/specgate/kernels"
 
 func setVecAsm() {
 	quantRowQ8, quantLane = quantRowQ8Asm, quantLaneAsm
+	quantRowQ8K = quantRowQ8KAsm
 	siluMul, scaleMul = siluMulAsm, scaleMulAsm
 }
 
 //go:noescape
 func quantQ8AVX(xq *int8, xd *float32, x *float32, nb int)
+
+//go:noescape
+func quantQ8KAVX(xq *int8, xd *float32, bs *int16, x *float32, nb int)
 
 //go:noescape
 func quantTileAVX(xp *byte, xd *float32, xc *int32, x *float32, nb int)
@@ -30,6 +34,15 @@ func quantRowQ8Asm(xq []int8, xd []float32, x []float32) {
 	}
 	_, _ = xq[nb*kernels.QK-1], x[nb*kernels.QK-1]
 	quantQ8AVX(&xq[0], &xd[0], &x[0], nb)
+}
+
+func quantRowQ8KAsm(xq []int8, xd []float32, bs []int16, x []float32) {
+	nb := len(xd)
+	if nb == 0 {
+		return
+	}
+	_, _, _ = xq[nb*kernels.QKK-1], bs[nb*16-1], x[nb*kernels.QKK-1]
+	quantQ8KAVX(&xq[0], &xd[0], &bs[0], &x[0], nb)
 }
 
 func quantLaneAsm(a tileAct, l int, x []float32, _ []int8, _ []float32) {
