@@ -180,6 +180,9 @@ type option struct {
 	logRel float64
 	rels   [relWindow]float64
 	acc    float64
+	// accN is how many steps acc rests on: the option's own and, for a
+	// chain, those of longer chains (see ObserveNested).
+	accN int
 	// wait is the current re-try interval in steps and next the step of
 	// the next re-try, while the option is not the best.
 	wait, next int
@@ -428,8 +431,8 @@ func seen(class []tierState, shape Shape, warm int) float64 {
 	acc, n := -1.0, 0
 	for i := range class {
 		for _, o := range class[i].options {
-			if o.shape.Name == shape.Name && o.n >= warm && o.n > n {
-				acc, n = o.acc, o.n
+			if o.shape.Name == shape.Name && o.accN >= warm && o.accN > n {
+				acc, n = o.acc, o.accN
 			}
 		}
 	}
@@ -536,7 +539,49 @@ func (d *Dispatcher) ObserveClass(class, load, batch int, s Shape, tokens int, e
 	}
 	t.batch += a * (float64(batch) - t.batch)
 	o.n++
-	o.acc += max(1/float64(o.n), accA) * (acc - o.acc)
+	o.accN++
+	o.acc += max(1/float64(o.accN), accA) * (acc - o.acc)
+}
+
+// ObserveNested records, for the chains of class's tier at load shorter
+// than s, what they would have accepted in a step PickClass picked s for,
+// when s is a chain: each drafting sequence of the class was let draft
+// drafted[i] tokens (s's, or fewer where the step cut the shape: the
+// tokens left, the blocks free; a drafter that found less to draft still
+// counts s's) and accepted accepted[i] of them. A chain
+// drafts the same tokens as the first nodes of a longer one (every drafter
+// fills a node from its path alone), so a chain of j accepts min(a, j)
+// where the longer one accepts a. Every step of the leader thus measures
+// the shorter chains' acceptance too, and the choice of a chain's length
+// rests on the same steps rather than on a few re-tries of each.
+func (d *Dispatcher) ObserveNested(class, load int, s Shape, accepted, drafted []int) {
+	t := d.tier(class, load)
+	if t == nil || !s.chain() || len(accepted) != len(drafted) {
+		return
+	}
+	accA := d.AccAlpha
+	if accA <= 0 {
+		accA = 0.01
+	}
+	for i := range t.options {
+		o := &t.options[i]
+		j := o.shape.Len()
+		if j == 0 || j >= s.Len() || !o.shape.chain() {
+			continue
+		}
+		sum, n := 0, 0
+		for k, a := range accepted {
+			if drafted[k] >= j {
+				sum += min(a, j)
+				n++
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		o.accN++
+		o.acc += max(1/float64(o.accN), accA) * (float64(sum)/float64(n) - o.acc)
+	}
 }
 
 // median returns the median of v (the mean of the middle two when their

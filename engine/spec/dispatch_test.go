@@ -152,3 +152,44 @@ func TestDispatcherOffMeasure(t *testing.T) {
 		})
 	}
 }
+
+// TestDispatcherNested: a step of a chain tells what every shorter chain
+// of its tier would have accepted (a chain drafts the first nodes of a
+// longer one), so their acceptance is measured on the leader's steps;
+// sequences the step let draft fewer nodes than a chain has say nothing
+// of it, nor does a step of a tree.
+func TestDispatcherNested(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		played            Shape
+		accepted, drafted []int
+		chain2, chain3    float64 // the acceptance each then shows
+		steps2, steps3    int     // the steps it rests on
+	}{
+		{name: "one sequence", played: Chain(4), accepted: []int{3}, drafted: []int{4}, chain2: 2, chain3: 3, steps2: 1, steps3: 1},
+		{name: "two sequences", played: Chain(4), accepted: []int{1, 4}, drafted: []int{4, 4}, chain2: 1.5, chain3: 2, steps2: 1, steps3: 1},
+		{name: "one cut to 2", played: Chain(4), accepted: []int{0, 2}, drafted: []int{4, 2}, chain2: 1, chain3: 0, steps2: 1, steps3: 1},
+		{name: "all cut to 2", played: Chain(4), accepted: []int{2}, drafted: []int{2}, chain2: 2, steps2: 1},
+		{name: "a chain of 3", played: Chain(3), accepted: []int{3}, drafted: []int{3}, chain2: 2, steps2: 1},
+		{name: "a tree", played: Bushy, accepted: []int{3}, drafted: []int{16}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := NewDispatcher([]Tier{{Shapes: []Shape{Bushy, Chain(4), Chain(3), Chain(2)}}})
+			d.ObserveNested(0, 2, tc.played, tc.accepted, tc.drafted)
+			d.Stats(2) // makes the class's tiers
+			for _, o := range d.classes[0][0].options {
+				var want float64
+				var n int
+				switch o.shape.Name {
+				case "chain2":
+					want, n = tc.chain2, tc.steps2
+				case "chain3":
+					want, n = tc.chain3, tc.steps3
+				}
+				if o.acc != want || o.accN != n || o.n != 0 {
+					t.Errorf("%s: accepted %.2f on %d steps (%d played); want %.2f on %d (none played)", o.shape.Name, o.acc, o.accN, o.n, want, n)
+				}
+			}
+		})
+	}
+}

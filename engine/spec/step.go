@@ -42,6 +42,9 @@ type Seq struct {
 	tree     Tree
 	drafting bool // the tree is in this step's batch
 	node0    int  // logits row of node 0
+	// room is how many nodes the step let the drafter fill: its shape's,
+	// cut to the tokens left and the blocks it got.
+	room int
 }
 
 // Drafting reports whether the sequence's tree is in this step's batch.
@@ -157,6 +160,9 @@ type classPick struct {
 	class        int
 	shape        Shape
 	decs, tokens int
+	// Per drafting decode: the tokens it accepted and drafted (see
+	// Dispatcher.ObserveNested).
+	accepted, drafted []int
 }
 
 // pickOf returns the index in st.picks of class's pick, picking it first
@@ -171,7 +177,14 @@ func (st *Step) pickOf(class int) int {
 	if st.sc == nil {
 		sh = mainChain(sh)
 	}
-	st.picks = append(st.picks, classPick{class: class, shape: sh})
+	if n := len(st.picks); n < cap(st.picks) {
+		// Keep the element's slices' room: a step makes no garbage.
+		st.picks = st.picks[:n+1]
+		p := &st.picks[n]
+		*p = classPick{class: class, shape: sh, accepted: p.accepted[:0], drafted: p.drafted[:0]}
+	} else {
+		st.picks = append(st.picks, classPick{class: class, shape: sh})
+	}
 	return len(st.picks) - 1
 }
 
@@ -319,6 +332,7 @@ func (st *Step) Plan(decs []*Seq, active int, b *model.Batch, h Host) {
 			q.slot = st.free[len(st.free)-1] + 1
 			st.free = st.free[:len(st.free)-1]
 		}
+		q.room = sh.Len()
 		st.ctxs = append(st.ctxs, Context{Slot: q.slot - 1, Tokens: q.Tokens, History: q.History, Shape: sh, Params: q.Params, Mask: q.Mask})
 		st.trees = append(st.trees, &q.tree)
 		st.runs = append(st.runs, i)
@@ -357,6 +371,7 @@ func (st *Step) Plan(decs []*Seq, active int, b *model.Batch, h Host) {
 			q.Table = h.Grow(i, n+1+t.Len())
 			if room = len(q.Table)*st.bs - (n + 1); t.Len() > room {
 				cutTree(t, max(room, 0))
+				q.room = max(room, 0)
 			}
 		}
 		if t.Len() == 0 {
@@ -447,7 +462,10 @@ func (st *Step) Commit(h Host, plain int) StepReport {
 		rep.Drafted += q.tree.Len()
 		rep.Accepted += min(len(path), took)
 		rep.Tokens += took
-		st.picks[st.pickOf(q.Class)].tokens += took - 1 // the one plain decoding commits is counted below
+		p := &st.picks[st.pickOf(q.Class)]
+		p.tokens += took - 1 // the one plain decoding commits is counted below
+		p.accepted = append(p.accepted, min(len(path), took))
+		p.drafted = append(p.drafted, q.room)
 		if held >= 0 && q.slot > 0 {
 			st.drafter.Rewind(q.slot-1, held)
 		}
@@ -466,9 +484,15 @@ func (st *Step) Commit(h Host, plain int) StepReport {
 		el := st.clock().Sub(st.start)
 		for _, p := range st.picks {
 			st.disp.ObserveClass(p.class, st.active, p.decs, p.shape, p.decs+p.tokens, el)
+			st.disp.ObserveNested(p.class, st.active, p.shape, p.accepted, p.drafted)
 		}
 	}
-	st.decs, st.runs, st.picks = nil, st.runs[:0], st.picks[:0]
+	st.decs, st.runs = nil, st.runs[:0]
+	for i := range st.picks {
+		p := &st.picks[i]
+		p.accepted, p.drafted = p.accepted[:0], p.drafted[:0]
+	}
+	st.picks = st.picks[:0]
 	return rep
 }
 

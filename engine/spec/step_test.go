@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -316,6 +317,44 @@ func TestStepDraftsToTheEnd(t *testing.T) {
 			if int(dep) > tc.depth || int(dep) != int(sh.Depth[k]) {
 				t.Errorf("%s: node %d at depth %d (shape says %d); want at most %d", name, k, dep, sh.Depth[k], tc.depth)
 			}
+		}
+	}
+}
+
+// TestStepObservesShorterChains: a step of a chain tells the dispatcher
+// what the shorter chains would have accepted.
+func TestStepObservesShorterChains(t *testing.T) {
+	d := &fixedDrafter{}
+	for i := range 4 {
+		d.tree.Add(int32(10+i), int32(i-1), nil)
+	}
+	disp := NewDispatcher([]Tier{{Shapes: []Shape{Chain(4), Chain(2)}}})
+	disp.Explore = -1
+	// chain2 and Off warm up first: chain2 accepting nothing.
+	for range 2 {
+		disp.Observe(1, 1, Chain(2), 1, time.Millisecond)
+		disp.Observe(1, 1, Off, 1, time.Millisecond)
+	}
+	now := time.Unix(0, 0)
+	clock := func() time.Time { now = now.Add(time.Millisecond); return now }
+	st, err := NewStep(StepConfig{Drafter: d, Dispatcher: disp, Backend: &treeBackend{}, BlockSize: 8, Slots: 1, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &Seq{Tokens: []int32{1, 2, 3}, Table: []int32{0}, Left: 10}
+	var b model.Batch
+	b.Add(3, 2, 2, q.Table, true)
+	// The target agrees with the first three drafts.
+	h := &scriptHost{after: map[int32]int32{Root: 10, 0: 11, 1: 12, 2: 99}, tables: [][]int32{q.Table}}
+	st.Plan([]*Seq{q}, 1, &b, h)
+	if q.Tree().Len() != 4 {
+		t.Fatalf("drafted %d nodes; want chain4's 4", q.Tree().Len())
+	}
+	st.Commit(h, 0)
+	for _, s := range disp.Stats(1) {
+		want := map[string]float64{"chain4": 3, "chain2": 2.0 / 3, "off": 0}[s.Shape]
+		if math.Abs(s.Accepted-want) > 1e-9 {
+			t.Errorf("%s: accepted %.3f per step; want %.3f", s.Shape, s.Accepted, want)
 		}
 	}
 }

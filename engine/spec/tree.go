@@ -146,6 +146,20 @@ func (s Shape) within(depth int) Shape {
 	return out
 }
 
+// chain reports whether s is a static chain: node i the best candidate
+// after node i-1.
+func (s Shape) chain() bool {
+	if s.Dynamic || s.Off() {
+		return false
+	}
+	for i, p := range s.Parent {
+		if p != int32(i-1) || s.Rank[i] != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // Chain returns the chain of k nodes (k ≤ 0 gives the empty shape: off).
 func Chain(k int) Shape {
 	paths := make([][]int, max(k, 0))
