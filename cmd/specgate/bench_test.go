@@ -105,6 +105,9 @@ func TestBenchSpecFlagErrors(t *testing.T) {
 		{[]string{"--spec", "ngram", "--shape", "chain"}, "--shape"},
 		{[]string{"--spec", "ngram", "--shape", "dynamic:0"}, "--shape"},
 		{[]string{"--spec", "ngram", "--shape", "bushy:3"}, "--shape"},
+		{[]string{"--spec", "ngram", "--shape", "confident:8,8,2"}, "--shape"},
+		{[]string{"--spec", "ngram", "--shape", "confident:8,0,2,0.3"}, "--shape"},
+		{[]string{"--spec", "ngram", "--shape", "confident:8,8,2,1.5"}, "--shape"},
 		{[]string{"--spec", "draft", "--draft-model", filepath.Join(t.TempDir(), "none.gguf")}, "--draft-model"},
 	}
 	for _, tt := range tests {
@@ -112,6 +115,26 @@ func TestBenchSpecFlagErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: have %v; want an error containing %q", tt.args, err, tt.want)
 		}
+	}
+}
+
+// TestParseShape: --shape names every kind of shape.
+func TestParseShape(t *testing.T) {
+	for _, tc := range []struct{ flag, name string }{
+		{"auto", ""}, {"chain:3", "chain3"}, {"dynamic:8", "dyn8"}, {"bushy", "bushy16"}, {"wide", "wide8"},
+		{"confident:8,8,2,0.3", "dyn8d8w2s30"},
+	} {
+		s, err := parseShape(tc.flag)
+		name := ""
+		if s != nil {
+			name = s.Name
+		}
+		if err != nil || name != tc.name {
+			t.Errorf("%q: have %q, %v; want %q", tc.flag, name, err, tc.name)
+		}
+	}
+	if s, _ := parseShape("confident:8,8,2,0.3"); s == nil || s.MinScore != 0.3 || !s.Dynamic {
+		t.Errorf("confident:8,8,2,0.3: have %+v; want a dynamic shape of minimum score 0.3", s)
 	}
 }
 

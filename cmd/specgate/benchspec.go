@@ -67,7 +67,7 @@ func (b *specBench) check(draftPath string) error {
 func parseShape(s string) (*spec.Shape, error) {
 	name, arg, hasArg := strings.Cut(s, ":")
 	n := 0
-	if hasArg {
+	if hasArg && name != "confident" {
 		var err error
 		if n, err = strconv.Atoi(arg); err != nil || n < 1 || n > spec.MaxTreeNodes {
 			return nil, fmt.Errorf("%q: want a node count from 1 to %d after the colon", s, spec.MaxTreeNodes)
@@ -81,12 +81,30 @@ func parseShape(s string) (*spec.Shape, error) {
 		sh = spec.Chain(n)
 	case name == "dynamic" && hasArg:
 		sh = spec.Dynamic(n)
+	case name == "confident" && hasArg:
+		// confident:N,D,W,S: N nodes, D deep, W wide, score ≥ S.
+		f := strings.Split(arg, ",")
+		if len(f) != 4 {
+			return nil, fmt.Errorf("%q: want confident:nodes,depth,width,minscore", s)
+		}
+		var v [3]int
+		for i := range v {
+			var err error
+			if v[i], err = strconv.Atoi(f[i]); err != nil || v[i] < 1 || v[i] > spec.MaxTreeNodes {
+				return nil, fmt.Errorf("%q: %q is not a count from 1 to %d", s, f[i], spec.MaxTreeNodes)
+			}
+		}
+		ms, err := strconv.ParseFloat(f[3], 64)
+		if err != nil || ms < 0 || ms >= 1 {
+			return nil, fmt.Errorf("%q: want a minimum score in [0, 1)", s)
+		}
+		sh = spec.Confident(v[0], v[1], v[2], ms)
 	case name == "bushy" && !hasArg:
 		sh = spec.Bushy
 	case name == "wide" && !hasArg:
 		sh = spec.Wide
 	default:
-		return nil, fmt.Errorf("%q: want auto, chain:N, dynamic:N, bushy or wide", s)
+		return nil, fmt.Errorf("%q: want auto, chain:N, dynamic:N, confident:N,D,W,S, bushy or wide", s)
 	}
 	return &sh, nil
 }

@@ -188,6 +188,43 @@ func TestGrowerFollowsConfidence(t *testing.T) {
 	}
 }
 
+// TestGrowerMinScore: a confident shape keeps only the nodes whose path
+// score reaches its minimum: a drafter sure for three tokens and then
+// unsure gets a chain of three, however large the budget; one unsure from
+// the start gets nothing.
+func TestGrowerMinScore(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		p     []float32 // the drafter's confidence at each depth
+		nodes int
+	}{
+		{"sure then unsure", []float32{0.95, 0.95, 0.95, 0.2, 0.2, 0.2, 0.2, 0.2}, 3},
+		{"sure throughout", []float32{0.99, 0.99, 0.99, 0.99, 0.99, 0.99, 0.99, 0.99}, 8},
+		{"unsure", []float32{0.2, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9}, 0},
+	} {
+		cands := func(path []int32, k int) ([]int32, []float32, [][]float32) {
+			p := tc.p[len(path)]
+			return []int32{int32(len(path) + 1), 100}, []float32{p, p / 4}, nil
+		}
+		sh := Confident(8, 8, 2, 0.3)
+		var g grower
+		var tr Tree
+		g.reset(sh)
+		g.grow(&tr, nil, cands)
+		if tr.Len() != tc.nodes {
+			t.Errorf("%s: have %v / %v; want %d nodes", tc.name, tr.Tokens, tr.Parent, tc.nodes)
+		}
+		for _, n := range g.nodes {
+			if n.score < sh.MinScore {
+				t.Errorf("%s: node %d grown at score %.3f < %.2f", tc.name, n.tok, n.score, sh.MinScore)
+			}
+		}
+	}
+	if sh := Confident(8, 8, 2, 0.3); sh.Name != "dyn8d8w2s30" || !sh.Dynamic || sh.MinScore != 0.3 {
+		t.Errorf("Confident(8, 8, 2, 0.3) = %s (dynamic %v, min %.2f); want dyn8d8w2s30, dynamic, 0.30", sh.Name, sh.Dynamic, sh.MinScore)
+	}
+}
+
 // TestDraftModelDynamic: the draft model grows dynamic trees within the
 // budget, the same tree twice, with or without tree attention in its
 // backend (then the growth is a chain).

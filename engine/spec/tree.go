@@ -113,6 +113,13 @@ type Shape struct {
 	// Width bounds a dynamic tree's branching (see Dynamic); 0 for static
 	// shapes.
 	Width int
+	// MinScore, for a dynamic shape, leaves out nodes whose estimated
+	// chance of being accepted (the product of their path's calibrated
+	// acceptance rates) is below it: a node costs a row of the target's
+	// pass whether it is accepted or not, so where the drafter is unsure
+	// the tree stays small, and where it is sure it may use the whole
+	// budget. Zero keeps the budget's likeliest nodes whatever they are.
+	MinScore float64
 }
 
 // Len is the number of nodes.
@@ -127,7 +134,7 @@ func (s Shape) within(depth int) Shape {
 	if s.MaxDepth <= depth {
 		return s
 	}
-	out := Shape{Name: s.Name, Dynamic: s.Dynamic, Width: s.Width}
+	out := Shape{Name: s.Name, Dynamic: s.Dynamic, Width: s.Width, MinScore: s.MinScore}
 	idx := make([]int32, s.Len())
 	for i, p := range s.Parent {
 		idx[i] = -1
@@ -318,6 +325,18 @@ func DynamicShape(budget, depth, width int) Shape {
 	return s
 }
 
+// Confident returns DynamicShape(budget, depth, width) with MinScore
+// minScore, named "dyn<budget>d<depth>w<width>s<minScore in hundredths>".
+func Confident(budget, depth, width int, minScore float64) Shape {
+	s := DynamicShape(budget, depth, width)
+	if s.Off() || minScore <= 0 {
+		return s
+	}
+	s.Name = fmt.Sprintf("dyn%dd%dw%ds%d", s.Len(), s.MaxDepth, s.Width, int(math.Round(minScore*100)))
+	s.MinScore = minScore
+	return s
+}
+
 // Dynamic returns the dynamic shape of budget nodes with the default depth
 // and width for that budget.
 func Dynamic(budget int) Shape {
@@ -440,6 +459,9 @@ func (g *grower) add(parent int32, toks []int32, p []float32, qs [][]float32) {
 		acc := pr
 		if g.cal != nil {
 			acc = g.cal.rate(float32(pr))
+		}
+		if base*acc < g.sh.MinScore {
+			continue // nor are its descendants kept: they score lower
 		}
 		g.nodes = append(g.nodes, gnode{tok: t, parent: parent, depth: depth, p: float32(pr), score: base * acc, q: q})
 	}
