@@ -117,6 +117,8 @@ type Backend struct {
 	kg   []byte
 	kq   kQuantTask
 	kmm  kMatTask
+	// kmany is MatMulMany's for weights of kquant.go in the ×8 layout.
+	kmany kManyTask
 
 	// xq and xd hold the activation rows of the current MatMul quantized to
 	// Q8_0: int8 values, and one float32 scale per 32-value block.

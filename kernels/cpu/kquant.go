@@ -484,9 +484,58 @@ func (b *Backend) matmulManyK(dsts []kernels.Tensor, xt *Tensor, ws []kernels.Te
 		return false // MatMul's own handling of empty shapes
 	}
 	b.quantizeK(xt, f, x4)
+	if b.runManyK(dsts, xt, ws) {
+		return true
+	}
 	for i, w := range ws {
 		b.runK(writable(dsts[i], "MatMulMany"), xt, tensor(w, "MatMulMany"))
 	}
+	return true
+}
+
+// kManyTask runs MatMulMany's weights in the ×8 layout as one range of
+// rows, so the workers share them out at once and wait once, not once per
+// weight (a layer's q, k and v are three small MatMuls otherwise).
+type kManyTask struct {
+	parts []kMatTask
+	start []int
+}
+
+func (t *kManyTask) run(wk, lo, hi int) {
+	for i := range t.parts {
+		p := &t.parts[i]
+		s := t.start[i]
+		if a, e := max(lo, s), min(hi, s+p.w.rows); a < e {
+			p.run(wk, a-s, e-s)
+		}
+	}
+}
+
+// runManyK runs the products of ws from the activations quantizeK left in
+// b.kact as one kManyTask, where every weight is in the ×8 layout with
+// whole groups of rows (so chunks of whole groups stay aligned); it
+// reports false, having done nothing, otherwise.
+func (b *Backend) runManyK(dsts []kernels.Tensor, xt *Tensor, ws []kernels.Tensor) bool {
+	for _, w := range ws {
+		if wt := tensor(w, "MatMulMany"); !wt.x8 || wt.rows%x8Rows != 0 {
+			return false
+		}
+	}
+	t := &b.kmany
+	t.parts, t.start = t.parts[:0], t.start[:0]
+	total := 0
+	for i, w := range ws {
+		wt := tensor(w, "MatMulMany")
+		t.parts = append(t.parts, kMatTask{b: b, a: &b.kact, dst: writable(dsts[i], "MatMulMany"), w: wt, dot: kDots[wt.dt]})
+		t.start = append(t.start, total)
+		total += wt.rows
+	}
+	grain := total
+	if xt.rows*total*xt.cols >= 1<<15 {
+		grain = max(x8Rows, min(64, total/(b.threads*8))&^(x8Rows-1))
+	}
+	b.pool.run(t, total, grain)
+	clear(t.parts)
 	return true
 }
 

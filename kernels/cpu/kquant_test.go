@@ -174,16 +174,22 @@ func TestMatMulManyK(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
 	be := open(t, 2)
 	const k = 512
-	for _, types := range [][]kernels.DType{
-		{kernels.Q4_K, kernels.Q6_K, kernels.Q5_K, kernels.IQ4_XS},
-		{kernels.Q4_1, kernels.Q5_1},
-		{kernels.Q5_0, kernels.IQ4_NL},
+	for _, tc := range []struct {
+		types []kernels.DType
+		step  int // rows more for each weight
+	}{
+		{[]kernels.DType{kernels.Q4_K, kernels.Q6_K, kernels.Q5_K, kernels.IQ4_XS}, 4},
+		// whole groups of eight rows: one pass over all the weights' rows
+		{[]kernels.DType{kernels.Q4_K, kernels.Q6_K, kernels.Q4_K}, 8},
+		{[]kernels.DType{kernels.Q4_1, kernels.Q5_1}, 4},
+		{[]kernels.DType{kernels.Q5_0, kernels.IQ4_NL}, 4},
 	} {
+		types := tc.types
 		for _, n := range []int{1, 3, 4, 8, 13} {
 			t.Run(fmt.Sprintf("%v/n=%d", types, n), func(t *testing.T) {
 				var ws, many, one []kernels.Tensor
 				for i, dt := range types {
-					m := 8 + 4*i
+					m := 8 + tc.step*i
 					vals := make([]float32, m*k)
 					for j := range vals {
 						vals[j] = float32(r.NormFloat64())
