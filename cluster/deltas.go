@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,8 +14,7 @@ import (
 	"github.com/specgate/specgate/internal/durable"
 )
 
-// The deltas of logged requests are appended in rounds, not one round trip
-// each: an engine step emits a delta for every running request at once,
+// Output entries are appended in rounds, not one round trip each: an engine step emits a delta for every running request at once,
 // and their appends go to Redis as one pipeline per primary with one
 // replica WAIT, instead of a script call and a WAIT per delta. A request
 // has at most one append in flight (its pump waits for it, and the
@@ -24,13 +24,18 @@ import (
 // deltaRounds bounds the rounds in flight.
 const deltaRounds = 4
 
-// deltaAppend is one logAppendScript call waiting for its round.
+// deltaAppend is one append script call (logAppendScript, appendScript)
+// waiting for its round.
 type deltaAppend struct {
+	sc   *redis.Script
 	keys []string
 	args []any
 	n    int64
 	err  error
 	done chan struct{}
+	// gone: the caller stopped waiting (and may retry): a round that
+	// has not sent it yet drops it, so that a retry does not make two.
+	gone atomic.Bool
 }
 
 // deltaBatcher gathers appends into rounds. Its run loop is owned by
@@ -48,11 +53,13 @@ func newDeltaBatcher(w *worker) *deltaBatcher {
 	return &deltaBatcher{w: w, wake: make(chan struct{}, 1), slots: make(chan struct{}, deltaRounds)}
 }
 
-// do runs logAppendScript with keys and args in the next round and
-// returns its reply, or ctx's error when ctx ends first (the append may
-// still land: the script skips a seq the log holds, so a retry is safe).
-func (b *deltaBatcher) do(ctx context.Context, keys []string, args []any) (int64, error) {
-	a := &deltaAppend{keys: keys, args: args, done: make(chan struct{})}
+// do runs script sc with keys and args in the next round and returns
+// its reply, or ctx's error when ctx ends first. The append may still
+// land then: logAppendScript skips a seq the log holds, so its retry is
+// safe; appendScript's retry may write an entry twice, as it may after
+// any write whose answer was lost.
+func (b *deltaBatcher) do(ctx context.Context, sc *redis.Script, keys []string, args []any) (int64, error) {
+	a := &deltaAppend{sc: sc, keys: keys, args: args, done: make(chan struct{})}
 	b.mu.Lock()
 	b.pend = append(b.pend, a)
 	b.mu.Unlock()
@@ -64,6 +71,7 @@ func (b *deltaBatcher) do(ctx context.Context, keys []string, args []any) (int64
 	case <-a.done:
 		return a.n, a.err
 	case <-ctx.Done():
+		a.gone.Store(true)
 		return 0, ctx.Err()
 	}
 }
@@ -127,6 +135,11 @@ func (b *deltaBatcher) round(ctx context.Context, batch []*deltaAppend) {
 	var order []string
 	cc, isCluster := b.w.o.Redis.(*redis.ClusterClient)
 	for _, a := range batch {
+		if a.gone.Load() {
+			a.err = errors.New("cluster: append given up")
+			close(a.done)
+			continue
+		}
 		node := ""
 		if isCluster {
 			m, err := cc.MasterForKey(ctx, a.keys[0])
@@ -146,15 +159,22 @@ func (b *deltaBatcher) round(ctx context.Context, batch []*deltaAppend) {
 	for _, node := range order {
 		g := groups[node]
 		if again := b.send(ctx, g); len(again) > 0 {
-			// A primary that did not know the script (new, or promoted):
+			// A primary that did not know a script (new, or promoted):
 			// load it and send those again.
-			err := logAppendScript.Load(ctx, b.w.o.Redis).Err()
+			var err error
+			loaded := map[*redis.Script]bool{}
+			for _, a := range again {
+				if !loaded[a.sc] && err == nil {
+					loaded[a.sc] = true
+					err = a.sc.Load(ctx, b.w.o.Redis).Err()
+				}
+			}
 			if err == nil {
 				again = b.send(ctx, again)
 				err = errors.New("NOSCRIPT after a load")
 			}
 			for _, a := range again {
-				a.err = fmt.Errorf("cluster: load the delta append script: %w", err)
+				a.err = fmt.Errorf("cluster: load an append script: %w", err)
 			}
 		}
 		for _, a := range g {
@@ -175,7 +195,7 @@ func (b *deltaBatcher) send(ctx context.Context, g []*deltaAppend) (noscript []*
 	cmds := make([]*redis.Cmd, len(g))
 	err := b.w.dw.Pipelined(ctx, g[0].keys[0], func(p redis.Pipeliner) {
 		for i, a := range g {
-			cmds[i] = logAppendScript.EvalSha(ctx, p, a.keys, a.args...)
+			cmds[i] = a.sc.EvalSha(ctx, p, a.keys, a.args...)
 		}
 	})
 	if errors.Is(err, durable.ErrNotReplicated) {

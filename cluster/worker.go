@@ -115,7 +115,7 @@ type worker struct {
 	k   keys
 	log *slog.Logger
 	dw  *durable.Writer // acquisitions and output entries wait for replicas
-	// deltas appends logged requests' deltas in rounds (deltas.go).
+	// deltas appends output entries in rounds (deltas.go).
 	deltas *deltaBatcher
 
 	jobs sync.WaitGroup
@@ -464,7 +464,7 @@ func (w *worker) appendEntry(runCtx context.Context, j *job, fence int64, last b
 	}
 	args := append([]any{fence, fin, w.o.OutTTL.Milliseconds(), w.k.gatewayChan(""), j.rk}, fields...)
 	err = w.retry(runCtx, "appending output", func(ctx context.Context) error {
-		n, err := w.durableRun(ctx, appendScript, []string{j.rec, j.out}, args...).Int64()
+		n, err := w.deltas.do(ctx, appendScript, []string{j.rec, j.out}, args)
 		if err != nil {
 			return fmt.Errorf("cluster: append to %s: %w", j.rk, err)
 		}
@@ -495,7 +495,7 @@ func (w *worker) appendDelta(runCtx context.Context, j *job, fence int64, seq in
 		}
 	}()
 	err = w.retry(runCtx, "appending output", func(ctx context.Context) error {
-		n, err := w.deltas.do(ctx, []string{j.rec, j.out, j.log.Key}, args)
+		n, err := w.deltas.do(ctx, logAppendScript, []string{j.rec, j.out, j.log.Key}, args)
 		if err != nil {
 			return fmt.Errorf("cluster: append delta %d of %s: %w", seq, j.rk, err)
 		}
