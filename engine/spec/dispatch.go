@@ -68,11 +68,13 @@ const closeRun = 0.85
 // closeOff is closeRun for Off.
 const closeOff = 0.7
 
-// relWindow is how many of an option's latest steps its relative step
-// time is the median of. One step in ten or so on a shared machine is
-// several times slower (another process, a collection); a median of nine
-// ignores such steps where a running mean moves a fifth of the way each
-// time and then takes five re-tries to forget.
+// relWindow is how many of Off's latest steps its relative step time is
+// the median of. One step in ten or so on a shared machine is several
+// times slower (another process, a collection); a median of nine ignores
+// such steps where a running mean moves a fifth of the way each time and
+// then takes five re-tries to forget. A drafting shape keeps a running
+// mean: its steps vary for real with what was drafted, and throughput
+// follows their mean.
 const relWindow = 9
 
 // trusted is how many steps an option's relative time must rest on before
@@ -124,10 +126,10 @@ const loadStep = 0.3
 //     alike; it goes into one time base per tier that every step of an
 //     option measured enough updates (by a bounded amount), so an option
 //     re-tried during a burst of load elsewhere is not judged by the
-//     burst. An option's cost is the median of its latest steps'
-//     (relWindow), so a step that a burst hit counts for nothing, and a
-//     leader that won on a few lucky steps is measured against the base
-//     its predecessors set until its cost rests on enough of them.
+//     burst. Off's cost is the median of its latest steps' (relWindow),
+//     so a step that a burst hit counts for nothing, and a leader that
+//     won on a few lucky steps is measured against the base its
+//     predecessors set until its cost rests on enough of them.
 //
 // Each class (Seq.Class: the engine's priority classes) has its own
 // measurements and choices, so a class whose requests gain nothing from
@@ -174,9 +176,10 @@ type option struct {
 	shape Shape
 	n     int
 	// logRel is the log of the option's step time relative to the
-	// tier's time base: the median of rels, its latest measures (each a
-	// step's log time against the base then), oldest at rels[n%relWindow]
-	// once full; acc its mean accepted draft tokens per sequence-step.
+	// tier's time base: for Off the median of rels, its latest measures
+	// (each a step's log time against the base then), oldest at
+	// rels[n%relWindow] once full, for the others a running mean; acc its
+	// mean accepted draft tokens per sequence-step.
 	logRel float64
 	rels   [relWindow]float64
 	acc    float64
@@ -511,20 +514,16 @@ func (d *Dispatcher) ObserveClass(class, load, batch int, s Shape, tokens int, e
 		// steps before it set: the load now.
 		r := lt - t.logBase
 		o.rels[o.n%relWindow] = r
-		o.logRel = median(o.rels[:min(o.n+1, relWindow)])
-		if b := t.best; b >= 0 && b != at && d.Explore >= 0 {
-			// A re-try that measures faster than the leader while the
-			// median says it loses is looked at again soon: one fast
-			// step may be a lull, several are a change the median
-			// must not take a whole window of rare re-tries to see.
-			lead := t.options[b].value() * (1 + switchMargin)
-			if (1+o.acc)/math.Exp(r) >= lead && o.value() < lead {
-				explore := d.Explore
-				if explore == 0 {
-					explore = 16
-				}
-				o.wait, o.next = explore, min(o.next, t.steps+explore)
-			}
+		if o.shape.Off() {
+			// Off's steps all do the same work: their spread is noise,
+			// which the median ignores.
+			o.logRel = median(o.rels[:min(o.n+1, relWindow)])
+		} else {
+			// A drafting shape's steps vary for real (an n-gram tree is
+			// empty where nothing matches, large where much does), and
+			// throughput follows their mean, not their typical step;
+			// its first few steps count evenly.
+			o.logRel += max(1/float64(o.n+1), a) * (r - o.logRel)
 		}
 	}
 	if o.n >= trusted {

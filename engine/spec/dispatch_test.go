@@ -13,7 +13,7 @@ import (
 // tier on a fake clock (plain step 1 ms, each tree node a share of it,
 // drafts accepted as a chain with per-draft rate alpha) and disturbs some
 // steps; the dispatcher must still play near the best value, and its
-// estimate of Off against the leader must end within 10% of the truth.
+// estimate of Off against the leader must not end more than 10% slow.
 // With each option's cost a running mean of its re-tries, Off backing off
 // while it seemed to lose, the two burst cases and the heavy-tailed one
 // failed: Off ended at 0.55-0.73 of its speed against the leader.
@@ -140,8 +140,11 @@ func TestDispatcherOffMeasure(t *testing.T) {
 					}
 					est := off.TokensPerSec / lead.TokensPerSec
 					truth := value(Off) / value(leadShape)
-					if e := math.Abs(math.Log(est / truth)); e > 0.1 || off.Steps == 0 {
-						t.Errorf("seed %d: Off measures %.2f of %s's speed; want %.2f ±10%% (stats %+v)", seed, est, lead.Shape, truth, stats)
+					// Measured slow, Off keeps losing shapes on; measured
+					// fast it costs at most what speculation gains, which
+					// the value check bounds.
+					if est < 0.9*truth || est > 1.6*truth || off.Steps == 0 {
+						t.Errorf("seed %d: Off measures %.2f of %s's speed; want %.2f (at least 90%% of it, at most 160%%) (stats %+v)", seed, est, lead.Shape, truth, stats)
 					}
 				}
 				t.Logf("seed %d: picks %v, %.3f of the best value", seed, picks, got)
@@ -191,5 +194,54 @@ func TestDispatcherNested(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDispatcherEmptyTrees: an n-gram drafter fills its shape only where
+// the conversation matches and drafts nothing elsewhere, so a big tree's
+// steps cost a plain step most of the time and many rows the rest. Its
+// cost is their mean: judged by its typical (empty) step, a big tree looks
+// nearly free and leads while losing. (With every option's cost a median
+// of its steps, this case played 0.76 of the best value.)
+func TestDispatcherEmptyTrees(t *testing.T) {
+	const match, alpha, perNode = 0.3, 0.5, 0.25
+	value := func(s Shape) float64 {
+		tok, p := 0.0, 1.0
+		for range min(s.Len(), s.MaxDepth) {
+			p *= alpha
+			tok += p
+		}
+		return (1 + match*tok) / (1 + match*perNode*float64(s.Len()))
+	}
+	top := 0.0
+	for _, s := range append(DefaultTiers()[0].Shapes, Off) {
+		top = max(top, value(s))
+	}
+	const seeds, steps = 8, 1500
+	mean := 0.0
+	for seed := range uint64(seeds) {
+		r := rand.New(rand.NewPCG(seed, 5))
+		d := NewDispatcher(nil)
+		picks := map[string]int{}
+		got := 0.0
+		for range steps {
+			s := d.Pick(1)
+			picks[s.Name]++
+			got += value(s) / top / steps
+			rows, acc := 0, 0
+			if r.Float64() < match {
+				rows = s.Len()
+				for acc < min(s.Len(), s.MaxDepth) && r.Float64() < alpha {
+					acc++
+				}
+			}
+			f := math.Exp(0.1 * r.NormFloat64())
+			d.Observe(1, 1, s, 1+acc, time.Duration(f*(1+perNode*float64(rows))*float64(time.Millisecond)))
+		}
+		mean += got / seeds
+		t.Logf("seed %d: picks %v, %.3f of the best value", seed, picks, got)
+	}
+	if mean < 0.9 {
+		t.Errorf("have %.3f of the best value; want ≥ 0.9", mean)
 	}
 }
