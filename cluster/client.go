@@ -244,7 +244,10 @@ func randHex(n int) string {
 // LogTarget is a gateway's stream log of one request (the chat
 // protocol's session.resume reads it): entry id "<seq>-0" with the
 // protocol's seq, 1, 2, ... for the deltas with text, field "d" the
-// text, capped near MaxLen entries, expiring TTL after its last write.
+// text, expiring TTL after its last write. MaxLen is the log's cap once
+// the reply is over (the gateway's done record applies it): the engine
+// never trims the log of a request that runs, since a takeover reads it
+// from delta 1; a request adds at most one entry per generated token.
 type LogTarget struct {
 	Key    string
 	MaxLen int64
@@ -589,8 +592,9 @@ func (s *Stream) fetchLogged(ctx context.Context) error {
 			continue // the gateway's done record
 		}
 		if ev.Seq != s.lastSeq+1 {
-			// Trimmed past what this reader had (MAXLEN), or not
-			// written in order: either way text would be lost.
+			// Entries lost (engines never trim a running request's
+			// log) or not written in order: either way text would
+			// be lost.
 			return &decodeError{fmt.Errorf("cluster: the log of %s has delta %d after %d", s.id, ev.Seq, s.lastSeq)}
 		}
 		s.lastSeq, grew = ev.Seq, true

@@ -93,8 +93,11 @@
 // resubmits: the engine re-prefills prompt plus generated tokens and
 // numbers its deltas after them (a logged request's seq goes on after the
 // log's last), so the client's text continues with no gap and no
-// duplicate. A log trimmed past its first delta (its cap) cannot give the
-// tokens back: the request then ends with an error. A request that was
+// duplicate. Engines never trim the log of a running request (its cap
+// applies with the gateway's done record), so every reply, however long,
+// can be taken over; a log that lost entries anyway (a Redis failover)
+// cannot give the tokens back: the request then ends with an error. A
+// request that was
 // taken over MaxAttempts times ends with an error instead of killing more
 // engines.
 //

@@ -129,21 +129,28 @@ return redis.call('HEXISTS', KEYS[1], 'cancel')
 // It runs for every delta, so it is lean: one read of the record, a plain
 // XADD (which refuses an id not above the log's last: only then is the
 // log's end read), the TTLs renewed only when asked.
+// The XADD has no MAXLEN: while a request runs its log is the only copy
+// of its reply, which a takeover (gateway or engine) reads from delta 1,
+// so nothing of it may be trimmed. Its length is bounded all the same:
+// one entry per delta, at most one delta per generated token, so no more
+// than the request's token budget (max_tokens, or what its context
+// leaves), and the gateway's done record applies the cap once the reply
+// is stored.
 // ARGV: fence, TTL in ms, the gateway channels' prefix, the notification
-// payload, seq, the log's cap, the log's TTL in ms, "1" to renew the
-// TTLs, then field/value pairs.
+// payload, seq, the log's TTL in ms, "1" to renew the TTLs, then
+// field/value pairs.
 var logAppendScript = redis.NewScript(`
 local r = redis.call('HMGET', KEYS[1], 'fence', 'done', 'gw', 'cancel')
 if r[1] ~= ARGV[1] then return -1 end
 if r[2] then return -2 end
-local ok = redis.pcall('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], ARGV[5] .. '-0', unpack(ARGV, 9))
+local ok = redis.pcall('XADD', KEYS[3], ARGV[5] .. '-0', unpack(ARGV, 8))
 if type(ok) == 'table' and ok.err then
   if not string.find(ok.err, 'equal or smaller', 1, true) then return ok end
   local top = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
   if #top > 0 and top[1][2][1] == 'done' then return -3 end
 end
-if ARGV[8] == '1' then
-  redis.call('PEXPIRE', KEYS[3], ARGV[7])
+if ARGV[7] == '1' then
+  redis.call('PEXPIRE', KEYS[3], ARGV[6])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end

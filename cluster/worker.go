@@ -488,7 +488,7 @@ func (w *worker) appendDelta(runCtx context.Context, j *job, fence int64, seq in
 	if j.renewed.IsZero() || now.Sub(j.renewed) >= min(w.o.OutTTL, j.log.TTL)/4 {
 		renew = "1"
 	}
-	args := append([]any{fence, w.o.OutTTL.Milliseconds(), w.k.gatewayChan(""), j.rk, seq, j.log.MaxLen, j.log.TTL.Milliseconds(), renew}, fields...)
+	args := append([]any{fence, w.o.OutTTL.Milliseconds(), w.k.gatewayChan(""), j.rk, seq, j.log.TTL.Milliseconds(), renew}, fields...)
 	defer func() {
 		if err == nil && renew == "1" {
 			j.renewed = now
@@ -604,7 +604,9 @@ func (w *worker) run(runCtx context.Context, j *job) {
 				break
 			}
 			if ev.Seq != seq+1 {
-				// Trimmed (MAXLEN): the tokens before are lost.
+				// Engines never trim a running request's log: this
+				// is a log that lost entries (a Redis failover) or
+				// that an engine of an earlier version capped.
 				return fmt.Errorf("%w: the stream log of %s has delta %d after %d", errStop, j.rk, ev.Seq, seq)
 			}
 			seq = ev.Seq
