@@ -223,7 +223,7 @@ func BenchmarkMatMulPrefill(b *testing.B) {
 
 // BenchmarkX8Layout times one thread's MatMul of n activation rows (a
 // decode step's n = 1, a speculative verification's few, prefill's many)
-// against Q8_0, Q4_0, Q4_K and Q6_K weights in GGML's layout and in the ×8 one, at a
+// against Q8_0, Q4_0 and K-quant weights in GGML's layout and in the ×8 one, at a
 // ~100M model's shapes: the n-row figures over the 1-row one are what
 // verifying n tokens costs.
 func BenchmarkX8Layout(b *testing.B) {
@@ -233,7 +233,7 @@ func BenchmarkX8Layout(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer be.Close()
-	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0, kernels.Q4_K, kernels.Q6_K} {
+	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0, kernels.Q4_K, kernels.Q5_K, kernels.Q6_K} {
 		for _, s := range []struct{ m, k int }{{2816, 1024}, {1024, 2816}} {
 			for _, packed := range []bool{false, true} {
 				useX8Layout(packed)

@@ -7,8 +7,8 @@
 //
 // Work is split across a pool of worker goroutines that the backend owns;
 // the goroutine that calls an op takes part as worker 0, so Threads=1 runs
-// everything on the caller. Weights are used in place (Q8_0, Q4_0, Q4_K and
-// Q6_K ones laid out once in groups of eight rows where the AVX2 kernels
+// everything on the caller. Weights are used in place (Q8_0, Q4_0, Q4_K,
+// Q5_K and Q6_K ones laid out once in groups of eight rows where the AVX2 kernels
 // run: pack.go). Quantized matrices are never dequantized as a whole; MatMul
 // quantizes the activation rows once per call (to Q8_0, or for the GGML K-quants and
 // legacy types to what llama.cpp pairs them with: Q8_0, Q8_1 or Q8_K, see
@@ -224,7 +224,7 @@ func (b *Backend) live() {
 var ErrShortData = errors.New("cpu: weight data does not match its shape")
 
 // Weights wraps data without copying (except F32 data that is not 4-byte
-// aligned, which is copied once, and Q8_0, Q4_0, Q4_K and Q6_K data where
+// aligned, which is copied once, and Q8_0, Q4_0, Q4_K, Q5_K and Q6_K data where
 // the ×8 layout is in use, which is laid out anew once: pack.go). data is never
 // written.
 func (b *Backend) Weights(dt kernels.DType, rows, cols int, data []byte) (kernels.Tensor, error) {

@@ -223,7 +223,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 	q := b.Alloc(n, 256)
 	att := b.Alloc(n, 256)
 	pos := make([]int32, n)
-	for _, dt := range []kernels.DType{kernels.F32, kernels.Q8_0, kernels.Q4_0, kernels.F16, kernels.Q4_K, kernels.Q6_K} {
+	for _, dt := range []kernels.DType{kernels.F32, kernels.Q8_0, kernels.Q4_0, kernels.F16, kernels.Q4_K, kernels.Q5_K, kernels.Q6_K} {
 		data, _ := kernels.Quantize(dt, vals)
 		w, _ := b.Weights(dt, m, k, data)
 		x, dst := b.Alloc(n, k), b.Alloc(n, m)
@@ -245,7 +245,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 	const odd = m - 3
 	for _, x8 := range []bool{true, false} {
 		old := useX8Layout(x8)
-		for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0, kernels.Q4_K, kernels.Q6_K} {
+		for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0, kernels.Q4_K, kernels.Q5_K, kernels.Q6_K} {
 			data, _ := kernels.Quantize(dt, vals[:odd*k])
 			w, _ := b.Weights(dt, odd, k, data)
 			for _, rows := range []int{1, 2, 40} {

@@ -33,6 +33,9 @@ func dotQ6Kx4AVX(w *byte, grp *byte, nb int, out *[4]float32)
 func dotQ4KX8AVX(w *byte, xq *int8, xs int, xd *float32, bs *int16, nb int, out *float32, os int, ngroups, na int)
 
 //go:noescape
+func dotQ5KX8AVX(w *byte, xq *int8, xs int, xd *float32, bs *int16, nb int, out *float32, os int, ngroups, na int)
+
+//go:noescape
 func dotQ6KX8AVX(w *byte, xq *int8, xs int, xd *float32, bs *int16, nb int, out *float32, os int, ngroups, na int)
 
 // setKDotsAsm points the types with AVX2 kernels at them.
@@ -48,7 +51,7 @@ func setKDotsAsm() {
 		kernels.Q5_K: kX4Asm(dotQ5Kx4AVX, q5KBytes),
 		kernels.Q6_K: kX4Asm(dotQ6Kx4AVX, q6KBytes),
 	}
-	kX8 = map[kernels.DType]kX8Kernel{kernels.Q4_K: kX8Asm, kernels.Q6_K: kX8Asm}
+	kX8 = map[kernels.DType]kX8Kernel{kernels.Q4_K: kX8Asm, kernels.Q5_K: kX8Asm, kernels.Q6_K: kX8Asm}
 }
 
 // kX8Asm runs the ×8 kernel of w's type over m rows: whole groups straight
@@ -73,7 +76,10 @@ func kX8Asm(sc *workerScratch, dt kernels.DType, w []byte, m, nb int, act *kAct,
 	_, _ = act.bs[(a0+na)*nb*16-1], out[(na-1)*os+m-1]
 	xq, xd, bs := &act.q[a0*k], &act.d[a0*nb], &act.bs[a0*nb*16]
 	kern := dotQ4KX8AVX
-	if dt == kernels.Q6_K {
+	switch dt {
+	case kernels.Q5_K:
+		kern = dotQ5KX8AVX
+	case kernels.Q6_K:
 		kern = dotQ6KX8AVX
 	}
 	g := m / x8Rows

@@ -2,8 +2,8 @@
 
 #include "textflag.h"
 
-// The kernels for Q4_K and Q6_K weights in the ×8 layout (pack.go): one to
-// four Q8_K activation rows against runs of eight-row groups. Every piece
+// The kernels for Q4_K, Q5_K and Q6_K weights in the ×8 layout (pack.go):
+// one to four Q8_K activation rows against runs of eight-row groups. Every piece
 // of a GGML block (an F16 field, or a four-byte word) sits with the other
 // seven rows' copies of it, so one 32-byte load is one word of eight rows,
 // lane l = row l, and the super-block's arithmetic runs on eight rows at
@@ -15,11 +15,11 @@
 //     the stack for the super-block;
 //   - a word of quants meets each activation row's four values, broadcast,
 //     in VPMADDUBSW (unsigned quants, signed activations); the int16 pairs
-//     add up over a sub-block while they cannot overflow (Q4_K: 16 products
-//     of at most 15·128; Q6_K: 4 of at most 63·128), and VPMADDWD with the
+//     add up while they cannot overflow (Q4_K: 16 products of at most
+//     15·128; Q5_K: 8 of 31·128; Q6_K: 4 of 63·128), and VPMADDWD with the
 //     sub-block's [s, s] widens them to int32 and applies the scale;
-//   - the mins (Q4_K) and Q6_K's offset of 32 meet the activation row's
-//     sums per 16 (bs) in VPMADDWD.
+//   - the mins (Q4_K, Q5_K) and Q6_K's offset of 32 meet the activation
+//     row's sums per 16 (bs) in VPMADDWD.
 //
 // A super-block's integer sums are exact, and the float steps that follow
 // are those of the one-row kernels (kquant_amd64.s), in the same order and
@@ -521,6 +521,994 @@ GLOBL kx8b03<>(SB), RODATA|NOPTR, $4
 	Q4KHI(F, N, S, 3) \
 	FIN
 
+// Q5_K. A group's super-block is 1408 bytes: d, dmin and the scale words
+// as for Q4_K (0 to 127), the eight words of qh (128 + 32g), then the 32
+// words of quants (384 + 32i), nibbles as for Q4_K. Word g of qh holds the
+// fifth bits of quant word 8c + g's values: bit 2c of each byte for its low
+// nibble (sub-block 2c), bit 2c + 1 for its high one; a word shift brings
+// it to bit 4 and the mask 0x10 (Y14) drops what crossed from the
+// neighbouring byte. The int16 sums take four words at most (8 products
+// of at most 31·128). Stack as for Q4_K.
+
+// Q5KPFD is how far ahead the kernel asks for weights: two super-blocks.
+#define Q5KPFD 2816
+
+DATA kx8b10<>+0(SB)/4, $0x10101010
+GLOBL kx8b10<>(SB), RODATA|NOPTR, $4
+
+#define Q5KSUB0(F, N, S) \
+	PREFETCHT0 Q5KPFD+0(SI) \
+	PREFETCHT0 Q5KPFD+64(SI) \
+	PREFETCHT0 Q5KPFD+128(SI) \
+	VPAND      384(SI), Y15, Y8 \
+	VMOVDQU    128(SI), Y11 \
+	VPSLLW     $4, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(0) \
+	VPAND      416(SI), Y15, Y8 \
+	VMOVDQU    160(SI), Y11 \
+	VPSLLW     $4, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(4) \
+	VPAND      448(SI), Y15, Y8 \
+	VMOVDQU    192(SI), Y11 \
+	VPSLLW     $4, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(8) \
+	VPAND      480(SI), Y15, Y8 \
+	VMOVDQU    224(SI), Y11 \
+	VPSLLW     $4, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(12) \
+	S(0) \
+	VPAND      512(SI), Y15, Y8 \
+	VMOVDQU    256(SI), Y11 \
+	VPSLLW     $4, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(16) \
+	VPAND      544(SI), Y15, Y8 \
+	VMOVDQU    288(SI), Y11 \
+	VPSLLW     $4, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(20) \
+	VPAND      576(SI), Y15, Y8 \
+	VMOVDQU    320(SI), Y11 \
+	VPSLLW     $4, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(24) \
+	VPAND      608(SI), Y15, Y8 \
+	VMOVDQU    352(SI), Y11 \
+	VPSLLW     $4, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(28) \
+	S(0)
+
+#define Q5KSUB1(F, N, S) \
+	PREFETCHT0 Q5KPFD+192(SI) \
+	PREFETCHT0 Q5KPFD+256(SI) \
+	PREFETCHT0 Q5KPFD+320(SI) \
+	VMOVDQU    384(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    128(SI), Y11 \
+	VPSLLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(32) \
+	VMOVDQU    416(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    160(SI), Y11 \
+	VPSLLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(36) \
+	VMOVDQU    448(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    192(SI), Y11 \
+	VPSLLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(40) \
+	VMOVDQU    480(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    224(SI), Y11 \
+	VPSLLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(44) \
+	S(32) \
+	VMOVDQU    512(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    256(SI), Y11 \
+	VPSLLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(48) \
+	VMOVDQU    544(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    288(SI), Y11 \
+	VPSLLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(52) \
+	VMOVDQU    576(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    320(SI), Y11 \
+	VPSLLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(56) \
+	VMOVDQU    608(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    352(SI), Y11 \
+	VPSLLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(60) \
+	S(32)
+
+#define Q5KSUB2(F, N, S) \
+	PREFETCHT0 Q5KPFD+384(SI) \
+	PREFETCHT0 Q5KPFD+448(SI) \
+	PREFETCHT0 Q5KPFD+512(SI) \
+	VPAND      640(SI), Y15, Y8 \
+	VMOVDQU    128(SI), Y11 \
+	VPSLLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(64) \
+	VPAND      672(SI), Y15, Y8 \
+	VMOVDQU    160(SI), Y11 \
+	VPSLLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(68) \
+	VPAND      704(SI), Y15, Y8 \
+	VMOVDQU    192(SI), Y11 \
+	VPSLLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(72) \
+	VPAND      736(SI), Y15, Y8 \
+	VMOVDQU    224(SI), Y11 \
+	VPSLLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(76) \
+	S(64) \
+	VPAND      768(SI), Y15, Y8 \
+	VMOVDQU    256(SI), Y11 \
+	VPSLLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(80) \
+	VPAND      800(SI), Y15, Y8 \
+	VMOVDQU    288(SI), Y11 \
+	VPSLLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(84) \
+	VPAND      832(SI), Y15, Y8 \
+	VMOVDQU    320(SI), Y11 \
+	VPSLLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(88) \
+	VPAND      864(SI), Y15, Y8 \
+	VMOVDQU    352(SI), Y11 \
+	VPSLLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(92) \
+	S(64)
+
+#define Q5KSUB3(F, N, S) \
+	PREFETCHT0 Q5KPFD+576(SI) \
+	PREFETCHT0 Q5KPFD+640(SI) \
+	PREFETCHT0 Q5KPFD+704(SI) \
+	VMOVDQU    640(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    128(SI), Y11 \
+	VPSLLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(96) \
+	VMOVDQU    672(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    160(SI), Y11 \
+	VPSLLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(100) \
+	VMOVDQU    704(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    192(SI), Y11 \
+	VPSLLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(104) \
+	VMOVDQU    736(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    224(SI), Y11 \
+	VPSLLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(108) \
+	S(96) \
+	VMOVDQU    768(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    256(SI), Y11 \
+	VPSLLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(112) \
+	VMOVDQU    800(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    288(SI), Y11 \
+	VPSLLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(116) \
+	VMOVDQU    832(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    320(SI), Y11 \
+	VPSLLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(120) \
+	VMOVDQU    864(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    352(SI), Y11 \
+	VPSLLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(124) \
+	S(96)
+
+#define Q5KSUB4(F, N, S) \
+	PREFETCHT0 Q5KPFD+768(SI) \
+	PREFETCHT0 Q5KPFD+832(SI) \
+	PREFETCHT0 Q5KPFD+896(SI) \
+	VPAND      896(SI), Y15, Y8 \
+	VPAND      128(SI), Y14, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(128) \
+	VPAND      928(SI), Y15, Y8 \
+	VPAND      160(SI), Y14, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(132) \
+	VPAND      960(SI), Y15, Y8 \
+	VPAND      192(SI), Y14, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(136) \
+	VPAND      992(SI), Y15, Y8 \
+	VPAND      224(SI), Y14, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(140) \
+	S(128) \
+	VPAND      1024(SI), Y15, Y8 \
+	VPAND      256(SI), Y14, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(144) \
+	VPAND      1056(SI), Y15, Y8 \
+	VPAND      288(SI), Y14, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(148) \
+	VPAND      1088(SI), Y15, Y8 \
+	VPAND      320(SI), Y14, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(152) \
+	VPAND      1120(SI), Y15, Y8 \
+	VPAND      352(SI), Y14, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(156) \
+	S(128)
+
+#define Q5KSUB5(F, N, S) \
+	PREFETCHT0 Q5KPFD+960(SI) \
+	PREFETCHT0 Q5KPFD+1024(SI) \
+	PREFETCHT0 Q5KPFD+1088(SI) \
+	VMOVDQU    896(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    128(SI), Y11 \
+	VPSRLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(160) \
+	VMOVDQU    928(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    160(SI), Y11 \
+	VPSRLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(164) \
+	VMOVDQU    960(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    192(SI), Y11 \
+	VPSRLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(168) \
+	VMOVDQU    992(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    224(SI), Y11 \
+	VPSRLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(172) \
+	S(160) \
+	VMOVDQU    1024(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    256(SI), Y11 \
+	VPSRLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(176) \
+	VMOVDQU    1056(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    288(SI), Y11 \
+	VPSRLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(180) \
+	VMOVDQU    1088(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    320(SI), Y11 \
+	VPSRLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(184) \
+	VMOVDQU    1120(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    352(SI), Y11 \
+	VPSRLW     $1, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(188) \
+	S(160)
+
+#define Q5KSUB6(F, N, S) \
+	PREFETCHT0 Q5KPFD+1152(SI) \
+	PREFETCHT0 Q5KPFD+1216(SI) \
+	PREFETCHT0 Q5KPFD+1280(SI) \
+	VPAND      1152(SI), Y15, Y8 \
+	VMOVDQU    128(SI), Y11 \
+	VPSRLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(192) \
+	VPAND      1184(SI), Y15, Y8 \
+	VMOVDQU    160(SI), Y11 \
+	VPSRLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(196) \
+	VPAND      1216(SI), Y15, Y8 \
+	VMOVDQU    192(SI), Y11 \
+	VPSRLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(200) \
+	VPAND      1248(SI), Y15, Y8 \
+	VMOVDQU    224(SI), Y11 \
+	VPSRLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(204) \
+	S(192) \
+	VPAND      1280(SI), Y15, Y8 \
+	VMOVDQU    256(SI), Y11 \
+	VPSRLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(208) \
+	VPAND      1312(SI), Y15, Y8 \
+	VMOVDQU    288(SI), Y11 \
+	VPSRLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(212) \
+	VPAND      1344(SI), Y15, Y8 \
+	VMOVDQU    320(SI), Y11 \
+	VPSRLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(216) \
+	VPAND      1376(SI), Y15, Y8 \
+	VMOVDQU    352(SI), Y11 \
+	VPSRLW     $2, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(220) \
+	S(192)
+
+#define Q5KSUB7(F, N, S) \
+	PREFETCHT0 Q5KPFD+1344(SI) \
+	PREFETCHT0 Q5KPFD+1408(SI) \
+	PREFETCHT0 Q5KPFD+1472(SI) \
+	VMOVDQU    1152(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    128(SI), Y11 \
+	VPSRLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(224) \
+	VMOVDQU    1184(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    160(SI), Y11 \
+	VPSRLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(228) \
+	VMOVDQU    1216(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    192(SI), Y11 \
+	VPSRLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(232) \
+	VMOVDQU    1248(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    224(SI), Y11 \
+	VPSRLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(236) \
+	S(224) \
+	VMOVDQU    1280(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    256(SI), Y11 \
+	VPSRLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	F(240) \
+	VMOVDQU    1312(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    288(SI), Y11 \
+	VPSRLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(244) \
+	VMOVDQU    1344(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    320(SI), Y11 \
+	VPSRLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(248) \
+	VMOVDQU    1376(SI), Y8 \
+	VPSRLW     $4, Y8, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VMOVDQU    352(SI), Y11 \
+	VPSRLW     $3, Y11, Y11 \
+	VPAND      Y14, Y11, Y11 \
+	VPOR       Y11, Y8, Y8 \
+	N(252) \
+	S(224)
+
+#define Q5KC1_0 \
+	PREFETCHT0 Q5KPFD+0(SI) \
+	PREFETCHT0 Q5KPFD+64(SI) \
+	PREFETCHT0 Q5KPFD+128(SI) \
+	PREFETCHT0 Q5KPFD+192(SI) \
+	PREFETCHT0 Q5KPFD+256(SI) \
+	PREFETCHT0 Q5KPFD+320(SI) \
+	VMOVDQU    384(SI), Y10 \
+	VMOVDQU    128(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $4, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(0(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(32(DI), Y5) \
+	VMOVDQU    416(SI), Y10 \
+	VMOVDQU    160(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $4, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(4(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(36(DI), Y5) \
+	VMOVDQU    448(SI), Y10 \
+	VMOVDQU    192(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $4, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(8(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(40(DI), Y5) \
+	VMOVDQU    480(SI), Y10 \
+	VMOVDQU    224(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $4, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(12(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(44(DI), Y5) \
+	KS(0, Y4, Y0) \
+	KS(32, Y5, Y0) \
+	VMOVDQU    512(SI), Y10 \
+	VMOVDQU    256(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $4, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(16(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(48(DI), Y5) \
+	VMOVDQU    544(SI), Y10 \
+	VMOVDQU    288(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $4, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(20(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(52(DI), Y5) \
+	VMOVDQU    576(SI), Y10 \
+	VMOVDQU    320(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $4, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(24(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(56(DI), Y5) \
+	VMOVDQU    608(SI), Y10 \
+	VMOVDQU    352(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $4, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(28(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(60(DI), Y5) \
+	KS(0, Y4, Y0) \
+	KS(32, Y5, Y0)
+
+#define Q5KC1_1 \
+	PREFETCHT0 Q5KPFD+384(SI) \
+	PREFETCHT0 Q5KPFD+448(SI) \
+	PREFETCHT0 Q5KPFD+512(SI) \
+	PREFETCHT0 Q5KPFD+576(SI) \
+	PREFETCHT0 Q5KPFD+640(SI) \
+	PREFETCHT0 Q5KPFD+704(SI) \
+	VMOVDQU    640(SI), Y10 \
+	VMOVDQU    128(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(64(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(96(DI), Y5) \
+	VMOVDQU    672(SI), Y10 \
+	VMOVDQU    160(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(68(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(100(DI), Y5) \
+	VMOVDQU    704(SI), Y10 \
+	VMOVDQU    192(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(72(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(104(DI), Y5) \
+	VMOVDQU    736(SI), Y10 \
+	VMOVDQU    224(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(76(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(108(DI), Y5) \
+	KS(64, Y4, Y0) \
+	KS(96, Y5, Y0) \
+	VMOVDQU    768(SI), Y10 \
+	VMOVDQU    256(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(80(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(112(DI), Y5) \
+	VMOVDQU    800(SI), Y10 \
+	VMOVDQU    288(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(84(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(116(DI), Y5) \
+	VMOVDQU    832(SI), Y10 \
+	VMOVDQU    320(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(88(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(120(DI), Y5) \
+	VMOVDQU    864(SI), Y10 \
+	VMOVDQU    352(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSLLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(92(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSLLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(124(DI), Y5) \
+	KS(64, Y4, Y0) \
+	KS(96, Y5, Y0)
+
+#define Q5KC1_2 \
+	PREFETCHT0 Q5KPFD+768(SI) \
+	PREFETCHT0 Q5KPFD+832(SI) \
+	PREFETCHT0 Q5KPFD+896(SI) \
+	PREFETCHT0 Q5KPFD+960(SI) \
+	PREFETCHT0 Q5KPFD+1024(SI) \
+	PREFETCHT0 Q5KPFD+1088(SI) \
+	VMOVDQU    896(SI), Y10 \
+	VMOVDQU    128(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPAND      Y14, Y12, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(128(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(160(DI), Y5) \
+	VMOVDQU    928(SI), Y10 \
+	VMOVDQU    160(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPAND      Y14, Y12, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(132(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(164(DI), Y5) \
+	VMOVDQU    960(SI), Y10 \
+	VMOVDQU    192(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPAND      Y14, Y12, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(136(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(168(DI), Y5) \
+	VMOVDQU    992(SI), Y10 \
+	VMOVDQU    224(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPAND      Y14, Y12, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(140(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(172(DI), Y5) \
+	KS(128, Y4, Y0) \
+	KS(160, Y5, Y0) \
+	VMOVDQU    1024(SI), Y10 \
+	VMOVDQU    256(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPAND      Y14, Y12, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(144(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(176(DI), Y5) \
+	VMOVDQU    1056(SI), Y10 \
+	VMOVDQU    288(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPAND      Y14, Y12, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(148(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(180(DI), Y5) \
+	VMOVDQU    1088(SI), Y10 \
+	VMOVDQU    320(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPAND      Y14, Y12, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(152(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(184(DI), Y5) \
+	VMOVDQU    1120(SI), Y10 \
+	VMOVDQU    352(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPAND      Y14, Y12, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(156(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $1, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(188(DI), Y5) \
+	KS(128, Y4, Y0) \
+	KS(160, Y5, Y0)
+
+#define Q5KC1_3 \
+	PREFETCHT0 Q5KPFD+1152(SI) \
+	PREFETCHT0 Q5KPFD+1216(SI) \
+	PREFETCHT0 Q5KPFD+1280(SI) \
+	PREFETCHT0 Q5KPFD+1344(SI) \
+	PREFETCHT0 Q5KPFD+1408(SI) \
+	PREFETCHT0 Q5KPFD+1472(SI) \
+	VMOVDQU    1152(SI), Y10 \
+	VMOVDQU    128(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSRLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(192(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(224(DI), Y5) \
+	VMOVDQU    1184(SI), Y10 \
+	VMOVDQU    160(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSRLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(196(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(228(DI), Y5) \
+	VMOVDQU    1216(SI), Y10 \
+	VMOVDQU    192(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSRLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(200(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(232(DI), Y5) \
+	VMOVDQU    1248(SI), Y10 \
+	VMOVDQU    224(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSRLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(204(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(236(DI), Y5) \
+	KS(192, Y4, Y0) \
+	KS(224, Y5, Y0) \
+	VMOVDQU    1280(SI), Y10 \
+	VMOVDQU    256(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSRLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(208(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KF(240(DI), Y5) \
+	VMOVDQU    1312(SI), Y10 \
+	VMOVDQU    288(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSRLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(212(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(244(DI), Y5) \
+	VMOVDQU    1344(SI), Y10 \
+	VMOVDQU    320(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSRLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(216(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(248(DI), Y5) \
+	VMOVDQU    1376(SI), Y10 \
+	VMOVDQU    352(SI), Y12 \
+	VPAND      Y15, Y10, Y8 \
+	VPSRLW     $2, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(220(DI), Y4) \
+	VPSRLW     $4, Y10, Y8 \
+	VPAND      Y15, Y8, Y8 \
+	VPSRLW     $3, Y12, Y13 \
+	VPAND      Y14, Y13, Y13 \
+	VPOR       Y13, Y8, Y8 \
+	KN(252(DI), Y5) \
+	KS(192, Y4, Y0) \
+	KS(224, Y5, Y0)
+
+// Q5KBLOCK1 is one super-block of a group for one activation row, each
+// word loaded once for both its nibbles; Q5KBLOCK for n rows.
+#define Q5KBLOCK1 \
+	Q4KSCALES \
+	VPBROADCASTD kx8b10<>(SB), Y14 \
+	VPXOR        Y0, Y0, Y0 \
+	Q5KC1_0 \
+	Q5KC1_1 \
+	Q5KC1_2 \
+	Q5KC1_3 \
+	Q4KFIN1
+
+#define Q5KBLOCK(F, N, S, FIN) \
+	Q4KSCALES \
+	VPBROADCASTD kx8b10<>(SB), Y14 \
+	VPXOR        Y0, Y0, Y0 \
+	VPXOR        Y1, Y1, Y1 \
+	VPXOR        Y2, Y2, Y2 \
+	VPXOR        Y3, Y3, Y3 \
+	Q5KSUB0(F, N, S) \
+	Q5KSUB1(F, N, S) \
+	Q5KSUB2(F, N, S) \
+	Q5KSUB3(F, N, S) \
+	Q5KSUB4(F, N, S) \
+	Q5KSUB5(F, N, S) \
+	Q5KSUB6(F, N, S) \
+	Q5KSUB7(F, N, S) \
+	FIN
+
 // Q6_K. A group's super-block is 1680 bytes: the words of ql (32i, i <
 // 32), of qh (1024 + 32i, i < 16) and of the scales (1536 + 32i, i < 4),
 // then the eight d (1664). In half h and for q < 8, ql's words A = 16h + q
@@ -949,6 +1937,80 @@ q4kx8n4block:
 	KST4(512)
 	DECQ R11
 	JNZ  q4kx8n4group
+	VZEROUPPER
+	RET
+
+// func dotQ5KX8AVX(w *byte, xq *int8, xs int, xd *float32, bs *int16, nb int, out *float32, os int, ngroups, na int)
+// out[a·os/4 + 8G + l] = the dot product of row l of group G (the groups
+// back to back from w, nb super-blocks each) with activation row a (values
+// xs bytes apart, scales nb·4 bytes apart, sums per 16 nb·32 bytes apart),
+// for G < ngroups and a < na; nb ≥ 1, ngroups ≥ 1, 1 ≤ na ≤ 4.
+TEXT ·dotQ5KX8AVX(SB), 0, $640-80
+	MOVQ         w+0(FP), SI
+	MOVQ         xs+16(FP), R13
+	LEAQ         (R13)(R13*2), R14
+	MOVQ         nb+40(FP), AX
+	SHLQ         $2, AX
+	LEAQ         (AX)(AX*2), BX
+	MOVQ         out+48(FP), R12
+	MOVQ         os+56(FP), R8
+	MOVQ         ngroups+64(FP), R11
+	MOVL         $0x0f0f0f0f, R10
+	VMOVD        R10, X15
+	VPBROADCASTD X15, Y15
+	MOVQ         na+72(FP), R10
+	CMPQ         R10, $2
+	JL           q5kx8n1group
+	JE           q5kx8n2group
+	CMPQ         R10, $3
+	JE           q5kx8n3group
+	JMP          q5kx8n4group
+
+q5kx8n1group:
+	KGROUP(512)
+
+q5kx8n1block:
+	Q5KBLOCK1
+	KNEXT(1408, q5kx8n1block)
+	KST1(512)
+	DECQ R11
+	JNZ  q5kx8n1group
+	VZEROUPPER
+	RET
+
+q5kx8n2group:
+	KGROUP(512)
+
+q5kx8n2block:
+	Q5KBLOCK(KF2, KN2, KS2, Q4KFIN2)
+	KNEXT(1408, q5kx8n2block)
+	KST2(512)
+	DECQ R11
+	JNZ  q5kx8n2group
+	VZEROUPPER
+	RET
+
+q5kx8n3group:
+	KGROUP(512)
+
+q5kx8n3block:
+	Q5KBLOCK(KF3, KN3, KS3, Q4KFIN3)
+	KNEXT(1408, q5kx8n3block)
+	KST3(512)
+	DECQ R11
+	JNZ  q5kx8n3group
+	VZEROUPPER
+	RET
+
+q5kx8n4group:
+	KGROUP(512)
+
+q5kx8n4block:
+	Q5KBLOCK(KF4, KN4, KS4, Q4KFIN4)
+	KNEXT(1408, q5kx8n4block)
+	KST4(512)
+	DECQ R11
+	JNZ  q5kx8n4group
 	VZEROUPPER
 	RET
 

@@ -6,7 +6,7 @@ import (
 	"github.com/specgate/specgate/kernels"
 )
 
-// Q8_0, Q4_0, Q4_K and Q6_K weights repacked at load: the ×8 layout.
+// Q8_0, Q4_0 and K-quant weights repacked at load: the ×8 layout.
 //
 // The kernels that take eight weight rows at a time (one per lane) spend
 // most of a block's cycles, in GGML's row-major layout, on fixed work:
@@ -22,7 +22,7 @@ import (
 //     groups g (eight for Q8_0, four for Q4_0), each 32 bytes holding rows
 //     0-7's group g (row l at 16 + 32g + 4l).
 //
-// The K-quants Q4_K and Q6_K take the same rule (x8Segments): each piece
+// The K-quants Q4_K, Q5_K and Q6_K take the same rule (x8Segments): each piece
 // of a GGML block, an F16 field or a four-byte word, of s bytes at offset
 // o, lands for row l at 8·o + s·l of the group's block. Their kernels
 // (kquantx8_amd64.s) then read a super-block's scales of eight rows from
@@ -70,6 +70,8 @@ func x8BlockBytes(dt kernels.DType) int {
 		return q4Bytes
 	case kernels.Q4_K:
 		return q4KBytes
+	case kernels.Q5_K:
+		return q5KBytes
 	case kernels.Q6_K:
 		return q6KBytes
 	}
@@ -88,7 +90,7 @@ func x8Segments(dt kernels.DType, f func(o, s int)) {
 	switch dt {
 	case kernels.Q8_0, kernels.Q4_0:
 		f16s = []int{0}
-	case kernels.Q4_K:
+	case kernels.Q4_K, kernels.Q5_K:
 		f16s = []int{0, 2}
 	case kernels.Q6_K:
 		f16s = []int{bb - 2}

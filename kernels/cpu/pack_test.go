@@ -14,7 +14,7 @@ import (
 // the K-quants it takes.
 var (
 	x8Types    = []kernels.DType{kernels.Q8_0, kernels.Q4_0}
-	x8KTypes   = []kernels.DType{kernels.Q4_K, kernels.Q6_K}
+	x8KTypes   = []kernels.DType{kernels.Q4_K, kernels.Q5_K, kernels.Q6_K}
 	x8AllTypes = append(slices.Clone(x8Types), x8KTypes...)
 )
 
