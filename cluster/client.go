@@ -308,7 +308,24 @@ func (c *Client) submit(ctx context.Context, r engine.Request, lt LogTarget) (*S
 	// after the queue, which the sweeper's cleanup relies on.
 	values := []any{fieldKey, rk, fieldGateway, c.o.ID, fieldVersion, version, fieldRequest, string(body)}
 	if lt.Key != "" {
-		values = append(values, fieldLog, lt.Key, fieldLogMax, lt.MaxLen, fieldLogTTL, lt.TTL.Milliseconds())
+		values = append(values, fieldLog, lt.Key, fieldLogMax, lt.MaxLen, fieldLogTTL, lt.TTL.Milliseconds(), fieldLogOwned, "1")
+		// The log is this submission's alone, and starts empty: what an
+		// earlier submission of the request id wrote (one given up on,
+		// whose engine may still run) is neither read as this reply nor
+		// written into it. Before the queue entry, so that no engine
+		// appends before the claim.
+		_, err = c.o.Redis.TxPipelined(pctx, func(p redis.Pipeliner) error {
+			p.Del(pctx, lt.Key)
+			p.Set(pctx, c.k.ks.LogOwner(lt.Key), rk, lt.TTL)
+			return nil
+		})
+		if err != nil {
+			c.forget(s)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, &UnavailableError{Reason: "cannot claim the stream log", Err: err}
+		}
 	}
 	_, err = c.o.Redis.Pipelined(pctx, func(p redis.Pipeliner) error {
 		p.HSet(pctx, s.rec, "gw", c.o.ID)
@@ -487,11 +504,12 @@ type Stream struct {
 	lastSeq int    // seq of the last log entry read
 	// drained: the last read took entries and everything there was;
 	// the next read waits for the engine's word that more came.
-	drained  bool
-	final    *outEntry // read from the output, held until the log is read to its end
-	buf      []outEntry
-	ended    bool
-	progress time.Time
+	drained     bool
+	final       *outEntry // read from the output, held until the log is read to its end
+	buf         []outEntry
+	ended       bool
+	engineFinal bool // the end was the engine's final, not the reader's giving up
+	progress    time.Time
 }
 
 // ID returns the engine request id.
@@ -676,6 +694,7 @@ func (s *Stream) Recv(ctx context.Context) (engine.Event, error) {
 			case kindDelta:
 				return e.Event, nil
 			case kindFinal:
+				s.engineFinal = true
 				return s.end(e.Event.Final), nil
 			case kindRefused:
 				// Refused after an earlier accept: not written by this
@@ -725,6 +744,71 @@ func (s *Stream) Recv(ctx context.Context) (engine.Event, error) {
 			return engine.Event{}, err
 		}
 	}
+}
+
+// sealScript releases stream log KEYS[2]'s claim (KEYS[1]) when request
+// key ARGV[1] holds it, so that its engine appends no more, and returns
+// the log's entries from id ARGV[2] on. A log that another submission
+// claimed is not this request's: nothing is returned.
+var sealScript = redis.NewScript(`
+local o = redis.call('GET', KEYS[1])
+if o and o ~= ARGV[1] then return {} end
+if o then redis.call('DEL', KEYS[1]) end
+return redis.call('XRANGE', KEYS[2], ARGV[2], '+')
+`)
+
+// Seal ends a logged request's deltas where they are, for the gateway
+// storing the reply: the engine may append no more to the log (it stops
+// the request at its next delta; the request is cancelled too, unless
+// its final was read), and Seal returns the deltas the log holds after
+// the last one Recv returned. So the reply made of what Recv and Seal
+// returned is exactly the log's deltas, and the done record can follow
+// them. Deltas after a gap (entries Redis lost) are not returned. A
+// stream without a log returns nothing.
+func (s *Stream) Seal(ctx context.Context) ([]engine.Event, error) {
+	if s.log == "" {
+		return nil, nil
+	}
+	if !s.engineFinal {
+		s.Cancel()
+	}
+	msgs, err := sealScript.Run(ctx, s.c.o.Redis, []string{s.c.k.ks.LogOwner(s.log), s.log}, s.rk, "("+strconv.Itoa(s.lastSeq)+"-0").Slice()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: seal the stream log of %s: %w", s.id, err)
+	}
+	var evs []engine.Event
+	for _, raw := range msgs {
+		m, err := xMessage(raw)
+		if err != nil {
+			return evs, fmt.Errorf("cluster: seal the stream log of %s: %w", s.id, err)
+		}
+		ev, ok, err := decodeLogDelta(m)
+		if err != nil {
+			return evs, err
+		}
+		if !ok || ev.Seq != s.lastSeq+1 {
+			break
+		}
+		s.lastSeq = ev.Seq
+		evs = append(evs, ev)
+	}
+	return evs, nil
+}
+
+// xMessage decodes one stream entry of a script's reply.
+func xMessage(raw any) (redis.XMessage, error) {
+	e, ok := raw.([]any)
+	if !ok || len(e) != 2 {
+		return redis.XMessage{}, fmt.Errorf("stream entry %v", raw)
+	}
+	id, _ := e[0].(string)
+	kv, _ := e[1].([]any)
+	m := redis.XMessage{ID: id, Values: make(map[string]any, len(kv)/2)}
+	for i := 0; i+1 < len(kv); i += 2 {
+		k, _ := kv[i].(string)
+		m.Values[k] = kv[i+1]
+	}
+	return m, nil
 }
 
 func (s *Stream) end(f *engine.Final) engine.Event {

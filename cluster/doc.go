@@ -50,7 +50,15 @@
 // engine of an earlier version refuses rather than write the deltas
 // where nobody reads them). A log that ends with a done record (the
 // gateway's crash recovery ended the reply) takes no more deltas, and the
-// engine stops the request. An engine appends the deltas of all its logged
+// engine stops the request. A log has one owner: SubmitToLog empties it
+// and claims it for its request key (keyspace LogOwner, entry field
+// "lo"), and an engine appends only while its request holds the claim,
+// so a stale submission of the same request id (given up on, its cancel
+// lost) can neither write into the new reply nor be read as part of it.
+// The gateway that stores the reply seals the log first (Stream.Seal):
+// it releases the claim, which stops the engine at its next delta, and
+// takes the deltas written since its last read, so the stored reply is
+// exactly the log's deltas and the done record follows the last. An engine appends the deltas of all its logged
 // requests in rounds, one pipeline per Redis primary with one replica
 // WAIT, rather than a round trip and a WAIT per delta (deltas.go).
 //

@@ -78,6 +78,10 @@ const (
 	fieldLog    = "l"
 	fieldLogMax = "lm"
 	fieldLogTTL = "lt"
+	// "1": the submission claimed the log (keyspace LogOwner): the
+	// engine appends only while the claim is its request's. Entries of
+	// gateways that do not claim lack it.
+	fieldLogOwned = "lo"
 )
 
 // Results of the append script.
@@ -86,7 +90,7 @@ const (
 	appendCancelled = 1 // appended, and the request's cancel flag is set
 	appendFenced    = -1
 	appendDone      = -2
-	appendLogEnded  = -3 // the stream log ends with a done record: nobody reads on
+	appendLogEnded  = -3 // the stream log ends with a done record, or is no longer the request's: nobody reads on
 )
 
 // acquireScript makes the caller the owner of request KEYS[1] unless it is
@@ -126,6 +130,9 @@ return redis.call('HEXISTS', KEYS[1], 'cancel')
 // every resume read. A seq the log already holds (a retry of an append
 // that reached Redis) is not written again; a log that ends with a done
 // record (a gateway's crash recovery ended the reply) takes nothing more.
+// When the submission claimed the log (KEYS[4] names the request key
+// that owns it), only that request appends: a newer submission of the
+// same request id, or the gateway that ended the reply, took the claim.
 // It runs for every delta, so it is lean: one read of the record, a plain
 // XADD (which refuses an id not above the log's last: only then is the
 // log's end read), the TTLs renewed only when asked.
@@ -136,14 +143,15 @@ return redis.call('HEXISTS', KEYS[1], 'cancel')
 // than the request's token budget (max_tokens, or what its context
 // leaves), and the gateway's done record applies the cap once the reply
 // is stored.
-// ARGV: fence, TTL in ms, the gateway channels' prefix, the notification
-// payload, seq, the log's TTL in ms, "1" to renew the TTLs, then
-// field/value pairs.
+// ARGV: fence, TTL in ms, the gateway channels' prefix, the request key
+// (the notification payload), seq, the log's TTL in ms, "1" to renew the
+// TTLs, "1" when the log is claimed, then field/value pairs.
 var logAppendScript = redis.NewScript(`
 local r = redis.call('HMGET', KEYS[1], 'fence', 'done', 'gw', 'cancel')
 if r[1] ~= ARGV[1] then return -1 end
 if r[2] then return -2 end
-local ok = redis.pcall('XADD', KEYS[3], ARGV[5] .. '-0', unpack(ARGV, 8))
+if ARGV[8] == '1' and redis.call('GET', KEYS[4]) ~= ARGV[4] then return -3 end
+local ok = redis.pcall('XADD', KEYS[3], ARGV[5] .. '-0', unpack(ARGV, 9))
 if type(ok) == 'table' and ok.err then
   if not string.find(ok.err, 'equal or smaller', 1, true) then return ok end
   local top = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
@@ -151,6 +159,7 @@ if type(ok) == 'table' and ok.err then
 end
 if ARGV[7] == '1' then
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
+  if ARGV[8] == '1' then redis.call('PEXPIRE', KEYS[4], ARGV[6]) end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end

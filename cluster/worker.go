@@ -131,11 +131,15 @@ type job struct {
 	rk, queue, entry string
 	rec, out         string    // its fence record and output stream
 	log              LogTarget // where its deltas go (Key "": the output)
-	req              engine.Request
-	bad              error           // the request did not decode: refuse it
-	renewed          time.Time       // when a delta append last renewed the TTLs
-	ctx              context.Context // cancelled to cancel the request
-	cancel           context.CancelFunc
+	// owner is the log's claim key (keyspace LogOwner) when the
+	// submission claimed the log, else "": only while the claim is rk
+	// does the request append.
+	owner   string
+	req     engine.Request
+	bad     error           // the request did not decode: refuse it
+	renewed time.Time       // when a delta append last renewed the TTLs
+	ctx     context.Context // cancelled to cancel the request
+	cancel  context.CancelFunc
 }
 
 // RunEngine feeds requests from Redis to o.Engine and writes their results
@@ -369,6 +373,9 @@ func (w *worker) take(runCtx context.Context, queue string, m redis.XMessage) {
 	jctx, cancel := context.WithCancel(runCtx)
 	j := &job{rk: rk, queue: queue, entry: m.ID, log: lt, req: r, bad: bad, ctx: jctx, cancel: cancel}
 	j.rec, j.out = w.k.forRequest(rk, lt.Key)
+	if lt.Key != "" && str(m.Values, fieldLogOwned) == "1" {
+		j.owner = w.k.ks.LogOwner(lt.Key)
+	}
 	w.inflight[rk] = j
 	w.mu.Unlock()
 	w.jobs.Add(1)
@@ -488,20 +495,24 @@ func (w *worker) appendDelta(runCtx context.Context, j *job, fence int64, seq in
 	if j.renewed.IsZero() || now.Sub(j.renewed) >= min(w.o.OutTTL, j.log.TTL)/4 {
 		renew = "1"
 	}
-	args := append([]any{fence, w.o.OutTTL.Milliseconds(), w.k.gatewayChan(""), j.rk, seq, j.log.TTL.Milliseconds(), renew}, fields...)
+	owned, owner := "0", j.log.Key+":unclaimed" // any key of the log's slot
+	if j.owner != "" {
+		owned, owner = "1", j.owner
+	}
+	args := append([]any{fence, w.o.OutTTL.Milliseconds(), w.k.gatewayChan(""), j.rk, seq, j.log.TTL.Milliseconds(), renew, owned}, fields...)
 	defer func() {
 		if err == nil && renew == "1" {
 			j.renewed = now
 		}
 	}()
 	err = w.retry(runCtx, "appending output", func(ctx context.Context) error {
-		n, err := w.deltas.do(ctx, logAppendScript, []string{j.rec, j.out, j.log.Key}, args)
+		n, err := w.deltas.do(ctx, logAppendScript, []string{j.rec, j.out, j.log.Key, owner}, args)
 		if err != nil {
 			return fmt.Errorf("cluster: append delta %d of %s: %w", seq, j.rk, err)
 		}
 		switch {
 		case n == appendLogEnded:
-			w.log.Warn("cluster: the request's stream log was ended by its gateway; stopping", "request", j.req.ID, "seq", seq)
+			w.log.Warn("cluster: the request's stream log was ended by its gateway, or claimed by a newer submission; stopping", "request", j.req.ID, "seq", seq)
 			stop = true
 		case n < 0:
 			return &lostError{n}
@@ -589,6 +600,19 @@ func (w *worker) run(runCtx context.Context, j *job) {
 		}
 		if j.log.Key == "" || !accepted {
 			return nil
+		}
+		if j.owner != "" {
+			o, err := w.o.Redis.Get(ctx, j.owner).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return fmt.Errorf("cluster: read the stream log claim of %s: %w", j.rk, err)
+			}
+			if o != j.rk {
+				// A newer submission of the request id, or the
+				// gateway that ended the reply, holds the log: what
+				// is there is not this request's to continue.
+				ended = true
+				return nil
+			}
 		}
 		logged, err := w.o.Redis.XRange(ctx, j.log.Key, "-", "+").Result()
 		if err != nil {

@@ -101,6 +101,16 @@ type loggedEvents interface {
 	LogKey() string
 }
 
+// logSealer is a logged generation whose log can be closed to further
+// deltas (cluster.Stream): Seal stops the engine's appends and returns
+// the deltas after the last one read. A turn seals before it stores its
+// reply, so that the stored reply is exactly the log's deltas and the
+// done record follows the last of them, even when the reading ended
+// before the generation did (the reader gave up, a gap, a shutdown).
+type logSealer interface {
+	Seal(ctx context.Context) ([]engine.Event, error)
+}
+
 // appendsToLog reports whether generation ev appends its deltas to the
 // stream log of the turn (sid, rid).
 func (s *Server) appendsToLog(ev engine.Events, sid, rid string) bool {
@@ -367,6 +377,21 @@ func (t *turn) run() {
 		// (logwriter.go): a kill right after the send still leaves it in
 		// the log.
 		s.logw.push(q, logEntry{Seq: seq, Text: ev.Text})
+	}
+	if sl, ok := t.stream.(logSealer); ok && t.logged {
+		// The generation may have run on past what was read: what it
+		// wrote is part of the reply, and nothing more may follow.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		evs, err := sl.Seal(ctx)
+		cancel()
+		if err != nil {
+			s.o.Logger.Warn("gateway: seal the stream log", "request", t.engineID, "err", err)
+		}
+		for _, ev := range evs {
+			seq = ev.Seq
+			text.WriteString(ev.Text)
+			t.sendDelta(seq, ev.Text)
+		}
 	}
 	// Every delta reaches the client before what ends the reply.
 	if q != nil {

@@ -37,6 +37,8 @@
 //	P sess:{s:<sid>}:req:<rid>:log:cl:<key>      HASH   split mode: fence record of the
 //	                                             cluster request writing the log
 //	P sess:{s:<sid>}:req:<rid>:log:cl:<key>:out  STREAM its accepted/final entries
+//	P sess:{s:<sid>}:req:<rid>:log:owner         STRING split mode: the key of the one
+//	                                             cluster request that may append to the log
 //	P idx:{u:<tenant>:<user>}         ZSET   session id → last activity (ms)
 //	P {turns}:running                 ZSET   "<sid> <rid>" → owner's lease deadline (ms)
 //
@@ -185,6 +187,13 @@ func (s Space) ClusterRequest(rk string) string { return s.prefix + "cl:req:{r:"
 // mode): on the log's slot, so that one script checks the fence and
 // appends. Its output stream is ClusterOutputOf of it.
 func (s Space) LoggedClusterRequest(log, rk string) string { return log + ":cl:" + Tag(rk) }
+
+// LogOwner names the one cluster request key that may append to stream
+// log log (split mode): each submission to the log claims it, so a stale
+// one (a request id used again) can neither write into the new reply nor
+// be read as part of it, and a gateway that ends the reply releases it,
+// so no delta lands after the stored reply.
+func (s Space) LogOwner(log string) string { return log + ":owner" }
 
 // ClusterOutputOf is the output stream of the fence record rec.
 func (s Space) ClusterOutputOf(rec string) string { return rec + ":out" }

@@ -35,7 +35,8 @@ func TestGroupsShareASlot(t *testing.T) {
 			for _, rid := range ids {
 				groups := map[string][]string{
 					"session": {s.Session(id), s.Messages(id), s.Request(id, rid), s.RequestLog(id, rid),
-						s.LoggedClusterRequest(s.RequestLog(id, rid), rid+"#"+id), s.ClusterOutputOf(s.LoggedClusterRequest(s.RequestLog(id, rid), rid+"#"+id))},
+						s.LoggedClusterRequest(s.RequestLog(id, rid), rid+"#"+id), s.ClusterOutputOf(s.LoggedClusterRequest(s.RequestLog(id, rid), rid+"#"+id)),
+						s.LogOwner(s.RequestLog(id, rid))},
 					"tenants": {s.Tenant(id), s.TenantIDs(), s.Kid(rid)},
 					"limits":  {s.Lease(id, "conns"), s.Lease(id, "reqs"), s.TokensPrefix(id) + "29000000"},
 					"nodes":   {s.Nodes(), s.Node("engine/" + id)},

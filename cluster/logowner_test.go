@@ -1,0 +1,112 @@
+package cluster
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/internal/testredis"
+)
+
+// TestLogClaimedByNewestSubmission: two submissions name the same stream
+// log (a request id used again after its first submission was given up
+// on, whose cancel did not reach Redis or came after its engine had
+// acquired it). The fence is per submission, the log per (session,
+// request): the log belongs to the newest submission, which reads only
+// its own deltas, numbered from 1, and the stale generation stops.
+func TestLogClaimedByNewestSubmission(t *testing.T) {
+	rdb := testredis.Client(t)
+	prefix := testredis.Prefix(t)
+	startEngine(t, fastEngine(rdb, prefix, "e1", newFakeEngine(20*time.Millisecond)))
+	c := fastClient(t, rdb, prefix)
+	waitEngines(t, c, 1)
+	ctx := context.Background()
+	lt := logTarget(prefix, "s", "r1")
+	stale, err := c.SubmitToLog(ctx, engine.Request{ID: "acme/s/r1", Tenant: "acme", Session: "s", MaxTokens: 40}, lt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The gateway gave up on it and its cancel was lost: the stale
+	// generation runs on. Forget it on the client side only.
+	c.forget(stale)
+	time.Sleep(200 * time.Millisecond)
+	again, err := c.SubmitToLog(ctx, engine.Request{ID: "acme/s/r1", Tenant: "acme", Session: "s", MaxTokens: 5}, lt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, final := readSeqs(t, again, 1)
+	if text != fakeText(1, 5) || final.FinishReason != engine.FinishLength {
+		t.Fatalf("the retried request (max_tokens 5) read %q, %+v; want %q, length", text, final, fakeText(1, 5))
+	}
+	time.Sleep(200 * time.Millisecond) // the stale generation would have appended by now
+	if n := checkLog(t, rdb, c, lt, again, text); n != 5 {
+		t.Fatalf("the log holds %d deltas; want the retried request's 5", n)
+	}
+	// The stale request ended: its engine was refused the log.
+	out, err := rdb.XRange(ctx, stale.out, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) == 0 || str(out[len(out)-1].Values, "k") != kindFinal {
+		t.Fatalf("the stale request's output ends with %v; want its final", out)
+	}
+}
+
+// TestSealEndsTheLog: a reader that stops before the generation ends
+// (a gateway that gave up, or shuts down) seals the log: it gets the
+// deltas written since its last read, the engine appends nothing more
+// and ends the request, and the done record can follow the last delta.
+func TestSealEndsTheLog(t *testing.T) {
+	rdb := testredis.Client(t)
+	prefix := testredis.Prefix(t)
+	startEngine(t, fastEngine(rdb, prefix, "e1", newFakeEngine(10*time.Millisecond)))
+	c := fastClient(t, rdb, prefix)
+	waitEngines(t, c, 1)
+	ctx := context.Background()
+	lt := logTarget(prefix, "s", "r1")
+	s, err := c.SubmitToLog(ctx, engine.Request{ID: "acme/s/r1", Tenant: "acme", Session: "s", MaxTokens: 500}, lt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text string
+	for i := 1; i <= 3; i++ {
+		ev, err := s.Recv(ctx)
+		if err != nil || ev.Seq != i {
+			t.Fatalf("delta %d: have %+v, %v", i, ev, err)
+		}
+		text += ev.Text
+	}
+	time.Sleep(150 * time.Millisecond) // the engine appends on meanwhile
+	evs, err := s.Seal(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) == 0 {
+		t.Fatal("the seal returned no delta; the engine appended for 150 ms after the read")
+	}
+	for i, ev := range evs {
+		if ev.Seq != 4+i {
+			t.Fatalf("sealed delta %d has seq %d; want %d", i, ev.Seq, 4+i)
+		}
+		text += ev.Text
+	}
+	n := 3 + len(evs)
+	if text != fakeText(1, n) {
+		t.Fatalf("read and sealed %q; want %q", text, fakeText(1, n))
+	}
+	rest, final := readAll(t, s)
+	if rest != "" || final.FinishReason != engine.FinishCancelled {
+		t.Fatalf("after the seal: have %q, %+v; want nothing more, cancelled", rest, final)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if got := checkLog(t, rdb, c, lt, s, text); got != n {
+		t.Fatalf("the log holds %d deltas after the seal; want the %d sealed", got, n)
+	}
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: lt.Key, ID: strconv.Itoa(n+1) + "-0", Values: []any{logDone, "{}"}}).Err(); err != nil {
+		t.Fatalf("the done record after the last delta: %v", err)
+	}
+}
