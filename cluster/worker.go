@@ -67,6 +67,11 @@ type EngineOptions struct {
 	// OutTTL is how long a request's keys live after their last write
 	// (10m).
 	OutTTL time.Duration
+	// ProgressInterval is how often a logged request whose tokens make
+	// no text yet (nothing to append to its log) tells its gateway that
+	// it is alive, with an entry in its output stream, so that the
+	// gateway's IdleTimeout (60s) counts tokens, not only text (10s).
+	ProgressInterval time.Duration
 	// Logger (slog.Default()).
 	Logger *slog.Logger
 }
@@ -100,6 +105,7 @@ func (o *EngineOptions) validate() error {
 	}
 	def(&o.DrainTimeout, 30*time.Second)
 	def(&o.OutTTL, 10*time.Minute)
+	def(&o.ProgressInterval, 10*time.Second)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -699,6 +705,8 @@ func (w *worker) run(runCtx context.Context, j *job) {
 // are not written (a takeover generates them again).
 func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Events, replayed, seq int) {
 	var pend engine.Event
+	// wrote is when the gateway last heard of the request.
+	wrote := time.Now()
 	// badDelta is set when a delta cannot be encoded: the request ends
 	// with an error here, since another engine would only fail the same.
 	var badDelta error
@@ -739,7 +747,7 @@ func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Eve
 		if err != nil {
 			return err
 		}
-		pend = engine.Event{}
+		pend, wrote = engine.Event{}, time.Now()
 		if cancelled {
 			j.cancel() // the stream now ends with "cancelled"
 		}
@@ -781,6 +789,21 @@ func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Eve
 		if err := flush(false); err != nil {
 			fail()
 			return
+		}
+		if len(pend.Tokens) > 0 && time.Since(wrote) >= w.o.ProgressInterval {
+			// Tokens held for text: the gateway would take the
+			// silence for a stalled request. An accepted entry is
+			// what every gateway version reads as progress, and
+			// costs one write per interval, not one per token.
+			cancelled, err := w.appendEntry(runCtx, j, fence, false, "k", kindAccepted, "e", w.o.ID, "f", fence)
+			if err != nil {
+				j.cancel()
+				return
+			}
+			wrote = time.Now()
+			if cancelled {
+				j.cancel()
+			}
 		}
 	}
 }
