@@ -381,12 +381,9 @@ func (t *turn) run() {
 	if sl, ok := t.stream.(logSealer); ok && t.logged {
 		// The generation may have run on past what was read: what it
 		// wrote is part of the reply, and nothing more may follow.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		evs, err := sl.Seal(ctx)
-		cancel()
-		if err != nil {
-			s.o.Logger.Warn("gateway: seal the stream log", "request", t.engineID, "err", err)
-		}
+		// Retried while Redis is away, as storing the reply is: an
+		// unsealed log may take a delta where the done record goes.
+		evs := t.seal(sl)
 		for _, ev := range evs {
 			seq = ev.Seq
 			text.WriteString(ev.Text)
@@ -460,6 +457,30 @@ func (t *turn) run() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = s.limiter.ChargeTokens(ctx, t.tenant.ID, used, t.tenant.Limits.TokensPerMinute)
 	cancel()
+}
+
+// seal closes the turn's log to the generation (logSealer) and returns the
+// deltas it holds past those read, retrying for up to PersistTimeout.
+func (t *turn) seal(sl logSealer) []engine.Event {
+	s := t.s
+	ctx, cancel := context.WithTimeout(context.Background(), s.o.PersistTimeout)
+	defer cancel()
+	var evs []engine.Event
+	backoff := 20 * time.Millisecond
+	for {
+		more, err := sl.Seal(ctx)
+		evs = append(evs, more...)
+		if err == nil {
+			return evs
+		}
+		s.o.Logger.Warn("gateway: seal the stream log; retrying", "request", t.engineID, "err", err)
+		select {
+		case <-ctx.Done():
+			return evs
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // persist stores the end of a turn, retrying while Redis is unreachable,
