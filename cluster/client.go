@@ -573,10 +573,13 @@ func (s *Stream) fetch(ctx context.Context) error {
 // on one slot and read in that order in one round trip, so a final read
 // comes after every delta the engine wrote before it; it is held back
 // until a read of the log comes back short, i.e. the log is read to its
-// end.
+// end. The two reads are one transaction: a plain pipeline keeps their
+// order only while both run on one node, and a slot migration (ASK,
+// MOVED) resends a redirected command on its own, so the log could be
+// read before the output and a final passed on ahead of deltas.
 func (s *Stream) fetchLogged(ctx context.Context) error {
 	var outCmd, logCmd *redis.XMessageSliceCmd
-	_, err := s.c.o.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.c.o.Redis.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		outCmd = p.XRangeN(ctx, s.out, "("+s.last, "+", fetchCount)
 		logCmd = p.XRangeN(ctx, s.log, "("+strconv.Itoa(s.lastSeq)+"-0", "+", fetchCount)
 		return nil
