@@ -659,6 +659,11 @@ func (s *Stream) awaitPlacement(ctx context.Context) error {
 			}
 			return nil
 		}
+		if err == nil && s.log != "" {
+			if rerr := s.legacyRefusal(ctx); rerr != nil {
+				return rerr
+			}
+		}
 		d := time.Hour
 		if err != nil {
 			d, backoff = backoff, min(2*backoff, time.Second)
@@ -670,6 +675,23 @@ func (s *Stream) awaitPlacement(ctx context.Context) error {
 			return &UnavailableError{Reason: "no engine accepted the request in time", Err: err}
 		}
 	}
+}
+
+// legacyRefusal is the refusal an engine of an earlier version wrote for
+// a logged request, nil when there is none: such an engine cannot run a
+// queue entry of version 2, and it writes its refusal to the output key
+// of an unlogged request, where this stream does not read. Heard there,
+// the chat fails at once rather than after PlaceTimeout.
+func (s *Stream) legacyRefusal(ctx context.Context) error {
+	msgs, err := s.c.o.Redis.XRangeN(ctx, s.c.k.out(s.rk), "-", "+", 1).Result()
+	if err != nil || len(msgs) == 0 {
+		return nil // a later poll, or PlaceTimeout, decides
+	}
+	e, err := decodeOut(msgs[0])
+	if err != nil || e.Kind != kindRefused {
+		return nil
+	}
+	return &UnavailableError{Reason: "an engine of an earlier version refused the request (upgrade the engines first)", Err: e.Refuse}
 }
 
 // Recv returns the next event. After the event that carries Final it
