@@ -788,8 +788,9 @@ return redis.call('XRANGE', KEYS[2], ARGV[2], '+')
 // its final was read), and Seal returns the deltas the log holds after
 // the last one Recv returned. So the reply made of what Recv and Seal
 // returned is exactly the log's deltas, and the done record can follow
-// them. Deltas after a gap (entries Redis lost) are not returned. A
-// stream without a log returns nothing.
+// them. Deltas after a gap (entries Redis lost) or an entry that does
+// not decode are not returned. An error means the seal may not have
+// held (Redis): call again. A stream without a log returns nothing.
 func (s *Stream) Seal(ctx context.Context) ([]engine.Event, error) {
 	if s.log == "" {
 		return nil, nil
@@ -803,15 +804,14 @@ func (s *Stream) Seal(ctx context.Context) ([]engine.Event, error) {
 	}
 	var evs []engine.Event
 	for _, raw := range msgs {
+		// The seal held: an entry that does not decode ends the reply
+		// there, as a gap does (it is no Redis failure to retry).
 		m, err := xMessage(raw)
 		if err != nil {
-			return evs, fmt.Errorf("cluster: seal the stream log of %s: %w", s.id, err)
+			break
 		}
 		ev, ok, err := decodeLogDelta(m)
-		if err != nil {
-			return evs, err
-		}
-		if !ok || ev.Seq != s.lastSeq+1 {
+		if err != nil || !ok || ev.Seq != s.lastSeq+1 {
 			break
 		}
 		s.lastSeq = ev.Seq

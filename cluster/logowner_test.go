@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/internal/keyspace"
 	"github.com/specgate/specgate/internal/testredis"
 )
 
@@ -108,5 +110,60 @@ func TestSealEndsTheLog(t *testing.T) {
 	}
 	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: lt.Key, ID: strconv.Itoa(n+1) + "-0", Values: []any{logDone, "{}"}}).Err(); err != nil {
 		t.Fatalf("the done record after the last delta: %v", err)
+	}
+}
+
+// TestSealStopsAtWhatItCannotRead: the seal returns the deltas up to the
+// first entry that does not decode or does not follow, without an error
+// (nothing to retry), and releases only its own request's claim.
+func TestSealStopsAtWhatItCannotRead(t *testing.T) {
+	rdb := testredis.Client(t)
+	prefix := testredis.Prefix(t)
+	c := fastClient(t, rdb, prefix)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		second map[string]any // entry 2-0
+		owner  string         // the claim before the seal ("" none)
+		want   []int          // seqs returned
+		kept   bool           // the claim is still there after
+	}{
+		{"bad tokens", map[string]any{logText: "b", logTokens: "x"}, "self", []int{1}, false},
+		{"done record", map[string]any{logDone: "{}"}, "self", []int{1}, false},
+		{"all good", map[string]any{logText: "b", logTokens: "2"}, "", []int{1, 2, 3}, false},
+		{"another's claim", map[string]any{logText: "b", logTokens: "2"}, "other#1", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lt := logTarget(prefix, "s", tc.name)
+			s := c.newStream("acme/s/"+tc.name, "acme/s/"+tc.name+"#1", lt.Key)
+			s.engineFinal = true // no cancel to send
+			owner := keyspace.New(prefix).LogOwner(lt.Key)
+			switch tc.owner {
+			case "self":
+				rdb.Set(ctx, owner, s.rk, time.Minute)
+			case "":
+			default:
+				rdb.Set(ctx, owner, tc.owner, time.Minute)
+			}
+			for i, v := range []map[string]any{{logText: "a", logTokens: "1"}, tc.second, {logText: "c", logTokens: "3"}} {
+				if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: lt.Key, ID: strconv.Itoa(i+1) + "-0", Values: v}).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			evs, err := s.Seal(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var seqs []int
+			for _, ev := range evs {
+				seqs = append(seqs, ev.Seq)
+			}
+			if fmt.Sprint(seqs) != fmt.Sprint(tc.want) {
+				t.Fatalf("sealed %v; want %v", seqs, tc.want)
+			}
+			if n := rdb.Exists(ctx, owner).Val(); (n == 1) != tc.kept {
+				t.Fatalf("claim exists=%d after the seal; want kept=%v", n, tc.kept)
+			}
+		})
 	}
 }
