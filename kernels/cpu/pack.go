@@ -12,7 +12,8 @@ import (
 // most of a block's cycles, in GGML's row-major layout, on fixed work:
 // eight separate rows loaded and transposed in registers, and eight F16
 // scales gathered one by one. Weights are read many times and laid out once,
-// so Weights lays Q8_0 and Q4_0 rows out the way those kernels read them:
+// so Weights lays Q8_0 and Q4_0 rows (and the K-quants', below) out the way
+// those kernels read them:
 //
 //   - rows in groups of eight, the last group padded with zero rows (zero
 //     scales, so their results are +0 and never read);
@@ -211,7 +212,7 @@ func convertRowX8K(dst []float32, dt kernels.DType, p []byte, r int) {
 	}
 }
 
-// packWeights lays the Q8_0 or Q4_0 tensor t out in the ×8 layout when
+// packWeights lays the Q8_0, Q4_0 or K-quant tensor t out in the ×8 layout when
 // x8Layout is on, group by group across the workers; its bytes become an
 // allocation of its own, and the caller's are no longer referenced.
 func (b *Backend) packWeights(t *Tensor) {
