@@ -68,27 +68,30 @@ const closeRun = 0.85
 // closeOff is closeRun for Off.
 const closeOff = 0.7
 
-// relWindow is how many of Off's latest steps its relative step time is
-// the median of. One step in ten or so on a shared machine is several
-// times slower (another process, a collection); a median of nine ignores
-// such steps where a running mean moves a fifth of the way each time and
-// then takes five re-tries to forget. A drafting shape keeps a running
-// mean: its steps vary for real with what was drafted, and throughput
-// follows their mean.
-const relWindow = 9
-
-// trusted is how many steps an option's relative time must rest on before
-// its own steps are read as the load's rather than as its cost: a leader
-// that won on its warm-up steps (a lull, a burst on the others) keeps
-// being measured against the time base its predecessors set until then.
-// Off, the baseline, is re-tried at the base interval until it too rests
-// on as many steps, however much it seems to lose.
+// trusted is how many steps Off must have been played before it backs
+// off: Off's steps are the cost model's plain steps, and a baseline seen
+// in a few steps only must not be left for long.
 const trusted = 8
 
 // loadStep bounds how far one step moves a tier's time base, in log
 // units: a step several times slower than the load says is most likely
 // an outlier, and a true change of load is followed within a few steps.
 const loadStep = 0.3
+
+// fitMemory is how many steps the cost model's fit of a tier mostly rests
+// on (its forgetting time). The fit is of step times relative to the load
+// (the time base), a property of the backend, so it can look far back;
+// the time base follows the load.
+const fitMemory = 500
+
+// fitClip bounds a step's relative time, as a factor of what the fit
+// predicts, before it enters the fit: one step in ten or so on a shared
+// machine is several times slower (another process, a collection).
+const fitClip = 2
+
+// fitAfter is how many steps a tier's fit rests on before steps are
+// clipped to it.
+const fitAfter = 16
 
 // Dispatcher picks the tree shape of each step, per priority class. Within
 // the tier of the step's load it estimates each option's cost per
@@ -119,17 +122,21 @@ const loadStep = 0.3
 //     nothing that step), so it is a long average: every observation
 //     counts until there are 1/AccAlpha of them, then the recent ones
 //     weigh more.
-//   - the step's time, relative to the tier's other options: how much
-//     more a pass over the option's rows costs than the others, a
-//     property of the backend (cheaper multi-row kernels make longer
-//     chains win by themselves). The machine's load scales every option
-//     alike; it goes into one time base per tier that every step of an
-//     option measured enough updates (by a bounded amount), so an option
-//     re-tried during a burst of load elsewhere is not judged by the
-//     burst. Off's cost is the median of its latest steps' (relWindow),
-//     so a step that a burst hit counts for nothing, and a leader that
-//     won on a few lucky steps is measured against the base its
-//     predecessors set until its cost rests on enough of them.
+//   - the step's time. It is modelled, not timed per option: a step
+//     that drafted r rows per sequence takes base × (a + b·r), where the
+//     time base follows the machine's load (each step moves it by a
+//     bounded amount) and a + b·r, the cost of r rows against a plain
+//     step, is fitted by least squares through every step of the tier,
+//     Off's and every shape's alike, over its last fitMemory or so. An
+//     option's cost is then the fit at its mean rows drafted per
+//     sequence-step, which is counted, not timed. A shape is thus not
+//     judged by the few steps a burst or a lull happened to hit when it
+//     was re-tried, nor Off by its own: every step measures the cost of a
+//     row, and an n-gram tree that is empty on some steps and full on
+//     others costs what its mean rows cost. The fit is of the backend
+//     (cheaper multi-row kernels make longer chains win by themselves),
+//     and of whatever a shape's steps cost besides their rows only as
+//     far as a straight line through the shapes' rows allows.
 //
 // Each class (Seq.Class: the engine's priority classes) has its own
 // measurements and choices, so a class whose requests gain nothing from
@@ -164,25 +171,54 @@ type tierState struct {
 	best    int // the option played last; -1 before warm-up ends
 	retry   int // the option re-tried last (round robin)
 	last    int // the option Pick returned last
-	// logBase is the log of the time base (seconds): a step of option o
-	// is expected to take exp(logBase + o.logRel); batch is the average
-	// sequences per step.
+	// logBase is the log of the time base (seconds): a step that drafts
+	// r rows per sequence is expected to take exp(logBase)·a·(1 + k·r);
+	// batch is the average sequences per step.
 	logBase float64
 	batch   float64
 	based   bool
+	fit     costFit
+	// a and k are the fit's plain step (in units of the base) and
+	// kappa's, kept from the last step.
+	a, k float64
+}
+
+// costFit is a weighted least-squares fit of y = a + b·r through a tier's
+// steps, r a step's rows drafted per sequence and y its time over the time
+// base then; older steps weigh less (fitMemory).
+type costFit struct {
+	n                   int
+	w, wr, wrr, wy, wry float64
+}
+
+func (f *costFit) add(r, y float64) {
+	k := 1 - 1.0/fitMemory
+	f.w, f.wr, f.wrr, f.wy, f.wry = k*f.w+1, k*f.wr+r, k*f.wrr+r*r, k*f.wy+y, k*f.wry+r*y
+	f.n++
+}
+
+// line returns the fit's a and b, and whether the steps' rows vary
+// enough to tell b: otherwise b is 0 and a the mean.
+func (f *costFit) line() (a, b float64, ok bool) {
+	if f.w <= 0 {
+		return 1, 0, false
+	}
+	v := f.wrr*f.w - f.wr*f.wr // w² times the rows' variance
+	if v <= 1e-9*f.w*f.w || v < 0.25*f.w {
+		return f.wy / f.w, 0, false
+	}
+	b = (f.wry*f.w - f.wr*f.wy) / v
+	a = (f.wy - b*f.wr) / f.w
+	return a, b, true
 }
 
 type option struct {
 	shape Shape
 	n     int
-	// logRel is the log of the option's step time relative to the
-	// tier's time base: for Off the median of rels, its latest measures
-	// (each a step's log time against the base then), oldest at
-	// rels[n%relWindow] once full, for the others a running mean; acc its
-	// mean accepted draft tokens per sequence-step.
-	logRel float64
-	rels   [relWindow]float64
-	acc    float64
+	// acc is the option's mean accepted draft tokens per sequence-step,
+	// rows its mean rows drafted per sequence-step (an n-gram tree is
+	// empty where nothing matches).
+	acc, rows float64
 	// accN is how many steps acc rests on: the option's own and, for a
 	// chain, those of longer chains (see ObserveNested).
 	accN int
@@ -191,10 +227,40 @@ type option struct {
 	wait, next int
 }
 
+// rowsOf is o's rows drafted per sequence-step: measured once o has
+// played, else its shape's nodes.
+func (o option) rowsOf() float64 {
+	if o.n == 0 {
+		return float64(o.shape.Len())
+	}
+	return o.rows
+}
+
+// kappa returns the tier's cost of a row per sequence, as a share of a
+// plain step, and whether the steps measured it. It may be below zero
+// only as far as the tier's biggest shape keeps a twentieth of a plain
+// step's cost: a backend may run short passes faster than its plain one,
+// never for nothing.
+func (t *tierState) kappa() (float64, bool) {
+	a, b, ok := t.fit.line()
+	if !ok || a <= 0 {
+		return 0, false
+	}
+	k := b / a
+	if k < 0 {
+		most := 1
+		for _, o := range t.options {
+			most = max(most, o.shape.Len())
+		}
+		k = max(k, -0.95/float64(most))
+	}
+	return k, true
+}
+
 // value is o's committed tokens per sequence per unit of the tier's time
 // base: the inverse of its cost per committed token.
-func (o option) value() float64 {
-	return (1 + o.acc) / math.Exp(o.logRel)
+func (t *tierState) value(o option) float64 {
+	return (1 + o.acc) / (1 + t.k*o.rowsOf())
 }
 
 // NewDispatcher returns a dispatcher over tiers (nil: DefaultTiers()).
@@ -311,7 +377,7 @@ func (d *Dispatcher) pick(class []tierState, t *tierState) int {
 		best = slices.IndexFunc(t.options, func(o option) bool { return o.n > 0 })
 	}
 	for i, o := range t.options {
-		if o.n > 0 && o.value() > t.options[best].value()*(1+switchMargin) {
+		if o.n > 0 && t.value(o) > t.value(t.options[best])*(1+switchMargin) {
 			best = i
 		}
 	}
@@ -332,7 +398,7 @@ func (d *Dispatcher) pick(class []tierState, t *tierState) int {
 		if t.best < 0 {
 			for i := range t.options {
 				o := &t.options[i]
-				o.wait, o.next = explore, t.steps+min(int(float64(explore)*slowness(t.options[best], *o)), 64*explore)
+				o.wait, o.next = explore, t.steps+min(int(float64(explore)*slowness(t, t.options[best], *o)), 64*explore)
 			}
 		} else {
 			o := &t.options[t.best]
@@ -349,7 +415,7 @@ func (d *Dispatcher) pick(class []tierState, t *tierState) int {
 			// re-tried k times as rarely, so a budget that costs eight
 			// plain steps on this hardware is not played every few
 			// dozen steps.
-			o.next = t.steps + min(int(float64(o.wait)*slowness(t.options[best], *o)), 64*explore)
+			o.next = t.steps + min(int(float64(o.wait)*slowness(t, t.options[best], *o)), 64*explore)
 			close := closeRun
 			if o.shape.Off() {
 				// Off is the baseline every other option must beat:
@@ -358,7 +424,7 @@ func (d *Dispatcher) pick(class []tierState, t *tierState) int {
 				// interval until speculation clearly wins.
 				close = closeOff
 			}
-			if o.value() < close*t.options[best].value() && (!o.shape.Off() || o.n >= trusted) {
+			if t.value(*o) < close*t.value(t.options[best]) && (!o.shape.Off() || o.n >= trusted) {
 				o.wait = min(2*o.wait, 64*explore)
 			} else {
 				// A close runner-up keeps being re-tried at the base
@@ -376,11 +442,10 @@ func (d *Dispatcher) pick(class []tierState, t *tierState) int {
 // prior is what a tier's measurements say of an option not yet tried.
 type prior struct {
 	ok bool
-	// offRel is Off's relative step time; perNode the extra step time
-	// per node of a sequence's tree, as a share of Off's; perAcc the
-	// most accepted drafts per node an option may hope for when its shape
-	// was measured nowhere; best the best measured value.
-	offRel, perNode, perAcc, best float64
+	// perNode is the tier's cost of a row (kappa); perAcc the most
+	// accepted drafts per node an option may hope for when its shape was
+	// measured nowhere; best the best measured value.
+	perNode, perAcc, best float64
 }
 
 // priorWeight is the weight, in observations, of a full acceptance in the
@@ -389,39 +454,33 @@ type prior struct {
 // look hopeless.
 const priorWeight = 2
 
-// prior fits the tier's cost per tree node through the options measured
-// so far (least squares through Off: a pass over more rows costs more, by
-// whatever the backend's kernels make it), and takes the best accepted
-// drafts per node any of them showed (fewer nodes accept more per node:
-// the first draft of a chain, or the likeliest node of a tree, is the
-// likeliest to be accepted), shrunk towards full acceptance by
-// priorWeight.
+// prior takes the tier's cost per row from its fit, once Off and a shape
+// that drafts have played, and the best accepted drafts per node any
+// option showed (fewer nodes accept more per node: the first draft of a
+// chain, or the likeliest node of a tree, is the likeliest to be
+// accepted), shrunk towards full acceptance by priorWeight.
 func (t *tierState) prior() prior {
 	var p prior
 	off := slices.IndexFunc(t.options, func(o option) bool { return o.shape.Off() })
 	if off < 0 || t.options[off].n == 0 {
 		return p
 	}
-	p.offRel = math.Exp(t.options[off].logRel)
-	var num, den float64
+	k, ok := t.kappa()
+	drafted := false
 	for _, o := range t.options {
 		if o.n == 0 {
 			continue
 		}
-		p.best = max(p.best, o.value())
+		p.best = max(p.best, t.value(o))
 		l := float64(o.shape.Len())
 		if l == 0 {
 			continue
 		}
-		w := float64(min(o.n, 16))
-		num += w * l * (math.Exp(o.logRel)/p.offRel - 1)
-		den += w * l * l
+		drafted = true
 		n := float64(o.n)
 		p.perAcc = max(p.perAcc, (n*o.acc+priorWeight*l)/(n+priorWeight)/l)
 	}
-	if den > 0 {
-		p.ok, p.perNode = true, max(num/den, 0)
-	}
+	p.ok, p.perNode = ok && drafted, max(k, 0)
 	return p
 }
 
@@ -455,18 +514,18 @@ func (p prior) hopeless(o option, acc float64) bool {
 	if acc < 0 {
 		acc = l * min(p.perAcc, 1)
 	}
-	return (1+acc)/(p.offRel*(1+p.perNode*l)) < closeRun*p.best
+	return (1+acc)/(1+p.perNode*l) < closeRun*p.best
 }
 
 // slowness is how many times slower than the leader o measures, at least
 // 1 and at most 16. Off is never slowed down: it is the baseline every
 // other option must beat, and one unlucky measurement of it must not keep
 // it from being checked again.
-func slowness(leader, o option) float64 {
+func slowness(t *tierState, leader, o option) float64 {
 	if o.n == 0 || o.shape.Off() {
 		return 1
 	}
-	return min(max(leader.value()/o.value(), 1), 16)
+	return min(max(t.value(leader)/t.value(o), 1), 16)
 }
 
 // Observe records a class-0 step; see ObserveClass.
@@ -477,12 +536,27 @@ func (d *Dispatcher) Observe(load, batch int, s Shape, tokens int, elapsed time.
 // ObserveClass records a step in which batch sequences of class, run with
 // shape s, committed tokens tokens (accepted drafts plus one per sequence)
 // in elapsed time (the whole step's), picked by PickClass(class, load):
-// load chooses the tier, as it did for the pick. The pick PickClass
-// returned last gets the credit when s is it or its main chain (a caller
-// that verifies only chains cut it so), so a budget is measured by what
-// it yields on the caller's backend; another s counts for the option of
-// its name.
+// load chooses the tier, as it did for the pick. Each sequence is taken to
+// have drafted the nodes of the option credited (see ObserveRows).
 func (d *Dispatcher) ObserveClass(class, load, batch int, s Shape, tokens int, elapsed time.Duration) {
+	d.observe(class, load, batch, s, tokens, -1, elapsed)
+}
+
+// ObserveRows is ObserveClass for a caller that counts the rows the
+// step's sequences of class drafted (a drafter that found nothing to
+// draft, a tree cut to the room it got, drafts fewer than s's nodes). The
+// pick PickClass returned last gets the credit when s is it or its main
+// chain (a caller that verifies only chains cut it so), so a budget is
+// measured by what it yields on the caller's backend; another s counts
+// for the option of its name.
+func (d *Dispatcher) ObserveRows(class, load, batch int, s Shape, tokens, rows int, elapsed time.Duration) {
+	if rows >= 0 {
+		d.observe(class, load, batch, s, tokens, rows, elapsed)
+	}
+}
+
+// observe is ObserveRows; rows < 0 stands for the credited option's nodes.
+func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, elapsed time.Duration) {
 	t := d.tier(class, load)
 	if t == nil || elapsed <= 0 || batch <= 0 {
 		return
@@ -503,43 +577,40 @@ func (d *Dispatcher) ObserveClass(class, load, batch int, s Shape, tokens int, e
 		return
 	}
 	o := &t.options[at]
-	lt := math.Log(elapsed.Seconds())
-	acc := float64(tokens-batch) / float64(batch)
-	if !t.based {
-		t.logBase, t.based = lt, true
+	if rows < 0 {
+		rows = batch * o.shape.Len()
 	}
-	if at != t.best || o.n < trusted {
-		// A re-try, a warm-up step or a leader's step while its cost
-		// rests on few steps is judged against the base, which the
-		// steps before it set: the load now.
-		r := lt - t.logBase
-		o.rels[o.n%relWindow] = r
-		if o.shape.Off() {
-			// Off's steps all do the same work: their spread is noise,
-			// which the median ignores.
-			o.logRel = median(o.rels[:min(o.n+1, relWindow)])
-		} else {
-			// A drafting shape's steps vary for real (an n-gram tree is
-			// empty where nothing matches, large where much does), and
-			// throughput follows their mean, not their typical step;
-			// its first few steps count evenly.
-			o.logRel += max(1/float64(o.n+1), a) * (r - o.logRel)
+	lt := math.Log(elapsed.Seconds())
+	r := float64(rows) / float64(batch)
+	if !t.based {
+		t.logBase, t.a, t.based = lt, 1, true
+	}
+	// The step's time relative to the base the steps before it set (the
+	// load now) goes into the fit; then the base follows the load, as
+	// far as the fit explains this step's time. The base is in the fit's
+	// units (a plain step takes a of it), so the fit's older steps stay
+	// comparable with its new ones as the base moves.
+	y := math.Exp(lt - t.logBase)
+	if t.fit.n >= fitAfter {
+		if p := t.a * (1 + t.k*r); p > 0 {
+			y = min(max(y, p/fitClip), p*fitClip)
 		}
 	}
-	if o.n >= trusted {
-		// The base follows the load, judged by the option's known
-		// cost. The leader's own cost stays as it was measured beside
-		// the others: with only it playing, a change of its step time
-		// is the load's.
-		t.logBase += a * min(max(lt-o.logRel-t.logBase, -loadStep), loadStep)
-	}
+	t.fit.add(r, y)
+	t.a, _, _ = t.fit.line()
+	t.a = max(t.a, 1e-3)
+	t.k, _ = t.kappa()
+	cost := t.a * max(1+t.k*r, 0.05)
+	t.logBase += a * min(max(lt-math.Log(cost)-t.logBase, -loadStep), loadStep)
 	if t.batch == 0 {
 		t.batch = float64(batch)
 	}
 	t.batch += a * (float64(batch) - t.batch)
 	o.n++
 	o.accN++
+	acc := float64(tokens-batch) / float64(batch)
 	o.acc += max(1/float64(o.accN), accA) * (acc - o.acc)
+	o.rows += max(1/float64(o.n), accA) * (r - o.rows)
 }
 
 // ObserveNested records, for the chains of class's tier at load shorter
@@ -583,22 +654,6 @@ func (d *Dispatcher) ObserveNested(class, load int, s Shape, accepted, drafted [
 	}
 }
 
-// median returns the median of v (the mean of the middle two when their
-// number is even), reordering v's copy, not v.
-func median(v []float64) float64 {
-	var w [relWindow]float64
-	c := w[:copy(w[:], v)]
-	slices.Sort(c)
-	n := len(c)
-	if n == 0 {
-		return 0
-	}
-	if n%2 == 1 {
-		return c[n/2]
-	}
-	return (c[n/2-1] + c[n/2]) / 2
-}
-
 // ShapeStats is one option's measurements.
 type ShapeStats struct {
 	Shape string
@@ -626,7 +681,7 @@ func (d *Dispatcher) ClassStats(class, load int) []ShapeStats {
 	for i, o := range t.options {
 		out[i] = ShapeStats{Shape: o.shape.Name, Steps: o.n, Accepted: o.acc}
 		if o.n > 0 {
-			out[i].TokensPerSec = t.batch * (1 + o.acc) / math.Exp(t.logBase+o.logRel)
+			out[i].TokensPerSec = t.batch * (1 + o.acc) / (math.Exp(t.logBase) * t.a * (1 + t.k*o.rowsOf()))
 		}
 	}
 	return out

@@ -245,3 +245,129 @@ func TestDispatcherEmptyTrees(t *testing.T) {
 		t.Errorf("have %.3f of the best value; want ≥ 0.9", mean)
 	}
 }
+
+// TestDispatcherRowCost: a step's time is modelled as the load's time
+// base times 1 + κ·rows, fitted through every step, so neither Off nor a
+// shape is judged by the few re-tries that a burst, a lull or a run of
+// empty trees happened to hit. Each case plays the default b=1 tier on a
+// fake clock (plain step 1 ms, κ of it per drafted row, with noise) with
+// sequences that draft only where they "match" (an n-gram drafter: the
+// conversation quotes itself in runs, so matches come in runs too) and
+// accept each draft with chance alpha when they do; rows are counted as
+// the step does. The dispatcher must play near the best value and its
+// estimate of Off against the leader must be near the truth. With each
+// option's time its own (a running mean of its steps, Off's a median,
+// the leader's frozen after eight of them), the runs of matches made the
+// choice follow which phase an option was re-tried in.
+func TestDispatcherRowCost(t *testing.T) {
+	type world struct {
+		r     *rand.Rand
+		match bool
+		load  float64
+	}
+	for _, tc := range []struct {
+		name  string
+		kappa float64 // a drafted row's cost, in plain steps
+		alpha float64 // per-draft acceptance where the drafter matched
+		// stay is the chance that a step matches as the one before it
+		// did; share the steady share of steps that match.
+		stay, share float64
+		noise       float64 // log-normal spread of a step's time
+		tail        float64 // the chance that a step is three times slower
+		drift       float64 // log-normal step of the load, per step
+		seeds       int
+		want        float64 // the least mean share of the best value
+	}{
+		{name: "matches in long runs", kappa: 0.25, alpha: 0.6, stay: 0.97, share: 0.5, noise: 0.1, tail: 1.0 / 12, seeds: 8, want: 0.93},
+		{name: "matches in short runs", kappa: 0.25, alpha: 0.6, stay: 0.8, share: 0.5, noise: 0.1, tail: 1.0 / 12, seeds: 8, want: 0.93},
+		{name: "rare matches, dear rows", kappa: 0.4, alpha: 0.55, stay: 0.95, share: 0.3, noise: 0.15, tail: 1.0 / 10, seeds: 8, want: 0.93},
+		{name: "drifting load", kappa: 0.2, alpha: 0.6, stay: 0.95, share: 0.6, noise: 0.1, drift: 0.05, seeds: 8, want: 0.93},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Accepted drafts of s where it matched: a chain of its depth
+			// (a dynamic tree as a chain of its nodes with a better alpha).
+			acc := func(s Shape) float64 {
+				a, l := tc.alpha, min(s.Len(), s.MaxDepth)
+				if s.Dynamic {
+					a, l = min(a+0.1, 0.95), s.Len()
+				}
+				tok, p := 0.0, 1.0
+				for range l {
+					p *= a
+					tok += p
+				}
+				return tok
+			}
+			value := func(s Shape) float64 {
+				return (1 + tc.share*acc(s)) / (1 + tc.kappa*tc.share*float64(s.Len()))
+			}
+			top := 0.0
+			for _, s := range append(DefaultTiers()[0].Shapes, Off) {
+				top = max(top, value(s))
+			}
+			leave := (1 - tc.stay) * tc.share / (1 - tc.share) // match → no match
+			enter := 1 - tc.stay                               // no match → match
+			mean := 0.0
+			for seed := range uint64(tc.seeds) {
+				w := world{r: rand.New(rand.NewPCG(seed, 21)), load: 1}
+				d := NewDispatcher(nil)
+				picks := map[string]int{}
+				carry := map[string]float64{}
+				got := 0.0
+				const steps, warm = 3000, 200
+				for i := range steps {
+					if w.match && w.r.Float64() < leave || !w.match && w.r.Float64() < enter {
+						w.match = !w.match
+					}
+					s := d.Pick(1)
+					if i >= warm {
+						picks[s.Name]++
+						got += value(s) / top / (steps - warm)
+					}
+					rows, tok := 0, 0.0
+					if w.match && !s.Off() {
+						rows = s.Len()
+						carry[s.Name] += acc(s)
+						tok = math.Floor(carry[s.Name])
+						carry[s.Name] -= tok
+					}
+					w.load = min(max(w.load*math.Exp(tc.drift*w.r.NormFloat64()), 0.5), 2)
+					f := w.load * math.Exp(tc.noise*w.r.NormFloat64())
+					if w.r.Float64() < tc.tail {
+						f *= 3
+					}
+					el := time.Duration(f * (1 + tc.kappa*float64(rows)) * float64(time.Millisecond))
+					d.ObserveRows(0, 1, 1, s, 1+int(tok), rows, el)
+				}
+				mean += got / float64(tc.seeds)
+				stats := d.Stats(1)
+				var off, lead ShapeStats
+				for _, st := range stats {
+					if st.Shape == "off" {
+						off = st
+					}
+					if picks[st.Shape] > picks[lead.Shape] {
+						lead = st
+					}
+				}
+				if lead.Shape != "off" {
+					var leadShape Shape
+					for _, s := range DefaultTiers()[0].Shapes {
+						if s.Name == lead.Shape {
+							leadShape = s
+						}
+					}
+					est := off.TokensPerSec / lead.TokensPerSec
+					truth := value(Off) / value(leadShape)
+					if est < 0.85*truth || est > 1.25*truth {
+						t.Errorf("seed %d: Off measures %.2f of %s's speed; want %.2f (85%% to 125%% of it) (stats %+v)", seed, est, lead.Shape, truth, stats)
+					}
+				}
+				t.Logf("seed %d: picks %v, %.3f of the best value", seed, picks, got)
+			}
+			if mean < tc.want {
+				t.Errorf("have %.3f of the best value; want ≥ %.2f", mean, tc.want)
+			}
+		})
+	}
+}

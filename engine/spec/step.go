@@ -160,6 +160,7 @@ type classPick struct {
 	class        int
 	shape        Shape
 	decs, tokens int
+	rows         int // tree nodes drafted and verified
 	// Per drafting decode: the tokens it accepted and drafted (see
 	// Dispatcher.ObserveNested).
 	accepted, drafted []int
@@ -464,6 +465,7 @@ func (st *Step) Commit(h Host, plain int) StepReport {
 		rep.Tokens += took
 		p := &st.picks[st.pickOf(q.Class)]
 		p.tokens += took - 1 // the one plain decoding commits is counted below
+		p.rows += q.tree.Len()
 		p.accepted = append(p.accepted, min(len(path), took))
 		p.drafted = append(p.drafted, q.room)
 		if held >= 0 && q.slot > 0 {
@@ -483,7 +485,7 @@ func (st *Step) Commit(h Host, plain int) StepReport {
 		// would carry that cost in its measure for long.
 		el := st.clock().Sub(st.start)
 		for _, p := range st.picks {
-			st.disp.ObserveClass(p.class, st.active, p.decs, p.shape, p.decs+p.tokens, el)
+			st.disp.ObserveRows(p.class, st.active, p.decs, p.shape, p.decs+p.tokens, p.rows, el)
 			st.disp.ObserveNested(p.class, st.active, p.shape, p.accepted, p.drafted)
 		}
 	}
