@@ -193,7 +193,14 @@ type costFit struct {
 
 func (f *costFit) add(r, y float64) {
 	k := 1 - 1.0/fitMemory
-	f.w, f.wr, f.wrr, f.wy, f.wry = k*f.w+1, k*f.wr+r, k*f.wrr+r*r, k*f.wy+y, k*f.wry+r*y
+	// A step weighs less the more rows it drafted: a step's cost is not
+	// a straight line in its rows (on a CPU a pass over two rows or more
+	// runs other kernels than a pass over one, and a draft model's
+	// passes cost per depth), and the line must hold where the choice is
+	// made, between Off and the small shapes, rather than be pulled by a
+	// few re-tries of the biggest trees.
+	w := 1 / ((1 + r/4) * (1 + r/4))
+	f.w, f.wr, f.wrr, f.wy, f.wry = k*f.w+w, k*f.wr+w*r, k*f.wrr+w*r*r, k*f.wy+w*y, k*f.wry+w*r*y
 	f.n++
 }
 
