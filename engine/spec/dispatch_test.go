@@ -122,22 +122,8 @@ func TestDispatcherOffMeasure(t *testing.T) {
 				// Off against the option played most: the estimate's
 				// ratio and the true one.
 				stats := d.Stats(1)
-				var off, lead ShapeStats
-				for _, st := range stats {
-					if st.Shape == "off" {
-						off = st
-					}
-					if picks[st.Shape] > picks[lead.Shape] {
-						lead = st
-					}
-				}
+				off, lead, leadShape := offAndLeader(stats, picks)
 				if lead.Shape != "off" {
-					var leadShape Shape
-					for _, s := range DefaultTiers()[0].Shapes {
-						if s.Name == lead.Shape {
-							leadShape = s
-						}
-					}
 					est := off.TokensPerSec / lead.TokensPerSec
 					truth := value(Off) / value(leadShape)
 					// Measured slow, Off keeps losing shapes on; measured
@@ -373,22 +359,8 @@ func TestDispatcherRowCost(t *testing.T) {
 				}
 				mean += got / float64(tc.seeds)
 				stats := d.Stats(1)
-				var off, lead ShapeStats
-				for _, st := range stats {
-					if st.Shape == "off" {
-						off = st
-					}
-					if picks[st.Shape] > picks[lead.Shape] {
-						lead = st
-					}
-				}
+				off, lead, leadShape := offAndLeader(stats, picks)
 				if lead.Shape != "off" {
-					var leadShape Shape
-					for _, s := range DefaultTiers()[0].Shapes {
-						if s.Name == lead.Shape {
-							leadShape = s
-						}
-					}
 					est := off.TokensPerSec / lead.TokensPerSec
 					truth := value(Off) / value(leadShape)
 					if !tc.bent && (est < 0.85*truth || est > 1.25*truth) {
@@ -402,4 +374,24 @@ func TestDispatcherRowCost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// offAndLeader returns Off's stats, the stats of the option played most
+// (picks: steps per shape name) and that option's shape among the default
+// tiers', for comparing the dispatcher's estimate of Off with the truth.
+func offAndLeader(stats []ShapeStats, picks map[string]int) (off, lead ShapeStats, leadShape Shape) {
+	for _, st := range stats {
+		if st.Shape == "off" {
+			off = st
+		}
+		if picks[st.Shape] > picks[lead.Shape] {
+			lead = st
+		}
+	}
+	for _, s := range DefaultTiers()[0].Shapes {
+		if s.Name == lead.Shape {
+			leadShape = s
+		}
+	}
+	return off, lead, leadShape
 }
