@@ -790,7 +790,8 @@ return redis.call('XRANGE', KEYS[2], ARGV[2], '+')
 // returned is exactly the log's deltas, and the done record can follow
 // them. Deltas after a gap (entries Redis lost) or an entry that does
 // not decode are not returned. An error means the seal may not have
-// held (Redis): call again. A stream without a log returns nothing.
+// held (Redis): call again; the deltas returned with it are not returned
+// again. A stream without a log returns nothing.
 func (s *Stream) Seal(ctx context.Context) ([]engine.Event, error) {
 	if s.log == "" {
 		return nil, nil
@@ -798,11 +799,22 @@ func (s *Stream) Seal(ctx context.Context) ([]engine.Event, error) {
 	if !s.engineFinal {
 		s.Cancel()
 	}
+	// Deltas a read took from the log but Recv has not returned come
+	// first: lastSeq is the last one read, not the last one returned.
+	var evs []engine.Event
+	rest := s.buf[:0]
+	for _, e := range s.buf {
+		if e.Kind == kindDelta {
+			evs = append(evs, e.Event)
+		} else {
+			rest = append(rest, e)
+		}
+	}
+	s.buf = rest
 	msgs, err := sealScript.Run(ctx, s.c.o.Redis, []string{s.c.k.ks.LogOwner(s.log), s.log}, s.rk, "("+strconv.Itoa(s.lastSeq)+"-0").Slice()
 	if err != nil {
-		return nil, fmt.Errorf("cluster: seal the stream log of %s: %w", s.id, err)
+		return evs, fmt.Errorf("cluster: seal the stream log of %s: %w", s.id, err)
 	}
-	var evs []engine.Event
 	for _, raw := range msgs {
 		// The seal held: an entry that does not decode ends the reply
 		// there, as a gap does (it is no Redis failure to retry).

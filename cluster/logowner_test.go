@@ -167,3 +167,43 @@ func TestSealStopsAtWhatItCannotRead(t *testing.T) {
 		})
 	}
 }
+
+// TestSealReturnsWhatRecvHasNot: a read takes several deltas from the log
+// at once, and Recv returns them one by one; the seal must return those
+// read but not yet returned before the log's newer ones, or the stored
+// reply loses them while the log keeps them.
+func TestSealReturnsWhatRecvHasNot(t *testing.T) {
+	rdb := testredis.Client(t)
+	prefix := testredis.Prefix(t)
+	c := fastClient(t, rdb, prefix)
+	ctx := context.Background()
+	lt := logTarget(prefix, "s", "r1")
+	s := c.newStream("acme/s/r1", "acme/s/r1#1", lt.Key)
+	s.engineFinal = true // no cancel to send
+	rdb.Set(ctx, keyspace.New(prefix).LogOwner(lt.Key), s.rk, time.Minute)
+	add := func(seq int) {
+		t.Helper()
+		v := map[string]any{logText: fmt.Sprint("t", seq), logTokens: strconv.Itoa(seq)}
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: lt.Key, ID: strconv.Itoa(seq) + "-0", Values: v}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for seq := 1; seq <= 3; seq++ {
+		add(seq)
+	}
+	if ev, err := s.Recv(ctx); err != nil || ev.Seq != 1 {
+		t.Fatalf("first delta: %+v, %v", ev, err)
+	}
+	add(4)
+	evs, err := s.Seal(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int
+	for _, ev := range evs {
+		seqs = append(seqs, ev.Seq)
+	}
+	if fmt.Sprint(seqs) != "[2 3 4]" {
+		t.Fatalf("sealed %v after Recv returned delta 1; want [2 3 4]", seqs)
+	}
+}
