@@ -57,7 +57,8 @@ func TestBenchSpecLines(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer closeM()
-			sb := specBench{kind: kind, shape: tc.shape, tokens: 12, rounds: 1}
+			// Two rounds: the second runs the speculative engine first.
+			sb := specBench{kind: kind, shape: tc.shape, tokens: 12, rounds: 2}
 			if err := sb.check(map[bool]string{true: draft}[kind == "draft"]); err != nil {
 				t.Fatal(err)
 			}
