@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/tenants"
 )
 
 // Crash recovery. A turn outlives its socket but not its process: when the
@@ -328,8 +329,29 @@ func (s *Server) attachTurn(ctx context.Context, a attacher, sid, rid, handle st
 	}
 	release := s.holdTurn(id, t)
 	s.mu.Unlock()
+	// The generation runs on, so it keeps a slot of the tenant's
+	// concurrency cap, whatever the cap says now: the dead gateway's lease
+	// (the same holder) lapses with it, and without this one the tenant
+	// could start one more generation per turn taken over.
+	if ten.Limits.MaxConcurrent > 0 {
+		if err := s.limiter.Hold(ctx, ten.ID, tenants.LeaseRequests, id, s.o.LeaseTTL); err != nil {
+			release()
+			return err
+		}
+		s.mu.Lock() // the lease refresher reads it
+		t.leased = true
+		s.mu.Unlock()
+	}
+	releaseLease := func() {
+		if t.leased {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = s.limiter.Release(ctx, ten.ID, tenants.LeaseRequests, id)
+			cancel()
+		}
+	}
 	stream, err := a.Attach(ctx, handle)
 	if err != nil {
+		releaseLease()
 		release()
 		return err
 	}
@@ -340,6 +362,7 @@ func (s *Server) attachTurn(ctx context.Context, a attacher, sid, rid, handle st
 	s.o.Logger.Warn("gateway: took over a dead gateway's turn; its generation goes on", "session", sid, "request", rid, "logged", logged)
 	go func() {
 		defer release()
+		defer releaseLease()
 		defer s.unregisterTurn(sid, rid)
 		t.run()
 	}()

@@ -355,3 +355,54 @@ func TestHandleOutlivesTheSocket(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeoverHoldsAConcurrencySlot: a generation another gateway
+// started and this one took over counts against the tenant's concurrency
+// cap until it ends, as it did on the gateway that died: with a cap of one,
+// a new chat is refused (over_quota, concurrency) while it runs and
+// admitted after.
+func TestTakeoverHoldsAConcurrencySlot(t *testing.T) {
+	e := newEnv(t, nil, "", nil)
+	ctx := context.Background()
+	if _, err := e.store.Update(ctx, "acme", func(tn *tenants.Tenant) error { tn.Limits.MaxConcurrent = 1; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	words := []string{"one ", "two ", "three"}
+	e.gen.gate = make(chan struct{}, 100)
+	e.srv.o.Generator = &attachGen{fakeGenerator: e.gen, words: words}
+	c := e.rawLogin("alice")
+	sid := rawSession(t, c)
+	deadTurn(t, e, sid, "r1", words[:1])
+	if attached, err := e.srv.recoverTurn(ctx, sid, "r1"); err != nil || !attached {
+		t.Fatalf("attached=%v err=%v", attached, err)
+	}
+	other := rawSession(t, c)
+	c.SendJSON(map[string]any{"type": "chat", "session": other, "request": "r2", "content": "b"})
+	if f := c.Read(); f.Type != "error" || f.Code != CodeOverQuota || f.Reason != ReasonConcurrency || f.Request != "r2" {
+		t.Fatalf("have %+v; want over_quota (concurrency) for r2 while the taken-over r1 runs", f)
+	}
+	for range len(words) {
+		e.gen.gate <- struct{}{}
+	}
+	if m := waitReply(t, e, sid, "r1"); m.Content != strings.Join(words, "") {
+		t.Fatalf("stored %+v; want the whole generation", m)
+	}
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		e.srv.mu.Lock()
+		n := len(e.srv.turns)
+		e.srv.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the taken-over turn never ended")
+		}
+	}
+	c.SendJSON(map[string]any{"type": "chat", "session": other, "request": "r3", "content": "c"})
+	for range 10 {
+		e.gen.gate <- struct{}{}
+	}
+	if _, done, errs := c.Collect("r3", 0); done.Type != "done" || len(errs) > 0 {
+		t.Fatalf("have %+v after %+v; want r3 admitted and done once r1 ended", done, errs)
+	}
+}

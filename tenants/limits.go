@@ -3,6 +3,7 @@ package tenants
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -81,6 +82,17 @@ func (l *Limiter) Acquire(ctx context.Context, tenant, kind, holder string, max 
 		return false, fmt.Errorf("tenants: acquire %s lease for %s: %w", kind, tenant, err)
 	}
 	return n == 1, nil
+}
+
+// Hold takes or extends a lease of kind for holder whatever the cap: for
+// work that already runs and is not to be refused (a generation another
+// gateway started and this one took over), which must still count
+// against the cap of the work that comes after it.
+func (l *Limiter) Hold(ctx context.Context, tenant, kind, holder string, ttl time.Duration) error {
+	if err := acquireScript.Run(ctx, l.rdb, []string{l.leaseKey(tenant, kind)}, holder, ttl.Milliseconds(), math.MaxInt32).Err(); err != nil {
+		return fmt.Errorf("tenants: hold %s lease for %s: %w", kind, tenant, err)
+	}
+	return nil
 }
 
 // Refresh extends holders' leases of kind by ttl from now. A lease that
