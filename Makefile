@@ -41,7 +41,7 @@ FUZZ := \
 	./kernels/cpu:FuzzWeightsGGML \
 	./engine/tokenizer:FuzzEncode \
 	./engine/tokenizer:FuzzPreTokenize \
-	./engine/sample:FuzzSample \
+	./kernels/sample:FuzzSample \
 	./engine/model/chat:FuzzRender \
 	./engine/guided:FuzzRegex \
 	./engine/guided:FuzzSchema \

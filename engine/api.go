@@ -14,8 +14,8 @@ import (
 
 	"github.com/specgate/specgate/engine/guided"
 	"github.com/specgate/specgate/engine/model/chat"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/engine/spec"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // Priority is a request's scheduling class. Classes are strict (with aging,

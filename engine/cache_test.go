@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // run submits r, drives the engine until nothing is live, and returns r's

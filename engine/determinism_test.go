@@ -8,10 +8,10 @@ import (
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/engine/spec"
 	"github.com/specgate/specgate/internal/testmodels"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 func loadModel(tb testing.TB, name string) model.Loaded {

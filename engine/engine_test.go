@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 func prompt(rng *rand.Rand, n int) []int32 {

@@ -3,7 +3,7 @@ package engine
 import (
 	"context"
 
-	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // The generation contract. It is declared here, once, and implemented by
@@ -48,7 +48,7 @@ type SessionWarmer interface {
 }
 
 // Sampling is a request's sampling parameters (Request.Sample), named
-// here so the engine's callers need no import of engine/sample.
+// here so the engine's callers need no import of kernels/sample.
 type Sampling = sample.Params
 
 // Generate is Submit behind the Generator contract.

@@ -16,8 +16,8 @@ import (
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/engine/model/synth"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // personSchema bounds every string, number and array, so the language is

@@ -1,8 +1,8 @@
 package engine
 
 import (
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // passLogits is one forward pass's logits as the engine reads them. They
@@ -12,7 +12,7 @@ import (
 // there and only ids reach the host; a row is copied out only for a request
 // that asked for log-probabilities. A backend without those ops has the
 // whole pass copied to the host once and sampled by the reference
-// (engine/sample), which the ops equal token for token.
+// (kernels/sample), which the ops equal token for token.
 type passLogits struct {
 	t   kernels.Tensor  // the pass's logits; nil when it had no rows
 	be  kernels.Backend // that owns t

@@ -11,11 +11,11 @@ import (
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/engine/spec"
 	"github.com/specgate/specgate/internal/testmodels"
 	"github.com/specgate/specgate/kernels"
 	"github.com/specgate/specgate/kernels/cpu"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // samplerCount is the CPU backend with its kernels.Sampler ops counted.

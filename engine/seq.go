@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine/guided"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/engine/spec"
 	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // sequence is one live request, owned by the step goroutine.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/engine/spec"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // repeatPrompts are prompts whose continuation is likely to quote them,

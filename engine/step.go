@@ -7,9 +7,9 @@ import (
 
 	"github.com/specgate/specgate/engine/guided"
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/engine/sched"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // enqueue hands a prepared submission to the scheduler: the request waits,

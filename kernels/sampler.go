@@ -1,7 +1,7 @@
 package kernels
 
 // SampleParams are one request's sampling settings. The zero value is
-// greedy decoding without penalties. engine/sample holds the reference
+// greedy decoding without penalties. kernels/sample holds the reference
 // implementation (its Params is this type) and documents the chain they
 // drive: penalties → top-k → top-p → min-p → temperature → softmax → draw.
 type SampleParams struct {
@@ -49,7 +49,7 @@ type SampleRow struct {
 // host: the engine's per-step sampling, greedy rows and guided masks
 // included, and the draws of speculative verification. A backend without
 // it has its rows downloaded and sampled by the host reference,
-// engine/sample, which is also what every implementation must equal: the
+// kernels/sample, which is also what every implementation must equal: the
 // same token for the same row, settings, mask and history, bit for bit, so
 // a request's text never depends on the backend's choice of path.
 //
@@ -60,7 +60,7 @@ type SampleRow struct {
 // request's log-probabilities are read from the raw row afterwards.
 type Sampler interface {
 	// SampleRows writes to out[i] the token rows[i] draws: exactly what
-	// engine/sample's Sampler.SampleRow(row, rows[i]) returns, which is
+	// kernels/sample's Sampler.SampleRow(row, rows[i]) returns, which is
 	// its Sample(row, History), or SampleMasked(row, Mask, History) when
 	// Mask is not nil.
 	SampleRows(out []int32, logits Tensor, rows []SampleRow)

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels/cpu"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 func runBench(ctx context.Context, args []string) error {

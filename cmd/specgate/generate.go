@@ -12,8 +12,8 @@ import (
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 func runGenerate(ctx context.Context, args []string) error {

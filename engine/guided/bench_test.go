@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // benchSchema is a realistic nested schema: an order with a customer,

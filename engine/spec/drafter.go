@@ -1,7 +1,7 @@
 package spec
 
 import (
-	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // MaskFunc returns the guided-decoding mask of tokens allowed after ctx

@@ -6,8 +6,8 @@ import (
 	"slices"
 
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // DraftModel drafts with a smaller model of the same vocabulary: a small

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/internal/testmodels"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // fakeCands is a drafter's view in which the children of every path are

@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // BadAcceptance makes every Step take drafts unverified until tb ends, so

@@ -9,10 +9,10 @@ import (
 	"github.com/specgate/specgate/engine/model"
 	_ "github.com/specgate/specgate/engine/model/llama"
 	"github.com/specgate/specgate/engine/model/synth"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/internal/testmodels"
 	"github.com/specgate/specgate/kernels"
 	_ "github.com/specgate/specgate/kernels/cpu"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // openBackend opens a CPU backend for the test.

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // TestLosslessGreedy: speculative greedy output equals plain greedy output

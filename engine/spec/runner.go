@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // Config configures a Runner. Seqs and Context are required.

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // chiSquare returns Pearson's statistic of counts against the expected

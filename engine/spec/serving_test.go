@@ -16,8 +16,8 @@ import (
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/engine/spec"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // served is one request's output from the engine.

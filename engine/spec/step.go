@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // MaxTreeNodes bounds the nodes of one sequence's draft tree.

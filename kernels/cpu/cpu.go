@@ -21,8 +21,8 @@ import (
 	"runtime"
 	"unsafe"
 
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 func init() {

@@ -3,18 +3,18 @@ package cpu
 import (
 	"fmt"
 
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // The CPU backend's logits live in host memory already, so its Sampler op
-// is the host reference (engine/sample) run on the tensor's rows in place:
+// is the host reference (kernels/sample) run on the tensor's rows in place:
 // nothing is copied, and the results are the reference's by construction. Rows are independent, so a batch of them is
 // spread over the workers, each with a sampler of its own.
 
 var _ kernels.Sampler = (*Backend)(nil)
 
-// SampleRows is kernels.Sampler's draw: engine/sample's Sampler on each
+// SampleRows is kernels.Sampler's draw: kernels/sample's Sampler on each
 // row, in place.
 func (b *Backend) SampleRows(out []int32, logits kernels.Tensor, rows []kernels.SampleRow) {
 	lt := f32Tensor(logits, "SampleRows")

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // BenchmarkSampleRows compares a step's sampling both ways for a 32000-token

@@ -12,11 +12,11 @@ import (
 
 	"github.com/specgate/specgate/engine/model"
 	_ "github.com/specgate/specgate/engine/model/llama"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/internal/testmodels"
 	"github.com/specgate/specgate/kernels"
 	"github.com/specgate/specgate/kernels/cpu"
 	"github.com/specgate/specgate/kernels/kernelstest"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 func open(tb testing.TB) *Backend {

@@ -8,8 +8,8 @@ import (
 
 	"gorgonia.org/cu"
 
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // MaskLogits changes row rows[i] of logits as kernels.MaskLogitsRef does
@@ -49,7 +49,7 @@ func (b *Backend) MaskLogits(logits kernels.Tensor, rows []int, masks [][]uint64
 
 // Argmax writes to out[i] the index of the largest value of row rows[i] of
 // logits (the lowest index on a tie; NaN never wins; a row of only -Inf or
-// NaN gives 0), as engine/sample.Argmax does. It waits for the device.
+// NaN gives 0), as kernels/sample.Argmax does. It waits for the device.
 func (b *Backend) Argmax(out []int32, logits kernels.Tensor, rows []int) {
 	lt := f32Tensor(logits, "Argmax")
 	if len(out) != len(rows) {
@@ -67,7 +67,7 @@ func (b *Backend) Argmax(out []int32, logits kernels.Tensor, rows []int) {
 }
 
 // SampleParams are one row's sampling settings for Sample, the subset of
-// engine/sample.Params the device applies (penalties stay on the host).
+// kernels/sample.Params the device applies (penalties stay on the host).
 type SampleParams struct {
 	Temperature float32 // 0 or below: greedy
 	TopK        int     // 0, below or ≥ vocab: off
@@ -85,7 +85,7 @@ type sampleArgs struct {
 	_                                            int32
 }
 
-// Sample draws one token per row on the device, following engine/sample's
+// Sample draws one token per row on the device, following kernels/sample's
 // order without penalties: top-k, then top-p on the untempered
 // distribution, then min-p, then softmax at the temperature, then one draw
 // with U in token-id order. Greedy rows (Temperature ≤ 0) and rows whose
@@ -211,7 +211,7 @@ func (b *Backend) SampleRows(out []int32, logits kernels.Tensor, rows []kernels.
 }
 
 // penalised reports whether r's penalties can change a logit, as
-// engine/sample decides it.
+// kernels/sample decides it.
 func penalised(r kernels.SampleRow) bool { return r.Params.Penalties(len(r.History)) }
 
 // penalties are penalize_rows' arguments: per row, the distinct ids of its
@@ -224,7 +224,7 @@ type penalties struct {
 
 // add appends row j of the scratch with r's window: the last RepeatLastN
 // tokens of the history (64 for 0, all for -1), ids outside the
-// vocabulary left out, as engine/sample reads it.
+// vocabulary left out, as kernels/sample reads it.
 func (p *penalties) add(j int, r *kernels.SampleRow, cols int) {
 	window := r.History
 	switch last := r.Params.RepeatLastN; {

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // logitsRows makes n rows of vocab logits with what real rows hold and

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/sample"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // Agreement is how often a draft's greedy token equals a target's.

@@ -15,10 +15,10 @@ import (
 	"github.com/specgate/specgate/engine/model/inflate"
 	_ "github.com/specgate/specgate/engine/model/llama"
 	"github.com/specgate/specgate/engine/model/synth"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/internal/testmodels"
 	"github.com/specgate/specgate/kernels"
 	_ "github.com/specgate/specgate/kernels/cpu"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // small is a shape that keeps the tests fast while adding every kind of

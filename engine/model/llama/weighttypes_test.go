@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/sample"
 	"github.com/specgate/specgate/internal/testmodels"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/sample"
 )
 
 // synthLlamaTypes are the quantized synthetic llama files, one per file
