@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/specgate/specgate/kernels"
 )
@@ -153,6 +154,7 @@ type attnTask struct {
 	chunks int               // tasks per item
 	scale  float32
 	items  []attnItem
+	groups []attnGroup // what a task (per chunk of heads) takes: items of rows of one sequence
 	// A long row's parts leave their unnormalised outputs (chunk·HeadDim
 	// floats a task) in po, and each head's maximum score and sum of
 	// exponents in pm and ps (chunk floats a task), for Attention to
@@ -168,6 +170,24 @@ type attnItem struct {
 	// lo is the row's first position in its sliding window: scores of
 	// positions before it are masked. p0 is the block that holds it.
 	lo int
+}
+
+// attnGroupRows is the most rows one grouped task takes: their scores are
+// all held at once (a verification tree has up to about 16 rows).
+const attnGroupRows = 16
+
+// attnGroupMin is the fewest shared positions worth a grouped task.
+const attnGroupMin = 16
+
+// attnGroup is the items one task takes: a row's item alone, or items of
+// rows of one sequence (a draft tree's rows, a prefill chunk's) that start
+// at the same position and read the same slots up to e. Those positions'
+// keys and values are read and converted once for all of them; every
+// row's arithmetic is the one it gets alone.
+type attnGroup struct {
+	n int // items in m
+	e int // the members' positions before e are shared
+	m [attnGroupRows]int32
 }
 
 // attnPart is the most positions (in whole blocks) one task takes of a
@@ -238,19 +258,22 @@ func (b *Backend) attend(d, qt *Tensor, kv *KV, layer int, a kernels.Attn, tree 
 		}
 	}
 	b.attnItems = items
+	group := a.Heads / a.KVHeads
+	groups, shared := b.attnGroups(a, tree, kv, items, group)
 	// Enough tasks to keep every worker busy (a single short decode row
 	// too), each as wide as possible: split the kv heads into the fewest
-	// chunks that give about two tasks per worker.
-	group := a.Heads / a.KVHeads
+	// chunks that give about two tasks per worker. Grouped tasks hold
+	// every member's scores at once, so they take at most 32 heads, which
+	// keeps those in L2.
 	chunks := 1
-	for chunks < a.KVHeads && len(items)*chunks < 2*b.threads {
+	for chunks < a.KVHeads && (len(groups)*chunks < 2*b.threads || shared && a.Heads/chunks > 32) {
 		chunks++
 		for a.KVHeads%chunks != 0 {
 			chunks++
 		}
 	}
 	t := attnTask{b: b, dst: d, q: qt, kv: kv, layer: layer, a: a, tree: tree, group: group,
-		chunk: a.Heads / chunks, chunks: chunks, scale: scale, items: items}
+		chunk: a.Heads / chunks, chunks: chunks, scale: scale, items: items, groups: groups}
 	if parts > 0 {
 		no, nm := parts*a.Heads*a.HeadDim, parts*a.Heads
 		if cap(b.attnPart) < no+2*nm {
@@ -261,9 +284,9 @@ func (b *Backend) attend(d, qt *Tensor, kv *KV, layer int, a kernels.Attn, tree 
 	b.attn = t
 	grain := 1
 	if work*a.Heads*a.HeadDim < 1<<14 {
-		grain = len(items) * chunks
+		grain = len(groups) * chunks
 	}
-	b.pool.run(&b.attn, len(items)*chunks, grain)
+	b.pool.run(&b.attn, len(groups)*chunks, grain)
 	if parts > 0 {
 		b.attn.merge()
 	}
@@ -310,105 +333,281 @@ func (t *attnTask) merge() {
 }
 
 func (t *attnTask) run(wk, lo, hi int) {
-	a := &t.a
-	hd, w := a.HeadDim, t.kv.spec.Width
-	f16 := t.kv.f16()
-	var K, V []float32
-	var K16, V16 []uint16
-	if f16 {
-		K16, V16 = t.kv.k16[t.layer], t.kv.v16[t.layer]
-	} else {
-		K, V = t.kv.k[t.layer], t.kv.v[t.layer]
-	}
 	sc := &t.b.scratch[wk]
-	for item := lo; item < hi; item++ {
-		it, c := t.items[item/t.chunks], item%t.chunks
-		r, h0 := it.r, c*t.chunk
-		nh := t.chunk
-		p0, n := it.p0, it.p1-it.p0 // the item's positions, from p0
-		qrow, orow := t.q.row(r), t.dst.row(r)
-		if n == 0 {
-			clear(orow[h0*hd : (h0+nh)*hd])
+	for task := lo; task < hi; task++ {
+		g, c := &t.groups[task/t.chunks], task%t.chunks
+		if g.n > 1 && t.chunk%8 == 0 {
+			t.runGroup(sc, g, c)
 			continue
 		}
-		// s holds the scores, position-major (nh per position, so one
-		// call fills a position's scores for the whole chunk), padded
-		// with -Inf to whole stretches of 8 positions for softmaxPos; qs
-		// is the chunk's query times the scale, which also frees out to
-		// overwrite q (dst may be q).
-		np := (n + 7) &^ 7
-		need := np*nh + nh*hd + softmaxScratch(nh)
-		if cap(sc.att) < need {
-			sc.att = make([]float32, need+need/2)
-		}
-		s := sc.att[:np*nh]
-		qs := sc.att[np*nh : np*nh+nh*hd]
-		soft := sc.att[np*nh+nh*hd : need]
-		for i, x := range qrow[h0*hd : (h0+nh)*hd] {
-			qs[i] = x * t.scale
-		}
-		// A run of consecutive slots (a block's, or one tree slot): the
-		// F16 kernels take it in one call, the F32 ones one position at a
-		// time. Positions (from p0) are indexed from 0 here.
-		kv0 := (h0 / t.group) * hd
-		for p, e, base := 0, 0, 0; p < n; p = e {
-			base, e = t.span(r, p0+p, p0+n)
-			e -= p0
-			if f16 {
-				dotsF16(qs, K16[base+kv0:base+(e-p)*w], hd, t.group, w, s[p*nh:e*nh])
-				continue
-			}
-			for j := p; j < e; j++ {
-				o, end := base+(j-p)*w+kv0, base+(j-p+1)*w
-				dotsF32(qs, K[o:end], hd, t.group, s[j*nh:(j+1)*nh])
-			}
-		}
-		if a.SoftCap > 0 {
-			kernels.SoftCapRef(s[:n*nh], a.SoftCap)
-		}
-		// Masked positions (out of the window, padding) are set after
-		// the cap, as GGML adds its mask to capped scores.
-		for i := range max(0, min(n, it.lo-p0)) * nh {
-			s[i] = negInf
-		}
-		for i := n * nh; i < len(s); i++ {
-			s[i] = negInf
-		}
-		mx, sum := softmaxPos(s, nh, soft)
-		out := orow[h0*hd : (h0+nh)*hd]
-		if it.part >= 0 {
-			// A part of a long row: merge normalises.
-			j := (it.part*t.chunks + c) * nh
-			out = t.po[j*hd : (j+nh)*hd]
-			copy(t.pm[j:j+nh], mx)
-			copy(t.ps[j:j+nh], sum)
-		}
-		clear(out)
-		for p, e, base := 0, 0, 0; p < n; p = e {
-			base, e = t.span(r, p0+p, p0+n)
-			e -= p0
-			if f16 {
-				axpysF16(out, s[p*nh:e*nh], V16[base+kv0:base+(e-p)*w], hd, t.group, w)
-				continue
-			}
-			for j := p; j < e; j++ {
-				o, end := base+(j-p)*w+kv0, base+(j-p+1)*w
-				axpysF32(out, s[j*nh:(j+1)*nh], V[o:end], hd, t.group)
-			}
-		}
-		if it.part >= 0 {
-			continue
-		}
-		// The weights were left unnormalised: dividing the nh·hd outputs
-		// by their head's sum is cheaper than dividing the n·nh weights.
-		for h := range nh {
-			inv := 1 / sum[h]
-			oh := out[h*hd : (h+1)*hd]
-			for i := range oh {
-				oh[i] *= inv
-			}
+		for _, m := range g.m[:g.n] {
+			t.runItem(sc, t.items[m], c)
 		}
 	}
+}
+
+// runItem computes one item for chunk c of heads.
+func (t *attnTask) runItem(sc *workerScratch, it attnItem, c int) {
+	hd, nh := t.a.HeadDim, t.chunk
+	r, h0 := it.r, c*nh
+	n := it.p1 - it.p0 // the item's positions, from p0
+	qrow, orow := t.q.row(r), t.dst.row(r)
+	if n == 0 {
+		clear(orow[h0*hd : (h0+nh)*hd])
+		return
+	}
+	// s holds the scores, position-major (nh per position, so one call
+	// fills a position's scores for the whole chunk), padded with -Inf to
+	// whole stretches of 8 positions for softmaxPos; qs is the chunk's
+	// query times the scale, which also frees out to overwrite q (dst may
+	// be q).
+	np := (n + 7) &^ 7
+	need := np*nh + nh*hd + softmaxScratch(nh)
+	if cap(sc.att) < need {
+		sc.att = make([]float32, need+need/2)
+	}
+	s := sc.att[:np*nh]
+	qs := sc.att[np*nh : np*nh+nh*hd]
+	soft := sc.att[np*nh+nh*hd : need]
+	for i, x := range qrow[h0*hd : (h0+nh)*hd] {
+		qs[i] = x * t.scale
+	}
+	t.scores(r, h0, it.p0, it.p0, it.p1, qs, s)
+	mx, sum := t.softmax(it, s, soft)
+	t.keepPart(it, c, mx, sum)
+	out := t.outOf(it, c)
+	clear(out)
+	t.accumulate(r, h0, it.p0, it.p0, it.p1, s, out)
+	t.normalize(it, out, sum)
+}
+
+// scores sets s[(p−p0)·nh+h] to the scores of row r's positions from to
+// end, for the chunk's heads from h0 (nh of them): one call per run of
+// consecutive slots (a block's, or one tree slot) for the F16 kernels, one
+// per position for the F32 ones.
+func (t *attnTask) scores(r, h0, p0, from, end int, qs, s []float32) {
+	hd, w, nh := t.a.HeadDim, t.kv.spec.Width, t.chunk
+	kv0 := (h0 / t.group) * hd
+	for p, e, base := from, 0, 0; p < end; p = e {
+		base, e = t.span(r, p, end)
+		if t.kv.f16() {
+			dotsF16(qs, t.kv.k16[t.layer][base+kv0:base+(e-p)*w], hd, t.group, w, s[(p-p0)*nh:(e-p0)*nh])
+			continue
+		}
+		K := t.kv.k[t.layer]
+		for j := p; j < e; j++ {
+			o, end := base+(j-p)*w+kv0, base+(j-p+1)*w
+			dotsF32(qs, K[o:end], hd, t.group, s[(j-p0)*nh:(j-p0+1)*nh])
+		}
+	}
+}
+
+// accumulate adds to out the values of row r's positions from to end
+// weighted by s (indexed as scores indexes it), in order of position.
+func (t *attnTask) accumulate(r, h0, p0, from, end int, s, out []float32) {
+	hd, w, nh := t.a.HeadDim, t.kv.spec.Width, t.chunk
+	kv0 := (h0 / t.group) * hd
+	for p, e, base := from, 0, 0; p < end; p = e {
+		base, e = t.span(r, p, end)
+		if t.kv.f16() {
+			axpysF16(out, s[(p-p0)*nh:(e-p0)*nh], t.kv.v16[t.layer][base+kv0:base+(e-p)*w], hd, t.group, w)
+			continue
+		}
+		V := t.kv.v[t.layer]
+		for j := p; j < e; j++ {
+			o, end := base+(j-p)*w+kv0, base+(j-p+1)*w
+			axpysF32(out, s[(j-p0)*nh:(j-p0+1)*nh], V[o:end], hd, t.group)
+		}
+	}
+}
+
+// softmax caps, masks and pads an item's scores s (whole stretches of 8
+// positions) and replaces them by their unnormalised exponents; it
+// returns each head's maximum and sum, in soft.
+func (t *attnTask) softmax(it attnItem, s, soft []float32) (mx, sum []float32) {
+	nh, n := t.chunk, it.p1-it.p0
+	if t.a.SoftCap > 0 {
+		kernels.SoftCapRef(s[:n*nh], t.a.SoftCap)
+	}
+	// Masked positions (out of the window, padding) are set after the
+	// cap, as GGML adds its mask to capped scores.
+	for i := range max(0, min(n, it.lo-it.p0)) * nh {
+		s[i] = negInf
+	}
+	for i := n * nh; i < len(s); i++ {
+		s[i] = negInf
+	}
+	return softmaxPos(s, nh, soft)
+}
+
+// outOf returns where an item's output for chunk c goes: the row's, or for
+// a part of a long row the part's buffer.
+func (t *attnTask) outOf(it attnItem, c int) []float32 {
+	hd, nh := t.a.HeadDim, t.chunk
+	if it.part < 0 {
+		return t.dst.row(it.r)[c*nh*hd : (c+1)*nh*hd]
+	}
+	j := (it.part*t.chunks + c) * nh
+	return t.po[j*hd : (j+nh)*hd]
+}
+
+// keepPart keeps a part's maxima and sums for merge.
+func (t *attnTask) keepPart(it attnItem, c int, mx, sum []float32) {
+	if it.part < 0 {
+		return
+	}
+	j := (it.part*t.chunks + c) * t.chunk
+	copy(t.pm[j:j+t.chunk], mx)
+	copy(t.ps[j:j+t.chunk], sum)
+}
+
+// normalize divides a whole row's outputs by their head's sum (a part's
+// are left for merge): cheaper than dividing the n·nh weights.
+func (t *attnTask) normalize(it attnItem, out, sum []float32) {
+	if it.part >= 0 {
+		return
+	}
+	hd := t.a.HeadDim
+	for h := range t.chunk {
+		inv := 1 / sum[h]
+		oh := out[h*hd : (h+1)*hd]
+		for i := range oh {
+			oh[i] *= inv
+		}
+	}
+}
+
+// runGroup computes a group's items for chunk c of heads: the shared
+// positions with the grouped kernels, for every member at once, and each
+// member's own positions after them (a tree row's slots, a causal row's
+// last ones) as runItem does, in order of position, so each member gets
+// runItem's bits.
+func (t *attnTask) runGroup(sc *workerScratch, g *attnGroup, c int) {
+	const tile = 32 // positions spread at a time: 8 KiB, in L1
+	hd, nh, w := t.a.HeadDim, t.chunk, t.kv.spec.Width
+	R, h0, nb := g.n, c*nh, nh/8
+	lead := t.items[g.m[0]]
+	p0, ns := lead.p0, g.e-lead.p0
+	stride := 0 // floats between members' scores
+	for _, m := range g.m[:R] {
+		stride = max(stride, (t.items[m].p1-p0+7)&^7*nh)
+	}
+	qw := nh * hd
+	need := R*stride + 3*R*qw + tile*64 + softmaxScratch(nh) + R*nh
+	if cap(sc.att) < need {
+		sc.att = make([]float32, need+need/2)
+	}
+	buf := sc.att[:need]
+	S, buf := buf[:R*stride], buf[R*stride:]
+	qs, buf := buf[:R*qw], buf[R*qw:]
+	qt, buf := buf[:R*qw], buf[R*qw:]
+	acc, buf := buf[:R*qw], buf[R*qw:]
+	kx, buf := buf[:tile*64], buf[tile*64:]
+	soft, sums := buf[:softmaxScratch(nh)], buf[softmaxScratch(nh):]
+	// qt is each member's scaled query with each block of 8 heads
+	// transposed: vector i of a block holds element i of its 8 heads.
+	for k, m := range g.m[:R] {
+		q, qk, tk := t.q.row(t.items[m].r)[h0*hd:(h0+nh)*hd], qs[k*qw:(k+1)*qw], qt[k*qw:(k+1)*qw]
+		for i, x := range q {
+			qk[i] = x * t.scale
+		}
+		transpose8(tk, qk, nb, 64, 64)
+	}
+	if cap(sc.slots) < ns {
+		sc.slots = make([]int32, ns+ns/2)
+	}
+	slots := sc.slots[:ns]
+	table, bs := t.a.Rows[lead.r].Table, t.kv.spec.BlockSize
+	for j := range slots {
+		p := p0 + j
+		slots[j] = int32(t.slot(table[p/bs]) + p%bs)
+	}
+	kv0 := (h0 / t.group) * hd
+	K, V := t.kv.k16[t.layer][kv0:], t.kv.v16[t.layer][kv0:]
+	for t0 := 0; t0 < ns; t0 += tile {
+		n := min(tile, ns-t0)
+		for b := range nb {
+			spreadG2(kx, K[b*32:], slots[t0:t0+n], w)
+			dotsG2(kx[:n*64], qt[b*64:], S[t0*nh+b*8:], R, qw, nh, stride)
+		}
+	}
+	for k, m := range g.m[:R] {
+		it := t.items[m]
+		s := S[k*stride : k*stride+(it.p1-p0+7)&^7*nh]
+		t.scores(it.r, h0, p0, g.e, it.p1, qs[k*qw:(k+1)*qw], s)
+		mx, sum := t.softmax(it, s, soft)
+		copy(sums[k*nh:(k+1)*nh], sum)
+		t.keepPart(it, c, mx, sum)
+	}
+	clear(acc)
+	for t0 := 0; t0 < ns; t0 += tile {
+		n := min(tile, ns-t0)
+		for b := range nb {
+			spreadG2(kx, V[b*32:], slots[t0:t0+n], w)
+			axpysG2(kx[:n*64], S[t0*nh+b*8:], acc[b*R*64:(b+1)*R*64], nh, stride)
+		}
+	}
+	for k, m := range g.m[:R] {
+		it := t.items[m]
+		out := t.outOf(it, c)
+		transpose8(out, acc[k*64:], nb, 64, R*64)
+		s := S[k*stride : k*stride+(it.p1-p0+7)&^7*nh]
+		t.accumulate(it.r, h0, p0, g.e, it.p1, s, out)
+		t.normalize(it, out, sums[k*nh:(k+1)*nh])
+	}
+}
+
+// attnGroups puts items into groups: an item joins a group of the row
+// before's when the grouped kernels can take them (an F16 cache, heads of
+// 8 in pairs: the stand-in's shape), both start at the same position, and
+// their rows read the same blocks for at least attnGroupMin positions (up
+// to the shorter row's end, or a tree row's prefix). Rows of one sequence
+// come together in a batch, so looking back one row finds them. It
+// reports whether any group has more than one item.
+func (b *Backend) attnGroups(a kernels.Attn, tree []kernels.TreeRow, kv *KV, items []attnItem, group int) ([]attnGroup, bool) {
+	groups, shared := b.attnGroupBuf[:0], false
+	ok := groupedG2 && kv.f16() && a.HeadDim == 8 && group == 2 && a.Heads%8 == 0
+	bs := kv.spec.BlockSize
+	// prev and cur are the groups the row before's and this row's items
+	// are in.
+	prev, cur := b.attnPrev[:0], b.attnCur[:0]
+	for i, it := range items {
+		if i > 0 && items[i-1].r != it.r {
+			prev, cur = cur, prev[:0]
+		}
+		e := it.p1
+		if tree != nil {
+			e = min(e, int(tree[it.r].Prefix))
+		}
+		joined := false
+		for _, gi := range prev {
+			g := &groups[gi]
+			lead := items[g.m[0]]
+			ge := min(g.e, e)
+			if !ok || g.n == attnGroupRows || lead.p0 != it.p0 || ge-it.p0 < attnGroupMin ||
+				!sameBlocks(a.Rows[lead.r].Table, a.Rows[it.r].Table, it.p0/bs, (ge-1)/bs) {
+				continue
+			}
+			g.m[g.n], g.n, g.e = int32(i), g.n+1, ge
+			cur, joined, shared = append(cur, gi), true, true
+			break
+		}
+		if !joined {
+			groups = append(groups, attnGroup{n: 1, e: e})
+			groups[len(groups)-1].m[0] = int32(i)
+			cur = append(cur, len(groups)-1)
+		}
+	}
+	b.attnGroupBuf, b.attnPrev, b.attnCur = groups, prev, cur
+	return groups, shared
+}
+
+// sameBlocks reports whether two block tables agree from block b0 to b1.
+func sameBlocks(x, y []int32, b0, b1 int) bool {
+	if b1 >= len(x) || b1 >= len(y) {
+		return false
+	}
+	return &x[0] == &y[0] || slices.Equal(x[b0:b1+1], y[b0:b1+1])
 }
 
 // rowLen is the number of positions row r attends to.

@@ -15,6 +15,7 @@ func setAttnAsm() {
 	f32ToF16Row = f32ToF16RowAsm
 	colMax, expSub = colMaxAsm, expSubAsm
 	ropeHalves, ropePairs = ropeHalvesAsm, ropePairsAsm
+	groupedG2 = true
 }
 
 //go:noescape
@@ -151,4 +152,69 @@ func ropePairsAsm(v, c, s []float32) {
 	}
 	_, _ = c[n-1], s[n-1]
 	ropePairsAVX(&v[0], &c[0], &s[0], n)
+}
+
+//go:noescape
+func spreadF16G2AVX(dst *float32, kv *uint16, slots *int32, npos, strideb int)
+
+//go:noescape
+func dotsG2AVX(kx, qt, s *float32, npos, nrows, qrowb, sposb, srowb int)
+
+//go:noescape
+func axpysG2AVX(vx, w, acc *float32, npos, nrows, wposb, wrowb int)
+
+// spreadG2 converts, for each slot, the 4 kv heads of 8 halves at
+// kv[slot·stride:] and spreads them over a block of 8 query heads into
+// dst (64 floats a slot: vector i holds element i of kv heads 0 0 1 1 2 2
+// 3 3), the layout dotsG2 and axpysG2 read.
+func spreadG2(dst []float32, kv []uint16, slots []int32, stride int) {
+	if len(slots) == 0 {
+		return
+	}
+	_ = dst[len(slots)*64-1]
+	for _, s := range slots {
+		if s < 0 || int(s)*stride+32 > len(kv) {
+			panic("cpu: spreadG2: slot out of range")
+		}
+	}
+	spreadF16G2AVX(&dst[0], &kv[0], &slots[0], len(slots), 2*stride)
+}
+
+// dotsG2 sets s[r·srow+p·spos+l], for r < nrows and each position p of kx
+// (spread keys), to the dot product of head l of row r's block of query
+// heads (qt[r·qrow:], transposed: element i of head l at i·8+l) with the
+// key it reads: each as dotsF16 forms it, so the bits are the same.
+func dotsG2(kx, qt, s []float32, nrows, qrow, spos, srow int) {
+	npos := len(kx) / 64
+	if npos == 0 || nrows <= 0 {
+		return
+	}
+	_, _ = qt[(nrows-1)*qrow+63], s[(nrows-1)*srow+(npos-1)*spos+7]
+	dotsG2AVX(&kx[0], &qt[0], &s[0], npos, nrows, 4*qrow, 4*spos, 4*srow)
+}
+
+// axpysG2 adds to each row r's block of outputs (acc[r·64:], transposed:
+// element i of head l at i·8+l), in order of position p of vx (spread
+// values), w[r·wrow+p·wpos+l] times the value head l reads: the fused
+// multiply-adds of axpysF16, so the bits are the same.
+func axpysG2(vx, w, acc []float32, wpos, wrow int) {
+	npos, nrows := len(vx)/64, len(acc)/64
+	if npos == 0 || nrows == 0 {
+		return
+	}
+	_ = w[(nrows-1)*wrow+(npos-1)*wpos+7]
+	axpysG2AVX(&vx[0], &w[0], &acc[0], npos, nrows, 4*wpos, 4*wrow)
+}
+
+//go:noescape
+func transpose8AVX(dst, src *float32, n, dstrideb, sstrideb int)
+
+// transpose8 transposes n blocks of 8×8 floats, dst[k·dstride + j·8+i] =
+// src[k·sstride + i·8+j]: the grouped kernels' queries and outputs.
+func transpose8(dst, src []float32, n, dstride, sstride int) {
+	if n <= 0 {
+		return
+	}
+	_, _ = dst[(n-1)*dstride+63], src[(n-1)*sstride+63]
+	transpose8AVX(&dst[0], &src[0], n, 4*dstride, 4*sstride)
 }

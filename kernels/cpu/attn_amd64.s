@@ -647,3 +647,268 @@ a8head1:
 a8done:
 	VZEROUPPER
 	RET
+
+// The grouped kernels below take several query rows of one sequence over
+// the same run of positions, for heads of 8 with two query heads per kv
+// head, in an F16 cache. A block is 8 query heads (4 kv heads), and a
+// vector holds one element of a position's key (or value) for the 8
+// heads, so a score or an output is formed in the lanes of vertical
+// operations, with no horizontal reduction and no scattered store: a
+// position's keys are converted and spread once for every row, and every
+// row then costs its multiply-adds alone.
+//
+// Each score is formed with the operations dots8F16AVX uses, in the same
+// order: eight products, each a fused multiply-add onto zero (q times k),
+// added as its horizontal tree adds them, ((p0+p1)+(p2+p3)) +
+// ((p4+p5)+(p6+p7)), the lower element first as VHADDPS takes it (which
+// decides the NaN a sum of two NaNs keeps); each output adds its terms in
+// order of position with the same fused multiply-adds as axpys8F16AVX
+// (w times v, onto the sum). So a row gets the same bits from either,
+// which TestGroupedKernelsBits holds them to, NaN payloads included.
+
+DATA grpdup<>+0(SB)/4, $0
+DATA grpdup<>+4(SB)/4, $0
+DATA grpdup<>+8(SB)/4, $1
+DATA grpdup<>+12(SB)/4, $1
+DATA grpdup<>+16(SB)/4, $2
+DATA grpdup<>+20(SB)/4, $2
+DATA grpdup<>+24(SB)/4, $3
+DATA grpdup<>+28(SB)/4, $3
+DATA grpdup<>+32(SB)/4, $4
+DATA grpdup<>+36(SB)/4, $4
+DATA grpdup<>+40(SB)/4, $5
+DATA grpdup<>+44(SB)/4, $5
+DATA grpdup<>+48(SB)/4, $6
+DATA grpdup<>+52(SB)/4, $6
+DATA grpdup<>+56(SB)/4, $7
+DATA grpdup<>+60(SB)/4, $7
+GLOBL grpdup<>(SB), RODATA|NOPTR, $64
+
+// GRPSPREAD converts the 4 kv heads of 8 halves at (SRC) and writes the
+// 8 vectors of their elements spread over a block's query heads to (DST):
+// vector i holds element i of kv heads 0 0 1 1 2 2 3 3. Y14 and Y15 hold
+// grpdup; Y0–Y7 are clobbered.
+#define GRPSPREAD(SRC, DST) \
+	VCVTPH2PS (SRC), Y0 \
+	VCVTPH2PS 16(SRC), Y1 \
+	VCVTPH2PS 32(SRC), Y2 \
+	VCVTPH2PS 48(SRC), Y3 \
+	VUNPCKLPS Y1, Y0, Y4 \
+	VUNPCKHPS Y1, Y0, Y5 \
+	VUNPCKLPS Y3, Y2, Y6 \
+	VUNPCKHPS Y3, Y2, Y7 \
+	VSHUFPS   $0x44, Y6, Y4, Y0 \
+	VSHUFPS   $0xee, Y6, Y4, Y1 \
+	VSHUFPS   $0x44, Y7, Y5, Y2 \
+	VSHUFPS   $0xee, Y7, Y5, Y3 \
+	VPERMPS   Y0, Y14, Y4 \
+	VPERMPS   Y0, Y15, Y5 \
+	VPERMPS   Y1, Y14, Y6 \
+	VPERMPS   Y1, Y15, Y7 \
+	VMOVUPS   Y4, (DST) \
+	VMOVUPS   Y6, 32(DST) \
+	VMOVUPS   Y5, 128(DST) \
+	VMOVUPS   Y7, 160(DST) \
+	VPERMPS   Y2, Y14, Y4 \
+	VPERMPS   Y2, Y15, Y5 \
+	VPERMPS   Y3, Y14, Y6 \
+	VPERMPS   Y3, Y15, Y7 \
+	VMOVUPS   Y4, 64(DST) \
+	VMOVUPS   Y6, 96(DST) \
+	VMOVUPS   Y5, 192(DST) \
+	VMOVUPS   Y7, 224(DST)
+
+// func spreadF16G2AVX(dst *float32, kv *uint16, slots *int32, npos, strideb int)
+// For p < npos ≥ 1: GRPSPREAD of the 4 kv heads at kv + slots[p]·strideb
+// bytes into dst[p·64:].
+TEXT ·spreadF16G2AVX(SB), NOSPLIT, $0-40
+	MOVQ    dst+0(FP), DI
+	MOVQ    kv+8(FP), SI
+	MOVQ    slots+16(FP), BX
+	MOVQ    npos+24(FP), CX
+	MOVQ    strideb+32(FP), R8
+	VMOVUPS grpdup<>+0(SB), Y14
+	VMOVUPS grpdup<>+32(SB), Y15
+
+spnext:
+	MOVLQSX (BX), AX
+	IMULQ   R8, AX
+	ADDQ    SI, AX
+	GRPSPREAD(AX, DI)
+	ADDQ    $4, BX
+	ADDQ    $256, DI
+	DECQ    CX
+	JNZ     spnext
+	VZEROUPPER
+	RET
+
+// GRPPROD sets Yd to the products of query vector i (Y8+i) with element i
+// of the spread keys at off(KX), each a fused multiply-add onto zero.
+#define GRPPROD(off, q, d) \
+	VXORPS      d, d, d \
+	VFMADD231PS off(DX), q, d
+
+// func dotsG2AVX(kx, qt, s *float32, npos, nrows, qrowb, sposb, srowb int)
+// For r < nrows ≥ 1 and p < npos ≥ 1: the 8 scores of row r's block of
+// query heads (qt + r·qrowb bytes: 8 vectors, vector i holding element i
+// of the 8 heads) with the spread keys at kx[p·64:], stored at s + r·srowb
+// + p·sposb bytes.
+TEXT ·dotsG2AVX(SB), NOSPLIT, $0-64
+	MOVQ qt+8(FP), SI
+	MOVQ s+16(FP), DI
+	MOVQ nrows+32(FP), R9
+
+drow:
+	VMOVUPS (SI), Y8
+	VMOVUPS 32(SI), Y9
+	VMOVUPS 64(SI), Y10
+	VMOVUPS 96(SI), Y11
+	VMOVUPS 128(SI), Y12
+	VMOVUPS 160(SI), Y13
+	VMOVUPS 192(SI), Y14
+	VMOVUPS 224(SI), Y15
+	MOVQ    kx+0(FP), DX
+	MOVQ    DI, AX
+	MOVQ    npos+24(FP), CX
+	MOVQ    sposb+48(FP), R10
+
+dpos:
+	GRPPROD(0, Y8, Y0)
+	GRPPROD(32, Y9, Y1)
+	VADDPS  Y1, Y0, Y0 // p0+p1
+	GRPPROD(64, Y10, Y1)
+	GRPPROD(96, Y11, Y2)
+	VADDPS  Y2, Y1, Y1 // p2+p3
+	VADDPS  Y1, Y0, Y0 // (p0+p1)+(p2+p3)
+	GRPPROD(128, Y12, Y1)
+	GRPPROD(160, Y13, Y2)
+	VADDPS  Y2, Y1, Y1
+	GRPPROD(192, Y14, Y2)
+	GRPPROD(224, Y15, Y3)
+	VADDPS  Y3, Y2, Y2
+	VADDPS  Y2, Y1, Y1
+	VADDPS  Y1, Y0, Y0 // low half + high half
+	VMOVUPS Y0, (AX)
+	ADDQ    $256, DX
+	ADDQ    R10, AX
+	DECQ    CX
+	JNZ     dpos
+
+	ADDQ qrowb+40(FP), SI
+	ADDQ srowb+56(FP), DI
+	DECQ R9
+	JNZ  drow
+	VZEROUPPER
+	RET
+
+// func axpysG2AVX(vx, w, acc *float32, npos, nrows, wposb, wrowb int)
+// For r < nrows ≥ 1: the 8 vectors at acc[r·64:] (vector i holding
+// output element i of the block's 8 heads) plus, in order of p < npos ≥ 1,
+// the weights at w + r·wrowb + p·wposb bytes times the spread values at
+// vx[p·64:], by fused multiply-adds.
+TEXT ·axpysG2AVX(SB), NOSPLIT, $0-56
+	MOVQ w+8(FP), SI
+	MOVQ acc+16(FP), DI
+	MOVQ nrows+32(FP), R9
+	MOVQ wposb+40(FP), R10
+
+arow:
+	VMOVUPS (DI), Y8
+	VMOVUPS 32(DI), Y9
+	VMOVUPS 64(DI), Y10
+	VMOVUPS 96(DI), Y11
+	VMOVUPS 128(DI), Y12
+	VMOVUPS 160(DI), Y13
+	VMOVUPS 192(DI), Y14
+	VMOVUPS 224(DI), Y15
+	MOVQ    vx+0(FP), DX
+	MOVQ    SI, AX
+	MOVQ    npos+24(FP), CX
+
+apos:
+	VMOVUPS     (AX), Y0
+	VFMADD231PS (DX), Y0, Y8
+	VFMADD231PS 32(DX), Y0, Y9
+	VFMADD231PS 64(DX), Y0, Y10
+	VFMADD231PS 96(DX), Y0, Y11
+	VFMADD231PS 128(DX), Y0, Y12
+	VFMADD231PS 160(DX), Y0, Y13
+	VFMADD231PS 192(DX), Y0, Y14
+	VFMADD231PS 224(DX), Y0, Y15
+	ADDQ        $256, DX
+	ADDQ        R10, AX
+	DECQ        CX
+	JNZ         apos
+
+	VMOVUPS Y8, (DI)
+	VMOVUPS Y9, 32(DI)
+	VMOVUPS Y10, 64(DI)
+	VMOVUPS Y11, 96(DI)
+	VMOVUPS Y12, 128(DI)
+	VMOVUPS Y13, 160(DI)
+	VMOVUPS Y14, 192(DI)
+	VMOVUPS Y15, 224(DI)
+	ADDQ    $256, DI
+	ADDQ    wrowb+48(FP), SI
+	DECQ    R9
+	JNZ     arow
+	VZEROUPPER
+	RET
+
+// func transpose8AVX(dst, src *float32, n, dstrideb, sstrideb int)
+// Transposes n ≥ 1 blocks of 8×8 floats: dst[j][i] = src[i][j] for the
+// block at src + k·sstrideb into the one at dst + k·dstrideb.
+TEXT ·transpose8AVX(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ dstrideb+24(FP), R8
+	MOVQ sstrideb+32(FP), R9
+
+trnext:
+	VMOVUPS    (SI), Y0
+	VMOVUPS    32(SI), Y1
+	VMOVUPS    64(SI), Y2
+	VMOVUPS    96(SI), Y3
+	VMOVUPS    128(SI), Y4
+	VMOVUPS    160(SI), Y5
+	VMOVUPS    192(SI), Y6
+	VMOVUPS    224(SI), Y7
+	VUNPCKLPS  Y1, Y0, Y8
+	VUNPCKHPS  Y1, Y0, Y9
+	VUNPCKLPS  Y3, Y2, Y10
+	VUNPCKHPS  Y3, Y2, Y11
+	VUNPCKLPS  Y5, Y4, Y12
+	VUNPCKHPS  Y5, Y4, Y13
+	VUNPCKLPS  Y7, Y6, Y14
+	VUNPCKHPS  Y7, Y6, Y15
+	VSHUFPS    $0x44, Y10, Y8, Y0
+	VSHUFPS    $0xee, Y10, Y8, Y1
+	VSHUFPS    $0x44, Y11, Y9, Y2
+	VSHUFPS    $0xee, Y11, Y9, Y3
+	VSHUFPS    $0x44, Y14, Y12, Y4
+	VSHUFPS    $0xee, Y14, Y12, Y5
+	VSHUFPS    $0x44, Y15, Y13, Y6
+	VSHUFPS    $0xee, Y15, Y13, Y7
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y10
+	VPERM2F128 $0x20, Y7, Y3, Y11
+	VPERM2F128 $0x31, Y4, Y0, Y12
+	VPERM2F128 $0x31, Y5, Y1, Y13
+	VPERM2F128 $0x31, Y6, Y2, Y14
+	VPERM2F128 $0x31, Y7, Y3, Y15
+	VMOVUPS    Y8, (DI)
+	VMOVUPS    Y9, 32(DI)
+	VMOVUPS    Y10, 64(DI)
+	VMOVUPS    Y11, 96(DI)
+	VMOVUPS    Y12, 128(DI)
+	VMOVUPS    Y13, 160(DI)
+	VMOVUPS    Y14, 192(DI)
+	VMOVUPS    Y15, 224(DI)
+	ADDQ       R8, DI
+	ADDQ       R9, SI
+	DECQ       CX
+	JNZ        trnext
+	VZEROUPPER
+	RET

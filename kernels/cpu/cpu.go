@@ -106,8 +106,11 @@ type Backend struct {
 	// partial results.
 	attnItems []attnItem
 	attnPart  []float32
-	rows      rowTask
-	samp      sampleTask
+	// attnGroupBuf, attnPrev and attnCur back Attention's groups of items.
+	attnGroupBuf      []attnGroup
+	attnPrev, attnCur []int
+	rows              rowTask
+	samp              sampleTask
 	// samplers are SampleRows' per-worker host samplers, kept for their
 	// scratch buffers.
 	samplers []sample.Sampler
@@ -139,9 +142,10 @@ type Backend struct {
 
 // workerScratch is memory one worker reuses across ops.
 type workerScratch struct {
-	f32 []float32 // weight rows converted to F32 (F16/BF16 MatMul, Gather)
-	att []float32 // attention scores of one (row, chunk of heads)
-	cs  []float32 // RoPE cos/sin pairs of one row
+	f32   []float32 // weight rows converted to F32 (F16/BF16 MatMul, Gather)
+	att   []float32 // attention scores of one (row, chunk of heads), or a group's
+	slots []int32   // a group's shared positions' slots
+	cs    []float32 // RoPE cos/sin pairs of one row
 	// o4 receives the x4 kernels' results; it lives here because a
 	// local passed through a function variable would escape to the heap.
 	o4 [4]float32

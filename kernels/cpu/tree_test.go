@@ -261,3 +261,40 @@ func BenchmarkTreeAttention(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTreeAttentionSeq is one layer of a batch-1 speculative
+// verification step in the speculation stand-in's shape (128 heads of 8
+// over 64 kv heads, F16): R rows of one sequence, a draft chain over a
+// shared prefix of 256 or 512 positions, on one thread. Row 1 is a plain
+// decode; what R rows cost over R times that is the price of a drafted row.
+func BenchmarkTreeAttentionSeq(b *testing.B) {
+	const heads, kvHeads, hd, bs = 128, 64, 8, 16
+	for _, prefix := range []int{256, 512} {
+		for _, rows := range []int{1, 3, 5, 9} {
+			b.Run(fmt.Sprintf("prefix=%d/rows=%d", prefix, rows), func(b *testing.B) {
+				be := open(b, 1)
+				r := rand.New(rand.NewPCG(43, 44))
+				blocks := (prefix+rows)/bs + 1
+				spec := kernels.KVSpec{Layers: 1, Blocks: blocks, BlockSize: bs, Width: kvHeads * hd, DType: kernels.F16}
+				kv := treeFixture(b, be, r, spec, 0)
+				table := make([]int32, blocks)
+				for i := range table {
+					table[i] = int32(i)
+				}
+				a := kernels.Attn{Heads: heads, KVHeads: kvHeads, HeadDim: hd}
+				var tree kernels.TreeMask
+				var chain []int32
+				for i := range rows {
+					chain = append(chain, int32(prefix+i))
+					a.Rows = append(a.Rows, kernels.AttnRow{Table: table, Len: int32(prefix)})
+					tree.Rows = append(tree.Rows, kernels.TreeRow{Prefix: int32(prefix), Slots: slices.Clone(chain)})
+				}
+				q, dst := be.Alloc(rows, heads*hd), be.Alloc(rows, heads*hd)
+				be.Upload(q, randVals(r, rows*heads*hd, 1))
+				loopThreadCPU(b, func() {
+					be.TreeAttention(dst, q, kv, 0, a, tree)
+				})
+			})
+		}
+	}
+}
