@@ -531,7 +531,7 @@ func (b *Backend) runManyK(dsts []kernels.Tensor, xt *Tensor, ws []kernels.Tenso
 		total += wt.rows
 	}
 	grain := total
-	if xt.rows*total*xt.cols >= 1<<15 {
+	if xt.rows*total*xt.cols >= splitWork {
 		grain = max(x8Rows, min(64, total/(b.threads*8))&^(x8Rows-1))
 	}
 	b.pool.run(t, total, grain)
@@ -587,7 +587,7 @@ func (b *Backend) runK(d, xt, wt *Tensor) {
 	}
 	b.kmm = kMatTask{b: b, a: &b.kact, dst: d, w: wt, dot: kDots[wt.dt], x4: x4}
 	grain := m
-	if n*m*k >= 1<<15 {
+	if n*m*k >= splitWork {
 		grain = min(64, max(4, m/(b.threads*8)))
 		if wt.x8 {
 			grain = max(x8Rows, grain&^(x8Rows-1)) // whole groups

@@ -55,11 +55,20 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 	*t = matmulTask{}
 }
 
+// splitWork is the size (rows × weight rows × width) below which a matrix
+// product runs on the calling goroutine alone: a few microseconds of work,
+// less than handing half of it to a helper costs. A helper that has gone
+// idle must be woken first, which takes longer still: a draft model's
+// forward pass (one row, 64 wide) is a string of such products, and
+// splitting just its 512-row output one made the pass a third slower than
+// leaving it on one core.
+const splitWork = 1 << 17
+
 // grain is the chunk of weight rows one worker claims outside the tiled
 // kernels: a multiple of 8, since the Q8_0/Q4_0 kernels take weight rows
 // eight at a time and a shorter chunk runs all eight lanes anyway.
 func (b *Backend) grain(n, m, k int) int {
-	if n*m*k < 1<<15 {
+	if n*m*k < splitWork {
 		return m
 	}
 	return min(64, max(8, m/(b.threads*8))&^7)
@@ -119,7 +128,7 @@ func (b *Backend) tileInput(xt *Tensor, dt kernels.DType) tileAct {
 // tileGrain is the chunk of weight rows one worker claims: whole tiles, so
 // a chunk's last tile is not computed four times over.
 func (b *Backend) tileGrain(n, m, k int) int {
-	if n*m*k < 1<<15 {
+	if n*m*k < splitWork {
 		return m
 	}
 	return min(64, max(tileW, m/(b.threads*8))) &^ (tileW - 1)
@@ -398,10 +407,12 @@ func (t *matmulTask) runFloat(wk, lo, hi int) {
 			gemmPackRow(w, hi-lo, o-lo, t.w.row(o))
 		}
 	case !packed:
+		// The chunk's rows are back to back in both forms, so one call
+		// converts them all: a call per row costs more than the
+		// conversion where rows are short (a small model's 172-wide
+		// F16 rows).
 		w = sc.floats((hi - lo) * k)
-		for o := lo; o < hi; o++ {
-			convertRow(w[(o-lo)*k:(o-lo+1)*k], t.w.dt, t.w.rawRow(o))
-		}
+		convertRow(w, t.w.dt, t.w.raw[lo*t.w.rowBytes:hi*t.w.rowBytes])
 	default:
 		w = sc.floats((hi - lo) * k)
 		if cap(sc.gemm.row) < k {
