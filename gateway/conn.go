@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
 	"strconv"
 	"sync"
@@ -32,12 +31,18 @@ type Connection struct {
 	// onFrame, when set, counts each frame written (metrics).
 	onFrame func(typ string)
 
-	mu         sync.Mutex // protects the fields below
-	queue      []queued
-	queueBytes int
-	closing    bool // no more Sends; the writer flushes, then closes
-	closeCode  int
-	closeText  string
+	mu sync.Mutex // protects the fields below
+	// The queue: the frames' encodings back to back in pend, a newline
+	// between two (the batch separator, so a batch is a slice of pend),
+	// the end of each in ends and its type in types. Frames are encoded
+	// straight into pend and pend trades places with the writer's buffer,
+	// so a delta costs no allocation of its own on its way out.
+	pend      []byte
+	ends      []int
+	types     []string
+	closing   bool // no more Sends; the writer flushes, then closes
+	closeCode int
+	closeText string
 
 	wake    chan struct{} // cap 1: the writer has work
 	closeCh chan struct{} // closed when the connection starts closing
@@ -49,11 +54,6 @@ type Connection struct {
 	// which would make the client lose the frames before the close.
 	readerGone chan struct{}
 	readerOnce sync.Once
-}
-
-type queued struct {
-	typ  string
-	data []byte
 }
 
 func newConnection(ws *websocket.Conn, cfg connConfig, onFrame func(string)) *Connection {
@@ -75,16 +75,30 @@ func newConnection(ws *websocket.Conn, cfg connConfig, onFrame func(string)) *Co
 // blocks. A full queue closes the connection (slow_consumer); Send on a
 // closing connection returns false.
 func (c *Connection) Send(f ServerFrame) bool {
-	b, err := encodeFrame(f)
-	if err != nil {
-		return false
+	var b []byte
+	plain := plainDelta(&f)
+	if !plain {
+		var err error
+		if b, err = json.Marshal(f); err != nil {
+			return false
+		}
 	}
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
 		return false
 	}
-	if len(c.queue) >= c.cfg.queueFrames || c.queueBytes+len(b) > c.cfg.queueBytes {
+	start := len(c.pend)
+	if start > 0 {
+		c.pend = append(c.pend, '\n')
+	}
+	if plain {
+		c.pend = appendDelta(c.pend, &f)
+	} else {
+		c.pend = append(c.pend, b...)
+	}
+	if len(c.ends) >= c.cfg.queueFrames || len(c.pend) > c.cfg.queueBytes {
+		c.pend = c.pend[:start]
 		c.mu.Unlock()
 		// The close frame waits for the writer, which is likely stuck
 		// on the full socket, up to a second: not on the caller, which
@@ -94,8 +108,8 @@ func (c *Connection) Send(f ServerFrame) bool {
 		}
 		return false
 	}
-	c.queue = append(c.queue, queued{typ: f.Type, data: b})
-	c.queueBytes += len(b)
+	c.ends = append(c.ends, len(c.pend))
+	c.types = append(c.types, f.Type)
 	c.mu.Unlock()
 	c.signal()
 	return true
@@ -144,7 +158,7 @@ func (c *Connection) startAbort(code int, text string) bool {
 		c.closing, c.closeCode, c.closeText = true, code, text
 		close(c.closeCh)
 	}
-	c.queue, c.queueBytes = nil, 0
+	c.pend, c.ends, c.types = nil, nil, nil
 	return !already
 }
 
@@ -175,20 +189,38 @@ func (c *Connection) CloseReason() (int, string) {
 	return c.closeCode, c.closeText
 }
 
-// take moves up to n queued frames to batch (emptied first).
-func (c *Connection) take(batch []queued, n int) (_ []queued, closing bool) {
+// take moves up to n queued frames, newline-separated, to msg and their
+// types to types (both emptied first). When it takes every frame, msg's
+// array becomes the queue's: the two buffers trade places, and neither
+// is allocated again once grown.
+func (c *Connection) take(msg []byte, types []string, n int) (_ []byte, _ []string, closing bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := min(n, len(c.queue))
-	batch = append(batch[:0], c.queue[:k]...)
-	c.queue = c.queue[k:]
-	for _, q := range batch {
-		c.queueBytes -= len(q.data)
+	k := min(n, len(c.ends))
+	types = append(types[:0], c.types[:k]...)
+	switch {
+	case k == 0:
+		msg = msg[:0]
+	case k == len(c.ends):
+		msg, c.pend = c.pend, msg[:0]
+		c.ends = c.ends[:0]
+		clear(c.types)
+		c.types = c.types[:0]
+	default:
+		end := c.ends[k-1]
+		msg = append(msg[:0], c.pend[:end]...)
+		rest := copy(c.pend, c.pend[end+1:]) // the newline after the last taken
+		c.pend = c.pend[:rest]
+		m := copy(c.ends, c.ends[k:])
+		c.ends = c.ends[:m]
+		for i := range c.ends {
+			c.ends[i] -= end + 1
+		}
+		m = copy(c.types, c.types[k:])
+		clear(c.types[m:])
+		c.types = c.types[:m]
 	}
-	if len(c.queue) == 0 {
-		c.queue = nil // let the backing array go
-	}
-	return batch, c.closing
+	return msg, types, c.closing
 }
 
 func (c *Connection) writer() {
@@ -196,8 +228,8 @@ func (c *Connection) writer() {
 	defer c.ws.Close()
 	ping := time.NewTicker(c.cfg.pingInterval)
 	defer ping.Stop()
-	var buf bytes.Buffer
-	var batch []queued
+	var msg []byte
+	var types []string
 	// The write deadline moves only when an eighth of it has gone by:
 	// every write still gets most of writeTimeout, and a stream of small
 	// writes does not re-arm the socket's timer each time.
@@ -214,8 +246,8 @@ func (c *Connection) writer() {
 		}
 		for {
 			var closing bool
-			batch, closing = c.take(batch, c.cfg.maxBatch)
-			if len(batch) == 0 {
+			msg, types, closing = c.take(msg, types, c.cfg.maxBatch)
+			if len(types) == 0 {
 				if closing {
 					code, text := c.CloseReason()
 					_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(c.cfg.writeTimeout))
@@ -232,30 +264,30 @@ func (c *Connection) writer() {
 				}
 				break
 			}
-			buf.Reset()
-			for i, q := range batch {
-				if i > 0 {
-					buf.WriteByte('\n')
-				}
-				buf.Write(q.data)
-			}
 			if now := time.Now(); deadline.Sub(now) < c.cfg.writeTimeout-c.cfg.writeTimeout/8 {
 				deadline = now.Add(c.cfg.writeTimeout)
 				_ = c.ws.SetWriteDeadline(deadline)
 			}
-			if err := c.ws.WriteMessage(websocket.TextMessage, buf.Bytes()); err != nil {
+			if err := c.ws.WriteMessage(websocket.TextMessage, msg); err != nil {
 				c.abort(CloseTryAgainLater, ReasonSlowConsumer)
 				return
 			}
 			if c.onFrame != nil {
-				for _, q := range batch {
-					c.onFrame(q.typ)
+				for _, typ := range types {
+					c.onFrame(typ)
 				}
 			}
-			clear(batch) // let the frames go
+			if cap(msg) > idleBufMax {
+				msg = nil // a burst's buffer goes; the usual size stays
+			}
 		}
 	}
 }
+
+// idleBufMax is the largest write buffer a connection keeps between
+// messages: enough for the frames of a reply's deltas, not for a session
+// list or a long resume's batch.
+const idleBufMax = 16 << 10
 
 // encodeFrame is json.Marshal(f), byte for byte, with a fast path for the
 // frame a reply is made of: a delta's encoding is appended by hand, without
@@ -264,14 +296,18 @@ func encodeFrame(f ServerFrame) ([]byte, error) {
 	if !plainDelta(&f) {
 		return json.Marshal(f)
 	}
-	b := make([]byte, 0, 48+len(f.Request)+len(f.Text))
+	return appendDelta(make([]byte, 0, 48+len(f.Request)+len(f.Text)), &f), nil
+}
+
+// appendDelta appends the encoding of f, a plainDelta, to b.
+func appendDelta(b []byte, f *ServerFrame) []byte {
 	b = append(b, `{"type":"delta","request":`...)
 	b = appendJSONString(b, f.Request)
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendInt(b, int64(f.Seq), 10)
 	b = append(b, `,"text":`...)
 	b = appendJSONString(b, f.Text)
-	return append(b, '}'), nil
+	return append(b, '}')
 }
 
 // plainDelta: f is a delta with no field but those encodeFrame writes by

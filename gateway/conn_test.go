@@ -39,7 +39,7 @@ func TestSlowConsumerSendDoesNotBlock(t *testing.T) {
 	queued := func() int {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return len(c.queue)
+		return len(c.ends)
 	}
 	// Frames one at a time, each written before the next, until the
 	// socket is full and the writer stuck on it.
