@@ -475,9 +475,12 @@ func (w *logWriter) dispatch(ctx context.Context) time.Time {
 	}
 	now := time.Now()
 	var next time.Time
-	var batches []logBatch
-	var qs []*logQueue
 	w.mu.Lock()
+	// Sized once: a round holds a step's worth of turns, and growing
+	// these by appending made them the writer's largest garbage.
+	batches := make([]logBatch, 0, len(w.dirty))
+	qs := make([]*logQueue, 0, len(w.dirty))
+	marks := make([]sentMark, len(w.dirty)) // never grows: &marks[i] stay put
 	for q := range w.dirty {
 		q.mu.Lock()
 		switch {
@@ -491,7 +494,8 @@ func (w *logWriter) dispatch(ctx context.Context) time.Time {
 			}
 		default:
 			delete(w.dirty, q)
-			m := &sentMark{q: q, through: q.entries[len(q.entries)-1].Seq}
+			m := &marks[len(batches)]
+			m.q, m.through = q, q.entries[len(q.entries)-1].Seq
 			q.inflight = true
 			// The TTL is renewed now and then, not with every delta:
 			// the done record renews it in full at the end.
@@ -543,7 +547,14 @@ func (w *logWriter) round(ctx context.Context, started time.Time, batches []logB
 			if batches[i].expire || len(batches[i].entries) > 1 { // the script renews too
 				q.renewed = started
 			}
-			q.entries = q.entries[len(batches[i].entries):]
+			if n := len(batches[i].entries); n == len(q.entries) {
+				// The round was the array's last holder: the next
+				// deltas reuse it instead of each allocating anew.
+				clear(q.entries)
+				q.entries = q.entries[:0]
+			} else {
+				q.entries = q.entries[n:]
+			}
 		}
 		again := len(q.entries) > 0 && !q.closed
 		q.mu.Unlock()
