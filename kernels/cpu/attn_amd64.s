@@ -450,7 +450,32 @@ errow:
 	MOVQ DI, AX
 	MOVQ R8, CX
 
+	// Two vectors at a time (EXPPS2), then an odd last one.
+ervec2:
+	CMPQ    CX, $2
+	JLT     ervec
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y4
+	VSUBPS  (DX), Y0, Y0
+	VSUBPS  32(DX), Y4, Y4
+	EXPPS2(Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7)
+	VMOVUPS Y0, (SI)
+	VMOVUPS Y4, 32(SI)
+	VMOVUPS (AX), Y1
+	VMOVUPS 32(AX), Y5
+	VADDPS  Y0, Y1, Y1
+	VADDPS  Y4, Y5, Y5
+	VMOVUPS Y1, (AX)
+	VMOVUPS Y5, 32(AX)
+	ADDQ    $64, SI
+	ADDQ    $64, DX
+	ADDQ    $64, AX
+	SUBQ    $2, CX
+	JMP     ervec2
+
 ervec:
+	TESTQ   CX, CX
+	JZ      errowdone
 	VMOVUPS (SI), Y0
 	VSUBPS  (DX), Y0, Y0
 	EXPPS(Y0, Y1, Y2, Y3)
@@ -461,10 +486,10 @@ ervec:
 	ADDQ    $32, SI
 	ADDQ    $32, DX
 	ADDQ    $32, AX
-	DECQ    CX
-	JNZ     ervec
-	DECQ    R9
-	JNZ     errow
+
+errowdone:
+	DECQ R9
+	JNZ  errow
 	VZEROUPPER
 	RET
 

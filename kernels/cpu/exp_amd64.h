@@ -151,3 +151,52 @@ GLOBL expc<>(SB), RODATA|NOPTR, $416
 	VPADDD       expc<>+EXP_BIAS(SB), T1, T1 \
 	VMULPS       T1, T2, X \
 	VANDNPS      X, T3, X
+
+// EXPPS2 is EXPPS of X (scratch T1-T3) and of U (scratch V1-V3), the two
+// streams' instructions interleaved: each is a chain of about twenty
+// dependent steps, so one alone leaves most of the vector units idle, and
+// the out-of-order window holds too few such chains to fill them. Each
+// lane's operations are EXPPS's, so the results are the same bits.
+#define EXPPS2(X, T1, T2, T3, U, V1, V2, V3) \
+	VMOVUPS      expc<>+EXP_HI(SB), T1 \
+	VMOVUPS      expc<>+EXP_HI(SB), V1 \
+	VMINPS       X, T1, X \
+	VMINPS       U, V1, U \
+	VCMPPS       $1, expc<>+EXP_LO(SB), X, T3 \
+	VCMPPS       $1, expc<>+EXP_LO(SB), U, V3 \
+	VMULPS       expc<>+EXP_LOG2E(SB), X, T1 \
+	VMULPS       expc<>+EXP_LOG2E(SB), U, V1 \
+	VROUNDPS     $0, T1, T1 \
+	VROUNDPS     $0, V1, V1 \
+	VFNMADD231PS expc<>+EXP_LN2HI(SB), T1, X \
+	VFNMADD231PS expc<>+EXP_LN2HI(SB), V1, U \
+	VFNMADD231PS expc<>+EXP_LN2LO(SB), T1, X \
+	VFNMADD231PS expc<>+EXP_LN2LO(SB), V1, U \
+	VMOVUPS      expc<>+EXP_C0(SB), T2 \
+	VMOVUPS      expc<>+EXP_C0(SB), V2 \
+	VFMADD213PS  expc<>+EXP_C1(SB), X, T2 \
+	VFMADD213PS  expc<>+EXP_C1(SB), U, V2 \
+	VFMADD213PS  expc<>+EXP_C2(SB), X, T2 \
+	VFMADD213PS  expc<>+EXP_C2(SB), U, V2 \
+	VFMADD213PS  expc<>+EXP_C3(SB), X, T2 \
+	VFMADD213PS  expc<>+EXP_C3(SB), U, V2 \
+	VFMADD213PS  expc<>+EXP_C4(SB), X, T2 \
+	VFMADD213PS  expc<>+EXP_C4(SB), U, V2 \
+	VFMADD213PS  expc<>+EXP_C5(SB), X, T2 \
+	VFMADD213PS  expc<>+EXP_C5(SB), U, V2 \
+	VMULPS       X, T2, T2 \
+	VMULPS       U, V2, V2 \
+	VFMADD213PS  X, X, T2 \
+	VFMADD213PS  U, U, V2 \
+	VADDPS       expc<>+EXP_ONE(SB), T2, T2 \
+	VADDPS       expc<>+EXP_ONE(SB), V2, V2 \
+	VCVTPS2DQ    T1, T1 \
+	VCVTPS2DQ    V1, V1 \
+	VPSLLD       $23, T1, T1 \
+	VPSLLD       $23, V1, V1 \
+	VPADDD       expc<>+EXP_BIAS(SB), T1, T1 \
+	VPADDD       expc<>+EXP_BIAS(SB), V1, V1 \
+	VMULPS       T1, T2, X \
+	VMULPS       V1, V2, U \
+	VANDNPS      X, T3, X \
+	VANDNPS      U, V3, U
