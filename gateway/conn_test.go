@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,4 +77,57 @@ func TestSlowConsumerSendDoesNotBlock(t *testing.T) {
 		}
 		return
 	}
+}
+
+// TestQueueTakesBatchesInOrder: frames queued while the writer is busy go
+// out in batches of at most maxBatch, each the frames' encodings joined by
+// newlines, in order, with their types, also when frames are queued
+// between two takes and when a batch leaves frames behind.
+func TestQueueTakesBatchesInOrder(t *testing.T) {
+	c := &Connection{cfg: connConfig{queueFrames: 100, queueBytes: 1 << 20, maxBatch: 3}, wake: make(chan struct{}, 1)}
+	frames := []ServerFrame{
+		{Type: TypeDelta, Request: "r1", Seq: 1, Text: "plain"},
+		{Type: TypeDelta, Request: "r1", Seq: 2, Text: "é \"quoted\"\n"},
+		{Type: TypeError, Request: "r1", Code: CodeBadRequest, Message: "no"},
+		{Type: TypeDelta, Request: "r2", Seq: 1, Text: "x"},
+		{Type: TypeDone, Request: "r1", FinishReason: "stop"},
+		{Type: TypeDelta, Request: "r2", Seq: 2, Text: "<&>"},
+		{Type: TypeDelta, Request: "r2", Seq: 3, Text: "y"},
+	}
+	want := func(fs []ServerFrame) (string, []string) {
+		var parts, types []string
+		for _, f := range fs {
+			b, err := json.Marshal(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts = append(parts, string(b))
+			types = append(types, f.Type)
+		}
+		return strings.Join(parts, "\n"), types
+	}
+	var msg []byte
+	var types []string
+	check := func(fs []ServerFrame) {
+		t.Helper()
+		msg, types, _ = c.take(msg, types, c.cfg.maxBatch)
+		w, wt := want(fs)
+		if string(msg) != w || !slices.Equal(types, wt) {
+			t.Fatalf("took %q %v; want %q %v", msg, types, w, wt)
+		}
+	}
+	for _, f := range frames[:5] {
+		if !c.Send(f) {
+			t.Fatalf("Send(%v) refused", f)
+		}
+	}
+	check(frames[0:3]) // leaves two behind
+	for _, f := range frames[5:] {
+		c.Send(f)
+	}
+	check(frames[3:6])
+	check(frames[6:7]) // takes the rest: the buffers trade places
+	check(nil)
+	c.Send(frames[0])
+	check(frames[0:1])
 }
