@@ -23,9 +23,10 @@ import (
 // (the "step loop") ticks at a steady interval and, on each tick, hands
 // one delta to every live request at once. Each delta's text is its emit
 // time, in nanoseconds since base, so a client can compute emit → receive
-// on the same monotonic clock. Deltas go into a per-request buffer big
-// enough for the whole request, so a gateway that reads late shows up as
-// latency instead of slowing the emitter.
+// on the same monotonic clock, and how many requests the step served.
+// Deltas go into a per-request buffer big enough for the whole request,
+// so a gateway that reads late shows up as latency instead of slowing the
+// emitter.
 type pacedGen struct {
 	interval time.Duration
 	tokens   int // per request when MaxTokens is 0
@@ -72,7 +73,7 @@ func (g *pacedGen) emit(ctx context.Context) {
 		case <-t.C:
 		}
 		g.mu.Lock()
-		stamp := strconv.FormatInt(int64(time.Since(g.base)), 10) + " "
+		stamp := strconv.FormatInt(int64(time.Since(g.base)), 10) + "/" + strconv.Itoa(len(g.live)) + " "
 		for id, s := range g.live {
 			s.seq++
 			s.left--
@@ -128,13 +129,22 @@ func (g *pacedGen) peakLive() int {
 	return g.maxLive
 }
 
-// stampOf reads a delta's emit time back (the text pacedGen wrote).
-func (g *pacedGen) stampOf(text string) (time.Time, bool) {
-	ns, err := strconv.ParseInt(strings.TrimSpace(text), 10, 64)
-	if err != nil {
-		return time.Time{}, false
+// stampOf reads a delta's emit time back from the text pacedGen wrote,
+// "<ns since base>/<requests live at the step> ", and how many requests
+// were live when it was emitted.
+func (g *pacedGen) stampOf(text string) (at time.Time, live int, ok bool) {
+	t, l, ok := strings.Cut(strings.TrimSpace(text), "/")
+	if !ok {
+		return time.Time{}, 0, false
 	}
-	return g.base.Add(time.Duration(ns)), true
+	ns, err := strconv.ParseInt(t, 10, 64)
+	if err != nil {
+		return time.Time{}, 0, false
+	}
+	if live, err = strconv.Atoi(l); err != nil {
+		return time.Time{}, 0, false
+	}
+	return g.base.Add(time.Duration(ns)), live, true
 }
 
 func (s *pacedStream) Recv(ctx context.Context) (engine.Event, error) {
