@@ -176,8 +176,11 @@ type attnItem struct {
 // all held at once (a verification tree has up to about 16 rows).
 const attnGroupRows = 16
 
-// attnGroupMin is the fewest shared positions worth a grouped task.
-const attnGroupMin = 16
+// attnGroupMin is the fewest shared positions worth a grouped task: below
+// about that the transposes and the spread cost what the grouped kernels
+// save (BenchmarkAttentionSeqRows at ctx 16 was even; from 48 on grouped
+// rows were faster).
+const attnGroupMin = 32
 
 // attnGroup is the items one task takes: a row's item alone, or items of
 // rows of one sequence (a draft tree's rows, a prefill chunk's) that start
