@@ -254,44 +254,103 @@ func BenchmarkX8Layout(b *testing.B) {
 	}
 }
 
-// BenchmarkQ8Verify is one step's matrix products of n activation rows
-// over 4 layers of the ~100M speculation target's shapes (1024 wide, KV
-// 512, FFN 2816: 48 MB of Q8_0, more than the cache holds), one thread, in
-// both layouts: a speculative verification of n tokens should cost close to
-// the one-row pass that reads the same weights.
-func BenchmarkQ8Verify(b *testing.B) {
-	const layers, dim, kv, ffn = 4, 1024, 512, 2816
+// BenchmarkVerifyRows is one forward pass's matrix products for n
+// activation rows at the ~100M speculation target's shapes (8 layers, 1024
+// wide, KV 512, FFN 2816: 101 MB of Q8_0 or 53 MB of Q4_0, more than the
+// cache holds), in the ×8 layout, on one thread and on two: a speculative
+// verification of n tokens at batch 1. x1row is the time over the same
+// run's one-row time (CPU time on one thread, wall time on two), what the
+// rows past the first cost. The rows are free while the pass waits for
+// weights, and cost their multiplications once it does not.
+func BenchmarkVerifyRows(b *testing.B) {
+	const layers, dim, kv, ffn = 8, 1024, 512, 2816
 	defer useAsm(true)
+	defer useX8Layout(useX8Layout(true))
+	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
+		for _, threads := range []int{1, 2} {
+			be, err := Open(kernels.Options{Threads: threads})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var ws [][3]int // weight index, rows, cols
+			var ts []kernels.Tensor
+			for range layers {
+				for _, s := range [][2]int{{dim, dim}, {kv, dim}, {kv, dim}, {dim, dim}, {ffn, dim}, {ffn, dim}, {dim, ffn}} {
+					w, _ := benchWeights(b, be, dt, s[0], s[1])
+					ws = append(ws, [3]int{len(ts), s[0], s[1]})
+					ts = append(ts, w)
+				}
+			}
+			var one float64
+			for n := 1; n <= 9; n++ {
+				b.Run(fmt.Sprintf("%v/threads=%d/n=%d", dt, threads, n), func(b *testing.B) {
+					xs := map[int]kernels.Tensor{dim: be.Alloc(n, dim), ffn: be.Alloc(n, ffn)}
+					ds := map[int]kernels.Tensor{dim: be.Alloc(n, dim), kv: be.Alloc(n, kv), ffn: be.Alloc(n, ffn)}
+					for k, x := range xs {
+						be.Upload(x, randVec(rand.New(rand.NewPCG(1, uint64(k))), n*k))
+					}
+					pass := func() {
+						for _, w := range ws {
+							be.MatMul(ds[w[1]], xs[w[2]], ts[w[0]])
+						}
+					}
+					var t float64
+					if threads == 1 {
+						t = loopThreadCPU(b, pass)
+					} else {
+						for b.Loop() {
+							pass()
+						}
+						t = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+					}
+					if n == 1 {
+						one = t
+					}
+					if one > 0 && t > 0 {
+						b.ReportMetric(t/one, "x1row")
+					}
+				})
+			}
+			be.Close()
+		}
+	}
+}
+
+// BenchmarkX8RowsHot is the ×8 kernels' arithmetic alone: n activation
+// rows, quantized beforehand, against 64 weight rows of the target's two
+// widths, the weights in cache, per weight block and activation row (one
+// thread, CPU time). Past a few rows this is what one more row of a
+// verification costs, once the pass no longer waits for weights.
+func BenchmarkX8RowsHot(b *testing.B) {
+	defer useAsm(true)
+	defer useX8Layout(useX8Layout(true))
 	be, err := Open(kernels.Options{Threads: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer be.Close()
-	for _, packed := range []bool{false, true} {
-		useX8Layout(packed)
-		var ws [][3]int // weight index, rows, cols
-		var ts []kernels.Tensor
-		for range layers {
-			for _, s := range [][2]int{{dim, dim}, {kv, dim}, {kv, dim}, {dim, dim}, {ffn, dim}, {ffn, dim}, {dim, ffn}} {
-				w, _ := benchWeights(b, be, kernels.Q8_0, s[0], s[1])
-				ws = append(ws, [3]int{len(ts), s[0], s[1]})
-				ts = append(ts, w)
-			}
+	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
+		kern := dotQ8X8RowsN
+		if dt == kernels.Q4_0 {
+			kern = dotQ4X8RowsN
 		}
-		useAsm(true)
-		for _, n := range []int{1, 2, 3, 4, 5, 6, 8} {
-			b.Run(fmt.Sprintf("x8=%v/n=%d", packed, n), func(b *testing.B) {
-				xs := map[int]kernels.Tensor{dim: be.Alloc(n, dim), ffn: be.Alloc(n, ffn)}
-				ds := map[int]kernels.Tensor{dim: be.Alloc(n, dim), kv: be.Alloc(n, kv), ffn: be.Alloc(n, ffn)}
-				for k, x := range xs {
-					be.Upload(x, randVec(rand.New(rand.NewPCG(1, uint64(k))), n*k))
-				}
-				loopThreadCPU(b, func() {
-					for _, w := range ws {
-						be.MatMul(ds[w[1]], xs[w[2]], ts[w[0]])
+		for _, k := range []int{1024, 2816} {
+			const m = 64
+			w, _ := benchWeights(b, be, dt, m, k)
+			gw, nb := tensor(w, "bench").groupBytes(0, m), k/kernels.QK
+			for n := 1; n <= maxRowsN; n++ {
+				b.Run(fmt.Sprintf("%v/%dx%d/n=%d", dt, m, k, n), func(b *testing.B) {
+					x := randVec(rand.New(rand.NewPCG(1, 2)), n*k)
+					xq, xd, xc := make([]int8, n*k), make([]float32, n*nb), make([]int32, n*nb)
+					for r := range n {
+						quantRowQ8(xq[r*k:(r+1)*k], xd[r*nb:(r+1)*nb], x[r*k:(r+1)*k])
+						blockSums8(xc[r*nb:(r+1)*nb], xq[r*k:(r+1)*k])
 					}
+					out := make([]float32, n*m)
+					t := loopThreadCPU(b, func() { kern(gw, m, nb, n, xq, xd, xc, out, m) })
+					b.ReportMetric(t/float64(m*nb*n), "ns/blockrow")
 				})
-			})
+			}
 		}
 	}
 }
@@ -299,7 +358,9 @@ func BenchmarkQ8Verify(b *testing.B) {
 // loopThreadCPU runs f in b.Loop on one locked OS thread and reports that
 // thread's CPU time per iteration (cpu-ns/op) where it can be read: on a
 // shared host it measures a one-thread kernel better than the wall clock.
-func loopThreadCPU(b *testing.B, f func()) {
+// It returns that time, or the wall time per iteration where the CPU time
+// cannot be read.
+func loopThreadCPU(b *testing.B, f func()) float64 {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	c0, ok := threadCPU()
@@ -307,6 +368,9 @@ func loopThreadCPU(b *testing.B, f func()) {
 		f()
 	}
 	if c1, _ := threadCPU(); ok {
-		b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
+		t := float64(c1-c0) / float64(b.N)
+		b.ReportMetric(t, "cpu-ns/op")
+		return t
 	}
+	return float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 }

@@ -229,18 +229,13 @@ func dotQ8X8RowsNAsm(w []byte, m, nb, na int, xq []int8, xd []float32, _ []int32
 	runX8(&c, w, x8Block, m, out, os)
 }
 
-// dotQ4X8RowsNAsm runs dotQ4X8AVX over m rows (runX8), at most four
-// activation rows a call: for more, a second call finds the weights in
-// cache.
+// dotQ4X8RowsNAsm runs dotQ4X8AVX over m rows (runX8).
 func dotQ4X8RowsNAsm(w []byte, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int) {
 	if !x8Check(w, x4Block, m, nb, na, xq, xd, xc, out, os) {
 		return
 	}
-	for a0 := 0; a0 < na; a0 += 4 {
-		n := min(4, na-a0)
-		c := x8Call{xq: &xq[a0*nb*32], xd: &xd[a0*nb], xc: &xc[a0*nb], nb: nb, na: n}
-		runX8(&c, w, x4Block, m, out[a0*os:], os)
-	}
+	c := x8Call{xq: &xq[0], xd: &xd[0], xc: &xc[0], nb: nb, na: na}
+	runX8(&c, w, x4Block, m, out, os)
 }
 
 // x8Check checks the bounds the ×8 kernels trust, and reports whether there

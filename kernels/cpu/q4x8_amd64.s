@@ -3,7 +3,7 @@
 #include "textflag.h"
 
 // The multi-row kernel for Q4_0 weights in the ×8 layout (pack.go): one to
-// four activation rows against runs of eight-row groups. A group's block is
+// eight activation rows against runs of eight-row groups. A group's block is
 // 144 bytes: the eight F16 scales, then four 32-byte vectors h, row l's
 // bytes 4h to 4h+3 at 16 + 32h + 4l, whose low nibbles are values 4h to
 // 4h+3 and high nibbles values 4h+16 to 4h+19. One load, a shift and two
@@ -15,13 +15,19 @@
 // blockSums8) taken off, and the result scaled and fused into the row's
 // accumulator as canon.go defines.
 //
-// Registers: Y0-Y3 activation row a's int16 block sums, Y8-Y11 its results;
-// Y12 and Y13 a vector's low and high nibbles (Y12 later the rows' scales),
-// Y14 scratch, Y15 bytes of 0x0F, Y4 int16 ones. SI walks the weight blocks,
+// Registers: Y0-Y7 activation row a's int16 block sums (a < na), Y8-Y11
+// rows 0-3's results, rows 4-7's in the frame (32a - 128); Y12 and Y13 a
+// vector's low and high nibbles (Y12 later the rows' scales), Y14 scratch,
+// Y15 bytes of 0x0F, Y4 int16 ones while na ≤ 4 (else at 128(SP)). SI walks the weight blocks,
 // group after group; DI is activation row 0's current block, the rows R13
-// bytes apart (R14 = 3·R13); DX row 0's scale and R9 its correction, the
-// rows' AX bytes apart (BX = 3·AX); CX the blocks left, R11 the groups left,
-// R12 the group's results for row 0, the rows R8 bytes apart.
+// bytes apart (R14 = 3·R13), R15 row 4's; DX row 0's scale and R9 its
+// correction, the rows' AX bytes apart (BX = 3·AX), R10 row 4's (its
+// correction, then its scale); CX the blocks left, R11 the groups left, R12
+// the group's results for row 0, the rows R8 bytes apart.
+//
+// Five to eight rows share one pass over the weights, so that the rows past
+// the fourth are multiplied while the pass waits for memory anyway, instead
+// of in a second pass after it.
 
 // Q4PFD is how far ahead Q4PF asks for weights: four blocks, as for Q8_0.
 #define Q4PFD 576
@@ -132,6 +138,145 @@
 	VMOVUPS Y11, (R10) \
 	ADDQ    R8, R10
 
+// Rows 4-7 (na > 4): their activations from R15, their int16 ones at
+// 128(SP) (Y4 holds row 4's sums), their results in the frame.
+
+#define Q4F5(h) \
+	Q4F4(h) \
+	Q4F(h*4(R15), Y12, Y4) \
+	Q4N(16+h*4(R15), Y13, Y4)
+
+#define Q4F6(h) \
+	Q4F5(h) \
+	Q4F(h*4(R15)(R13*1), Y12, Y5) \
+	Q4N(16+h*4(R15)(R13*1), Y13, Y5)
+
+#define Q4F7(h) \
+	Q4F6(h) \
+	Q4F(h*4(R15)(R13*2), Y12, Y6) \
+	Q4N(16+h*4(R15)(R13*2), Y13, Y6)
+
+#define Q4F8(h) \
+	Q4F7(h) \
+	Q4F(h*4(R15)(R14*1), Y12, Y7) \
+	Q4N(16+h*4(R15)(R14*1), Y13, Y7)
+
+#define Q4N5(h) \
+	Q4N4(h) \
+	Q4N(h*4(R15), Y12, Y4) \
+	Q4N(16+h*4(R15), Y13, Y4)
+
+#define Q4N6(h) \
+	Q4N5(h) \
+	Q4N(h*4(R15)(R13*1), Y12, Y5) \
+	Q4N(16+h*4(R15)(R13*1), Y13, Y5)
+
+#define Q4N7(h) \
+	Q4N6(h) \
+	Q4N(h*4(R15)(R13*2), Y12, Y6) \
+	Q4N(16+h*4(R15)(R13*2), Y13, Y6)
+
+#define Q4N8(h) \
+	Q4N7(h) \
+	Q4N(h*4(R15)(R14*1), Y12, Y7) \
+	Q4N(16+h*4(R15)(R14*1), Y13, Y7)
+
+// Q4SB is Q4S with the int16 ones in the frame, for rows 0-3 when na > 4.
+#define Q4SB(xd, xc, S, R) \
+	VPMADDWD     128(SP), S, S \
+	VPBROADCASTD xc, Y14 \
+	VPSUBD       Y14, S, S \
+	VCVTDQ2PS    S, S \
+	VBROADCASTSS xd, Y14 \
+	VMULPS       Y14, Y12, Y14 \
+	VFMADD231PS  Y14, S, R
+
+#define Q4SB4 \
+	Q4SB((DX), (R9), Y0, Y8) \
+	Q4SB((DX)(AX*1), (R9)(AX*1), Y1, Y9) \
+	Q4SB((DX)(AX*2), (R9)(AX*2), Y2, Y10) \
+	Q4SB((DX)(BX*1), (R9)(BX*1), Y3, Y11)
+
+// Q4C widens row 4+a's sums S and takes off its correction at xc (R10 at
+// row 4's corrections); Q4T scales them, as Q4S, into its results in the
+// frame at M (R10 at row 4's scales).
+#define Q4C(xc, S) \
+	VPMADDWD     128(SP), S, S \
+	VPBROADCASTD xc, Y14 \
+	VPSUBD       Y14, S, S
+
+#define Q4T(xd, S, M) \
+	VCVTDQ2PS    S, S \
+	VBROADCASTSS xd, Y14 \
+	VMULPS       Y14, Y12, Y14 \
+	VFMADD213PS  M, S, Y14 \
+	VMOVUPS      Y14, M
+
+#define Q4C5 \
+	Q4C((R10), Y4)
+
+#define Q4C6 \
+	Q4C5 \
+	Q4C((R10)(AX*1), Y5)
+
+#define Q4C7 \
+	Q4C6 \
+	Q4C((R10)(AX*2), Y6)
+
+#define Q4C8 \
+	Q4C7 \
+	Q4C((R10)(BX*1), Y7)
+
+#define Q4T5 \
+	Q4T((R10), Y4, 0(SP))
+
+#define Q4T6 \
+	Q4T5 \
+	Q4T((R10)(AX*1), Y5, 32(SP))
+
+#define Q4T7 \
+	Q4T6 \
+	Q4T((R10)(AX*2), Y6, 64(SP))
+
+#define Q4T8 \
+	Q4T7 \
+	Q4T((R10)(BX*1), Y7, 96(SP))
+
+// Q4SBIG fuses the block into all na > 4 rows' results.
+#define Q4SBIG(C, T) \
+	Q4SB4 \
+	LEAQ (R9)(AX*4), R10 \
+	C \
+	LEAQ (DX)(AX*4), R10 \
+	T
+
+#define Q4STM(M) \
+	VMOVUPS M, Y14 \
+	VMOVUPS Y14, (R10) \
+	ADDQ    R8, R10
+
+#define Q4ST5 \
+	Q4ST4 \
+	Q4STM(0(SP))
+
+#define Q4ST6 \
+	Q4ST5 \
+	Q4STM(32(SP))
+
+#define Q4ST7 \
+	Q4ST6 \
+	Q4STM(64(SP))
+
+#define Q4ST8 \
+	Q4ST7 \
+	Q4STM(96(SP))
+
+#define Q4ZEROM \
+	VMOVUPS Y8, 0(SP) \
+	VMOVUPS Y8, 32(SP) \
+	VMOVUPS Y8, 64(SP) \
+	VMOVUPS Y8, 96(SP)
+
 // Q4GROUP starts a group: the activations' first block, the results +0.
 #define Q4GROUP \
 	MOVQ   xq+8(FP), DI \
@@ -160,8 +305,8 @@
 // out[a·os/4 + 8G + l] = the dot product of row l of ×8 Q4_0 group G (the
 // groups back to back from w, nb blocks each) with activation row a (rows
 // xs bytes apart, their scales and corrections nb·4 bytes apart), for
-// G < ngroups and a < na; nb ≥ 1, ngroups ≥ 1, 1 ≤ na ≤ 4.
-TEXT ·dotQ4X8AVX(SB), NOSPLIT, $0-80
+// G < ngroups and a < na; nb ≥ 1, ngroups ≥ 1, 1 ≤ na ≤ 8.
+TEXT ·dotQ4X8AVX(SB), NOSPLIT, $160-80
 	MOVQ         w+0(FP), SI
 	MOVQ         xs+16(FP), R13
 	LEAQ         (R13)(R13*2), R14
@@ -177,12 +322,22 @@ TEXT ·dotQ4X8AVX(SB), NOSPLIT, $0-80
 	VMOVD        R10, X15
 	VPBROADCASTD X15, Y15
 	MOVQ         na+72(FP), R10
+	CMPQ         R10, $4
+	JG           q4x8big
+	JE           q4x8n4group
 	CMPQ         R10, $2
 	JL           q4x8n1group
 	JE           q4x8n2group
-	CMPQ         R10, $3
-	JE           q4x8n3group
-	JMP          q4x8n4group
+	JMP          q4x8n3group
+
+q4x8big:
+	VMOVDQU Y4, 128(SP)
+	CMPQ    R10, $6
+	JL      q4x8n5group
+	JE      q4x8n6group
+	CMPQ    R10, $7
+	JE      q4x8n7group
+	JMP     q4x8n8group
 
 q4x8n1group:
 	Q4GROUP
@@ -273,5 +428,105 @@ q4x8n4block:
 	MOVQ R12, R10
 	Q4ST4
 	Q4NEXTGROUP(q4x8n4group)
+	VZEROUPPER
+	RET
+
+q4x8n5group:
+	Q4GROUP
+	Q4ZEROM
+
+q4x8n5block:
+	Q4PF
+	LEAQ (DI)(R13*4), R15
+	Q4W(0)
+	Q4F5(0)
+	Q4W(1)
+	Q4N5(1)
+	Q4W(2)
+	Q4N5(2)
+	Q4W(3)
+	Q4N5(3)
+	VCVTPH2PS (SI), Y12
+	Q4SBIG(Q4C5, Q4T5)
+	Q4NEXT(q4x8n5block)
+
+	MOVQ R12, R10
+	Q4ST5
+	Q4NEXTGROUP(q4x8n5group)
+	VZEROUPPER
+	RET
+
+q4x8n6group:
+	Q4GROUP
+	Q4ZEROM
+
+q4x8n6block:
+	Q4PF
+	LEAQ (DI)(R13*4), R15
+	Q4W(0)
+	Q4F6(0)
+	Q4W(1)
+	Q4N6(1)
+	Q4W(2)
+	Q4N6(2)
+	Q4W(3)
+	Q4N6(3)
+	VCVTPH2PS (SI), Y12
+	Q4SBIG(Q4C6, Q4T6)
+	Q4NEXT(q4x8n6block)
+
+	MOVQ R12, R10
+	Q4ST6
+	Q4NEXTGROUP(q4x8n6group)
+	VZEROUPPER
+	RET
+
+q4x8n7group:
+	Q4GROUP
+	Q4ZEROM
+
+q4x8n7block:
+	Q4PF
+	LEAQ (DI)(R13*4), R15
+	Q4W(0)
+	Q4F7(0)
+	Q4W(1)
+	Q4N7(1)
+	Q4W(2)
+	Q4N7(2)
+	Q4W(3)
+	Q4N7(3)
+	VCVTPH2PS (SI), Y12
+	Q4SBIG(Q4C7, Q4T7)
+	Q4NEXT(q4x8n7block)
+
+	MOVQ R12, R10
+	Q4ST7
+	Q4NEXTGROUP(q4x8n7group)
+	VZEROUPPER
+	RET
+
+q4x8n8group:
+	Q4GROUP
+	Q4ZEROM
+
+q4x8n8block:
+	Q4PF
+	LEAQ (DI)(R13*4), R15
+	Q4W(0)
+	Q4F8(0)
+	Q4W(1)
+	Q4N8(1)
+	Q4W(2)
+	Q4N8(2)
+	Q4W(3)
+	Q4N8(3)
+	VCVTPH2PS (SI), Y12
+	Q4SBIG(Q4C8, Q4T8)
+	Q4NEXT(q4x8n8block)
+
+	MOVQ R12, R10
+	Q4ST8
+	Q4NEXTGROUP(q4x8n8group)
 	VZEROUPPER
 	RET

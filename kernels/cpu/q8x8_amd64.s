@@ -27,7 +27,7 @@
 // PFD is how far ahead X8PF asks for weights: four blocks. The groups are
 // one sequential stream the hardware prefetcher follows, but asking ahead
 // as well lets memory keep up while a pass of several rows computes:
-// measured (BenchmarkQ8Verify, one thread, 48 MB of weights) a one-row
+// measured (one thread, 48 MB of weights: BenchmarkVerifyRows) a one-row
 // pass took about 10% less time, a four-row one 10-20% less; 2 and 6
 // blocks ahead did no better.
 #define PFD 1088
