@@ -756,6 +756,16 @@ TEXT ·spreadF16G2AVX(SB), NOSPLIT, $0-40
 	VMOVUPS grpdup<>+32(SB), Y15
 
 spnext:
+	// Ask for the line four positions on: the slots are a cache line
+	// or more apart, often in scattered blocks, and the spread would
+	// otherwise wait on each.
+	CMPQ       CX, $4
+	JLE        spgo
+	MOVLQSX    16(BX), AX
+	IMULQ      R8, AX
+	PREFETCHT0 (SI)(AX*1)
+
+spgo:
 	MOVLQSX (BX), AX
 	IMULQ   R8, AX
 	ADDQ    SI, AX
