@@ -450,7 +450,41 @@ errow:
 	MOVQ DI, AX
 	MOVQ R8, CX
 
-	// Two vectors at a time (EXPPS2), then an odd last one.
+	// Four vectors at a time (EXPPS4), then two, then an odd last one.
+ervec4:
+	CMPQ    CX, $4
+	JLT     ervec2
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y4
+	VMOVUPS 64(SI), Y8
+	VMOVUPS 96(SI), Y12
+	VSUBPS  (DX), Y0, Y0
+	VSUBPS  32(DX), Y4, Y4
+	VSUBPS  64(DX), Y8, Y8
+	VSUBPS  96(DX), Y12, Y12
+	EXPPS4(Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15)
+	VMOVUPS Y0, (SI)
+	VMOVUPS Y4, 32(SI)
+	VMOVUPS Y8, 64(SI)
+	VMOVUPS Y12, 96(SI)
+	VMOVUPS (AX), Y1
+	VMOVUPS 32(AX), Y5
+	VMOVUPS 64(AX), Y9
+	VMOVUPS 96(AX), Y13
+	VADDPS  Y0, Y1, Y1
+	VADDPS  Y4, Y5, Y5
+	VADDPS  Y8, Y9, Y9
+	VADDPS  Y12, Y13, Y13
+	VMOVUPS Y1, (AX)
+	VMOVUPS Y5, 32(AX)
+	VMOVUPS Y9, 64(AX)
+	VMOVUPS Y13, 96(AX)
+	ADDQ    $128, SI
+	ADDQ    $128, DX
+	ADDQ    $128, AX
+	SUBQ    $4, CX
+	JMP     ervec4
+
 ervec2:
 	CMPQ    CX, $2
 	JLT     ervec

@@ -200,3 +200,92 @@ GLOBL expc<>(SB), RODATA|NOPTR, $416
 	VMULPS       V1, V2, U \
 	VANDNPS      X, T3, X \
 	VANDNPS      U, V3, U
+
+
+// EXPPS4 is EXPPS2 for four streams: X (T1-T3), U (V1-V3), W (S1-S3) and
+// Z (R1-R3).
+#define EXPPS4(X, T1, T2, T3, U, V1, V2, V3, W, S1, S2, S3, Z, R1, R2, R3) \
+	VMOVUPS      expc<>+EXP_HI(SB), T1 \
+	VMOVUPS      expc<>+EXP_HI(SB), V1 \
+	VMOVUPS      expc<>+EXP_HI(SB), S1 \
+	VMOVUPS      expc<>+EXP_HI(SB), R1 \
+	VMINPS       X, T1, X \
+	VMINPS       U, V1, U \
+	VMINPS       W, S1, W \
+	VMINPS       Z, R1, Z \
+	VCMPPS       $1, expc<>+EXP_LO(SB), X, T3 \
+	VCMPPS       $1, expc<>+EXP_LO(SB), U, V3 \
+	VCMPPS       $1, expc<>+EXP_LO(SB), W, S3 \
+	VCMPPS       $1, expc<>+EXP_LO(SB), Z, R3 \
+	VMULPS       expc<>+EXP_LOG2E(SB), X, T1 \
+	VMULPS       expc<>+EXP_LOG2E(SB), U, V1 \
+	VMULPS       expc<>+EXP_LOG2E(SB), W, S1 \
+	VMULPS       expc<>+EXP_LOG2E(SB), Z, R1 \
+	VROUNDPS     $0, T1, T1 \
+	VROUNDPS     $0, V1, V1 \
+	VROUNDPS     $0, S1, S1 \
+	VROUNDPS     $0, R1, R1 \
+	VFNMADD231PS expc<>+EXP_LN2HI(SB), T1, X \
+	VFNMADD231PS expc<>+EXP_LN2HI(SB), V1, U \
+	VFNMADD231PS expc<>+EXP_LN2HI(SB), S1, W \
+	VFNMADD231PS expc<>+EXP_LN2HI(SB), R1, Z \
+	VFNMADD231PS expc<>+EXP_LN2LO(SB), T1, X \
+	VFNMADD231PS expc<>+EXP_LN2LO(SB), V1, U \
+	VFNMADD231PS expc<>+EXP_LN2LO(SB), S1, W \
+	VFNMADD231PS expc<>+EXP_LN2LO(SB), R1, Z \
+	VMOVUPS      expc<>+EXP_C0(SB), T2 \
+	VMOVUPS      expc<>+EXP_C0(SB), V2 \
+	VMOVUPS      expc<>+EXP_C0(SB), S2 \
+	VMOVUPS      expc<>+EXP_C0(SB), R2 \
+	VFMADD213PS  expc<>+EXP_C1(SB), X, T2 \
+	VFMADD213PS  expc<>+EXP_C1(SB), U, V2 \
+	VFMADD213PS  expc<>+EXP_C1(SB), W, S2 \
+	VFMADD213PS  expc<>+EXP_C1(SB), Z, R2 \
+	VFMADD213PS  expc<>+EXP_C2(SB), X, T2 \
+	VFMADD213PS  expc<>+EXP_C2(SB), U, V2 \
+	VFMADD213PS  expc<>+EXP_C2(SB), W, S2 \
+	VFMADD213PS  expc<>+EXP_C2(SB), Z, R2 \
+	VFMADD213PS  expc<>+EXP_C3(SB), X, T2 \
+	VFMADD213PS  expc<>+EXP_C3(SB), U, V2 \
+	VFMADD213PS  expc<>+EXP_C3(SB), W, S2 \
+	VFMADD213PS  expc<>+EXP_C3(SB), Z, R2 \
+	VFMADD213PS  expc<>+EXP_C4(SB), X, T2 \
+	VFMADD213PS  expc<>+EXP_C4(SB), U, V2 \
+	VFMADD213PS  expc<>+EXP_C4(SB), W, S2 \
+	VFMADD213PS  expc<>+EXP_C4(SB), Z, R2 \
+	VFMADD213PS  expc<>+EXP_C5(SB), X, T2 \
+	VFMADD213PS  expc<>+EXP_C5(SB), U, V2 \
+	VFMADD213PS  expc<>+EXP_C5(SB), W, S2 \
+	VFMADD213PS  expc<>+EXP_C5(SB), Z, R2 \
+	VMULPS       X, T2, T2 \
+	VMULPS       U, V2, V2 \
+	VMULPS       W, S2, S2 \
+	VMULPS       Z, R2, R2 \
+	VFMADD213PS  X, X, T2 \
+	VFMADD213PS  U, U, V2 \
+	VFMADD213PS  W, W, S2 \
+	VFMADD213PS  Z, Z, R2 \
+	VADDPS       expc<>+EXP_ONE(SB), T2, T2 \
+	VADDPS       expc<>+EXP_ONE(SB), V2, V2 \
+	VADDPS       expc<>+EXP_ONE(SB), S2, S2 \
+	VADDPS       expc<>+EXP_ONE(SB), R2, R2 \
+	VCVTPS2DQ    T1, T1 \
+	VCVTPS2DQ    V1, V1 \
+	VCVTPS2DQ    S1, S1 \
+	VCVTPS2DQ    R1, R1 \
+	VPSLLD       $23, T1, T1 \
+	VPSLLD       $23, V1, V1 \
+	VPSLLD       $23, S1, S1 \
+	VPSLLD       $23, R1, R1 \
+	VPADDD       expc<>+EXP_BIAS(SB), T1, T1 \
+	VPADDD       expc<>+EXP_BIAS(SB), V1, V1 \
+	VPADDD       expc<>+EXP_BIAS(SB), S1, S1 \
+	VPADDD       expc<>+EXP_BIAS(SB), R1, R1 \
+	VMULPS       T1, T2, X \
+	VMULPS       V1, V2, U \
+	VMULPS       S1, S2, W \
+	VMULPS       R1, R2, Z \
+	VANDNPS      X, T3, X \
+	VANDNPS      U, V3, U \
+	VANDNPS      W, S3, W \
+	VANDNPS      Z, R3, Z
