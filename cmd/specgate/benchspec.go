@@ -239,7 +239,8 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 			// The engine is idle between runs: what its dispatcher
 			// measured in the tier of this batch size, for reading the
 			// figures above.
-			fmt.Fprintf(os.Stderr, "  b=%d dispatcher:", n)
+			k, kn := disp.Kappa(n)
+			fmt.Fprintf(os.Stderr, "  b=%d dispatcher (a drafted row costs %.2f of a plain step, fitted over %d steps):", n, k, kn)
 			for _, o := range disp.Stats(n) {
 				fmt.Fprintf(os.Stderr, " %s %d steps %.0f tok/s %.2f acc;", o.Shape, o.Steps, o.TokensPerSec, o.Accepted)
 			}

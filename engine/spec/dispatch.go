@@ -672,6 +672,17 @@ type ShapeStats struct {
 	Accepted     float64
 }
 
+// Kappa returns class 0's cost of a drafted row per sequence in the tier
+// that serves load, as a share of a plain step (the dispatcher's fit), and
+// how many steps the fit rests on.
+func (d *Dispatcher) Kappa(load int) (float64, int) {
+	t := d.tier(0, load)
+	if t == nil {
+		return 0, 0
+	}
+	return t.k, t.fit.n
+}
+
 // Stats returns class 0's measurements in the tier that serves load.
 func (d *Dispatcher) Stats(load int) []ShapeStats { return d.ClassStats(0, load) }
 

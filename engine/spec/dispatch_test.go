@@ -358,6 +358,9 @@ func TestDispatcherRowCost(t *testing.T) {
 					d.ObserveRows(0, 1, 1, s, 1+int(tok), rows, el)
 				}
 				mean += got / float64(tc.seeds)
+				if k, n := d.Kappa(1); tc.curve == nil && (n < steps/2 || k < 0.7*tc.kappa || k > 1.3*tc.kappa) {
+					t.Errorf("seed %d: the fit puts a drafted row at %.3f of a plain step over %d steps; want %.2f (±30%%)", seed, k, n, tc.kappa)
+				}
 				stats := d.Stats(1)
 				off, lead, leadShape := offAndLeader(stats, picks)
 				if lead.Shape != "off" {
