@@ -180,7 +180,9 @@ func (s *Server) startTurn(c *client, f ClientFrame) error {
 		s.metrics.chats.WithLabelValues(ten.ID, CodeOverQuota).Inc()
 		return &Error{Code: CodeOverQuota, Reason: ReasonConcurrency, Message: "too many concurrent requests", Temporary: true}
 	}
+	s.mu.Lock() // the lease refresher reads it: t is in s.turns already
 	t.leased = ten.Limits.MaxConcurrent > 0
+	s.mu.Unlock()
 	releaseLease := func() {
 		if t.leased {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
