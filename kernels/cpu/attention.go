@@ -263,18 +263,7 @@ func (b *Backend) attend(d, qt *Tensor, kv *KV, layer int, a kernels.Attn, tree 
 	b.attnItems = items
 	group := a.Heads / a.KVHeads
 	groups, shared := b.attnGroups(a, tree, kv, items, group)
-	// Enough tasks to keep every worker busy (a single short decode row
-	// too), each as wide as possible: split the kv heads into the fewest
-	// chunks that give about two tasks per worker. Grouped tasks hold
-	// every member's scores at once, so they take at most 32 heads, which
-	// keeps those in L2.
-	chunks := 1
-	for chunks < a.KVHeads && (len(groups)*chunks < 2*b.threads || shared && a.Heads/chunks > 32) {
-		chunks++
-		for a.KVHeads%chunks != 0 {
-			chunks++
-		}
-	}
+	chunks := attnChunks(a.Heads, a.KVHeads, len(groups), b.threads, shared)
 	t := attnTask{b: b, dst: d, q: qt, kv: kv, layer: layer, a: a, tree: tree, group: group,
 		chunk: a.Heads / chunks, chunks: chunks, scale: scale, items: items, groups: groups}
 	if parts > 0 {
@@ -333,6 +322,30 @@ func (t *attnTask) merge() {
 			}
 		}
 	}
+}
+
+// attnChunks returns how many chunks of heads each of tasks groups is
+// split into. Enough tasks to keep every worker busy (a single short
+// decode row too), each as wide as possible: the fewest chunks of whole kv
+// heads that give about two tasks per worker. When shared (some group has
+// several rows), a chunk takes at most 32 heads, since a grouped task
+// holds every member's scores at once and they must stay in L2; and it
+// stays a whole number of eight heads, which the grouped kernels need:
+// with more workers than that allows, they get fewer tasks rather than
+// every group falling back to one row at a time.
+func attnChunks(heads, kvHeads, tasks, threads int, shared bool) int {
+	chunks := 1
+	for chunks < kvHeads && (tasks*chunks < 2*threads || shared && heads/chunks > 32) {
+		next := chunks + 1
+		for kvHeads%next != 0 {
+			next++
+		}
+		if shared && heads/chunks <= 32 && (heads/chunks)%8 == 0 && (heads/next)%8 != 0 {
+			break
+		}
+		chunks = next
+	}
+	return chunks
 }
 
 func (t *attnTask) run(wk, lo, hi int) {

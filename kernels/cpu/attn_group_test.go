@@ -215,3 +215,34 @@ func TestGroupedKernelsBits(t *testing.T) {
 		}
 	}
 }
+
+// TestAttnChunks: a task that groups rows takes whole runs of eight heads
+// however many workers there are (more workers than that allows get fewer
+// tasks), and at most 32 heads; ungrouped tasks split down to about two
+// per worker.
+func TestAttnChunks(t *testing.T) {
+	for _, tc := range []struct {
+		heads, kvHeads, tasks, threads int
+		shared                         bool
+		want                           int // heads per chunk
+	}{
+		{128, 64, 1, 1, true, 32},
+		{128, 64, 1, 2, true, 32},
+		{128, 64, 1, 8, true, 8},
+		{128, 64, 1, 9, true, 8},
+		{128, 64, 1, 16, true, 8},
+		{128, 64, 1, 64, true, 8},
+		{128, 64, 2, 16, true, 8},
+		{128, 64, 1, 16, false, 4},
+		{128, 64, 1, 64, false, 2},
+		{128, 64, 40, 2, false, 128},
+		{32, 8, 1, 64, true, 8},
+		{8, 8, 1, 4, true, 8},
+	} {
+		c := attnChunks(tc.heads, tc.kvHeads, tc.tasks, tc.threads, tc.shared)
+		if got := tc.heads / c; got != tc.want || tc.kvHeads%c != 0 {
+			t.Errorf("%d heads (%d kv), %d tasks, %d threads, shared %v: %d chunks of %d heads; want chunks of %d, a whole number of kv heads",
+				tc.heads, tc.kvHeads, tc.tasks, tc.threads, tc.shared, c, got, tc.want)
+		}
+	}
+}

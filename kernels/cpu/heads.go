@@ -85,14 +85,14 @@ func axpysF16Go(y, w []float32, v []uint16, hd, group, stride int) {
 	}
 }
 
-// useAttnGo points the attention kernels of the F16 cache (head loops and
-// conversion) and the softmax passes at their Go versions; useAsm calls it
-// before setAsm picks the assembly ones.
 // groupedG2 reports whether the grouped kernels (spreadG2, dotsG2,
 // axpysG2) are in use: they give the assembly kernels' bits, not the Go
 // kernels', so they run only beside those.
 var groupedG2 bool
 
+// useAttnGo points the attention kernels of the F16 cache (head loops and
+// conversion) and the softmax passes at their Go versions; useAsm calls it
+// before setAsm picks the assembly ones.
 func useAttnGo() {
 	groupedG2 = false
 	dotsF16, axpysF16 = dotsF16Go, axpysF16Go
