@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 )
@@ -36,7 +37,8 @@ type Connection struct {
 	// between two (the batch separator, so a batch is a slice of pend),
 	// the end of each in ends and its type in types. Frames are encoded
 	// straight into pend and pend trades places with the writer's buffer,
-	// so a delta costs no allocation of its own on its way out.
+	// so a delta costs no allocation of its own on its way out (its text
+	// escaped in place: appendJSONString).
 	pend      []byte
 	ends      []int
 	types     []string
@@ -320,17 +322,58 @@ func plainDelta(f *ServerFrame) bool {
 		f.Reason == "" && f.Message == "" && !f.Temporary
 }
 
-// appendJSONString appends s as encoding/json writes it: printable ASCII
-// other than the characters it escapes goes as is; anything else goes
-// through encoding/json itself.
+// appendJSONString appends s as a JSON string, byte for byte as
+// encoding/json writes it (FuzzEncodeDelta holds it to that), without
+// allocating: a delta's text is model output in any language, and this
+// runs under the connection's lock. encoding/json's choices: the two-letter
+// escapes for quote, backslash, \b, \f, \n, \r and \t; \u00XX for the
+// other control bytes and for <, > and & (safe inside HTML); \ufffd for
+// each byte of invalid UTF-8; \u2028 and \u2029 (line and paragraph
+// separators, which end lines in JavaScript); any other rune as is.
 func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always encodes
-			return append(b, q...)
-		}
-	}
+	const hex = "0123456789abcdef"
 	b = append(b, '"')
-	b = append(b, s...)
+	done := 0 // s[:done] is in b
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			switch {
+			case r == utf8.RuneError && n == 1:
+				b = append(append(b, s[done:i]...), `\ufffd`...)
+				done = i + n
+			case r == '\u2028' || r == '\u2029':
+				b = append(append(b, s[done:i]...), '\\', 'u', '2', '0', '2', hex[r&0xf])
+				done = i + n
+			}
+			i += n
+			continue
+		}
+		var esc byte
+		switch c {
+		case '"', '\\':
+			esc = c
+		case '\b':
+			esc = 'b'
+		case '\f':
+			esc = 'f'
+		case '\n':
+			esc = 'n'
+		case '\r':
+			esc = 'r'
+		case '\t':
+			esc = 't'
+		}
+		switch {
+		case esc != 0:
+			b = append(append(b, s[done:i]...), '\\', esc)
+			done = i + 1
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			b = append(append(b, s[done:i]...), '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			done = i + 1
+		}
+		i++
+	}
+	b = append(b, s[done:]...)
 	return append(b, '"')
 }

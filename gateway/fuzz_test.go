@@ -184,3 +184,16 @@ func TestEncodeFrame(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendDeltaAllocates: a delta's text is escaped in place whatever
+// it holds (non-ASCII, quotes, newlines, HTML characters, bad UTF-8): the
+// connection's queue takes it without an allocation of its own.
+func TestAppendDeltaAllocates(t *testing.T) {
+	buf := make([]byte, 0, 1024)
+	for _, text := range []string{"hello ", "héllo 世界", "line\n", `say "hi"`, "a<b&c>", "\xff bad", "\u2028"} {
+		f := ServerFrame{Type: TypeDelta, Request: "r1", Seq: 7, Text: text}
+		if n := testing.AllocsPerRun(100, func() { buf = appendDelta(buf[:0], &f) }); n != 0 {
+			t.Errorf("%q: %.0f allocations per delta; want 0", text, n)
+		}
+	}
+}
