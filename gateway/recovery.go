@@ -351,7 +351,12 @@ func (s *Server) attachTurn(ctx context.Context, a attacher, sid, rid, handle st
 	}
 	stream, err := a.Attach(ctx, handle)
 	if err != nil {
-		releaseLease()
+		if errors.Is(err, engine.ErrGone) {
+			releaseLease()
+		}
+		// Otherwise the generation may still run (and a later try
+		// attaches): the lease, which is also the dead gateway's, is
+		// left to lapse, not taken away from it.
 		release()
 		return err
 	}
