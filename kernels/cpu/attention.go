@@ -183,8 +183,9 @@ const attnGroupRows = 16
 const attnGroupMin = 32
 
 // attnGroup is the items one task takes: a row's item alone, or items of
-// rows of one sequence (a draft tree's rows, a prefill chunk's) that start
-// at the same position and read the same slots up to e. Those positions'
+// adjacent rows that start at the same position and read the same blocks
+// up to e: a draft tree's rows, a prefill chunk's, or rows of two
+// sequences that share cached prefix blocks. Those positions'
 // keys and values are read and converted once for all of them; every
 // row's arithmetic is the one it gets alone.
 type attnGroup struct {
