@@ -39,12 +39,18 @@ type Connection struct {
 	// straight into pend and pend trades places with the writer's buffer,
 	// so a delta costs no allocation of its own on its way out (its text
 	// escaped in place: appendJSONString).
-	pend      []byte
-	ends      []int
-	types     []string
-	closing   bool // no more Sends; the writer flushes, then closes
-	closeCode int
-	closeText string
+	pend  []byte
+	ends  []int
+	types []string
+	// head and first are where the frames not yet taken start, in pend
+	// and in ends and types: a partial take (a backlog longer than a
+	// batch) moves them on, and the taken frames' room is reclaimed only
+	// once it is half the queue, so draining a backlog stays linear and
+	// Send never waits on a long copy.
+	head, first int
+	closing     bool // no more Sends; the writer flushes, then closes
+	closeCode   int
+	closeText   string
 
 	wake    chan struct{} // cap 1: the writer has work
 	closeCh chan struct{} // closed when the connection starts closing
@@ -91,7 +97,7 @@ func (c *Connection) Send(f ServerFrame) bool {
 		return false
 	}
 	start := len(c.pend)
-	if start > 0 {
+	if start > c.head {
 		c.pend = append(c.pend, '\n')
 	}
 	if plain {
@@ -99,7 +105,7 @@ func (c *Connection) Send(f ServerFrame) bool {
 	} else {
 		c.pend = append(c.pend, b...)
 	}
-	if len(c.ends) >= c.cfg.queueFrames || len(c.pend) > c.cfg.queueBytes {
+	if len(c.ends)-c.first >= c.cfg.queueFrames || len(c.pend)-c.head > c.cfg.queueBytes {
 		c.pend = c.pend[:start]
 		c.mu.Unlock()
 		// The close frame waits for the writer, which is likely stuck
@@ -160,7 +166,7 @@ func (c *Connection) startAbort(code int, text string) bool {
 		c.closing, c.closeCode, c.closeText = true, code, text
 		close(c.closeCh)
 	}
-	c.pend, c.ends, c.types = nil, nil, nil
+	c.pend, c.ends, c.types, c.head, c.first = nil, nil, nil, 0, 0
 	return !already
 }
 
@@ -198,29 +204,39 @@ func (c *Connection) CloseReason() (int, string) {
 func (c *Connection) take(msg []byte, types []string, n int) (_ []byte, _ []string, closing bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := min(n, len(c.ends))
-	types = append(types[:0], c.types[:k]...)
+	k := min(n, len(c.ends)-c.first)
+	types = append(types[:0], c.types[c.first:c.first+k]...)
 	switch {
 	case k == 0:
 		msg = msg[:0]
-	case k == len(c.ends):
-		msg, c.pend = c.pend, msg[:0]
+	case c.first+k == len(c.ends):
+		if c.head == 0 {
+			msg, c.pend = c.pend, msg[:0]
+		} else { // the tail of a backlog: a swap would give away the head's room
+			msg = append(msg[:0], c.pend[c.head:]...)
+			c.pend = c.pend[:0]
+		}
 		c.ends = c.ends[:0]
 		clear(c.types)
 		c.types = c.types[:0]
+		c.head, c.first = 0, 0
 	default:
-		end := c.ends[k-1]
-		msg = append(msg[:0], c.pend[:end]...)
-		rest := copy(c.pend, c.pend[end+1:]) // the newline after the last taken
-		c.pend = c.pend[:rest]
-		m := copy(c.ends, c.ends[k:])
-		c.ends = c.ends[:m]
-		for i := range c.ends {
-			c.ends[i] -= end + 1
+		end := c.ends[c.first+k-1]
+		msg = append(msg[:0], c.pend[c.head:end]...)
+		c.head, c.first = end+1, c.first+k // past the newline after the last taken
+		if 2*c.first >= len(c.ends) {
+			rest := copy(c.pend, c.pend[c.head:])
+			c.pend = c.pend[:rest]
+			m := copy(c.ends, c.ends[c.first:])
+			c.ends = c.ends[:m]
+			for i := range c.ends {
+				c.ends[i] -= c.head
+			}
+			m = copy(c.types, c.types[c.first:])
+			clear(c.types[m:])
+			c.types = c.types[:m]
+			c.head, c.first = 0, 0
 		}
-		m = copy(c.types, c.types[k:])
-		clear(c.types[m:])
-		c.types = c.types[:m]
 	}
 	return msg, types, c.closing
 }

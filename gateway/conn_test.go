@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -41,7 +43,7 @@ func TestSlowConsumerSendDoesNotBlock(t *testing.T) {
 	queued := func() int {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return len(c.ends)
+		return len(c.ends) - c.first
 	}
 	// Frames one at a time, each written before the next, until the
 	// socket is full and the writer stuck on it.
@@ -130,4 +132,51 @@ func TestQueueTakesBatchesInOrder(t *testing.T) {
 	check(nil)
 	c.Send(frames[0])
 	check(frames[0:1])
+}
+
+// TestQueueBacklogInOrder: frames sent and taken in any interleaving, in
+// batches of any size (a backlog drained a batch at a time, with frames
+// arriving between takes), come out whole, once each, in order.
+func TestQueueBacklogInOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for trial := range 50 {
+		c := &Connection{cfg: connConfig{queueFrames: 1000, queueBytes: 1 << 20, maxBatch: 64}, wake: make(chan struct{}, 1)}
+		var sent, got []string
+		var msg []byte
+		var types []string
+		for step := range 400 {
+			if r.IntN(3) > 0 {
+				f := ServerFrame{Type: TypeDelta, Request: "r", Seq: step, Text: strings.Repeat("é", r.IntN(40))}
+				if r.IntN(5) == 0 {
+					f = ServerFrame{Type: TypeError, Request: "r", Code: CodeBadRequest, Message: fmt.Sprint(step)}
+				}
+				b, err := json.Marshal(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !c.Send(f) {
+					t.Fatalf("trial %d: Send refused", trial)
+				}
+				sent = append(sent, string(b))
+				continue
+			}
+			msg, types, _ = c.take(msg, types, 1+r.IntN(8))
+			if len(types) > 0 {
+				got = append(got, strings.Split(string(msg), "\n")...)
+			}
+			if n := len(strings.Split(string(msg), "\n")); len(types) > 0 && n != len(types) {
+				t.Fatalf("trial %d: %d frames for %d types", trial, n, len(types))
+			}
+		}
+		for {
+			msg, types, _ = c.take(msg, types, 8)
+			if len(types) == 0 {
+				break
+			}
+			got = append(got, strings.Split(string(msg), "\n")...)
+		}
+		if !slices.Equal(got, sent) {
+			t.Fatalf("trial %d: took %d frames, sent %d, or out of order", trial, len(got), len(sent))
+		}
+	}
 }
