@@ -248,9 +248,10 @@ func (c *Connection) writer() {
 	defer ping.Stop()
 	var msg []byte
 	var types []string
-	// The write deadline moves only when an eighth of it has gone by:
-	// every write still gets most of writeTimeout, and a stream of small
-	// writes does not re-arm the socket's timer each time.
+	// The write deadline handed to the connection moves only when an
+	// eighth of it has gone by: every write still gets most of
+	// writeTimeout. (gorilla sets the socket's deadline on every write
+	// all the same.)
 	var deadline time.Time
 	for {
 		select {
@@ -307,17 +308,9 @@ func (c *Connection) writer() {
 // list or a long resume's batch.
 const idleBufMax = 16 << 10
 
-// encodeFrame is json.Marshal(f), byte for byte, with a fast path for the
-// frame a reply is made of: a delta's encoding is appended by hand, without
-// reflection over the whole ServerFrame.
-func encodeFrame(f ServerFrame) ([]byte, error) {
-	if !plainDelta(&f) {
-		return json.Marshal(f)
-	}
-	return appendDelta(make([]byte, 0, 48+len(f.Request)+len(f.Text)), &f), nil
-}
-
-// appendDelta appends the encoding of f, a plainDelta, to b.
+// appendDelta appends the encoding of f, a plainDelta, to b: what
+// json.Marshal(f) gives, written by hand for the frame a reply is made of,
+// without reflection over the whole ServerFrame.
 func appendDelta(b []byte, f *ServerFrame) []byte {
 	b = append(b, `{"type":"delta","request":`...)
 	b = appendJSONString(b, f.Request)
@@ -328,7 +321,7 @@ func appendDelta(b []byte, f *ServerFrame) []byte {
 	return append(b, '}')
 }
 
-// plainDelta: f is a delta with no field but those encodeFrame writes by
+// plainDelta: f is a delta with no field but those appendDelta writes by
 // hand (TestEncodeFrame sets every field in turn to keep this in step).
 func plainDelta(f *ServerFrame) bool {
 	return f.Type == TypeDelta && f.Request != "" && f.Seq > 0 && f.Text != "" &&

@@ -137,10 +137,7 @@ func FuzzEncodeDelta(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, request string, seq int, text string) {
 		fr := ServerFrame{Type: TypeDelta, Request: request, Seq: seq, Text: text}
-		have, err := encodeFrame(fr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		have := queued(t, fr)
 		want, err := json.Marshal(fr)
 		if err != nil {
 			t.Fatal(err)
@@ -174,10 +171,7 @@ func TestEncodeFrame(t *testing.T) {
 		default:
 			t.Fatalf("field %s: kind %v not covered", rt.Field(i).Name, v.Kind())
 		}
-		have, err := encodeFrame(fr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		have := queued(t, fr)
 		want, _ := json.Marshal(fr)
 		if !bytes.Equal(have, want) {
 			t.Errorf("with %s set: have %s; want %s", rt.Field(i).Name, have, want)
@@ -196,4 +190,16 @@ func TestAppendDeltaAllocates(t *testing.T) {
 			t.Errorf("%q: %.0f allocations per delta; want 0", text, n)
 		}
 	}
+}
+
+// queued returns the bytes a connection's queue holds for f once Send has
+// taken it: the path every frame to a client takes.
+func queued(t *testing.T, f ServerFrame) []byte {
+	t.Helper()
+	c := &Connection{cfg: connConfig{queueFrames: 4, queueBytes: 1 << 30, maxBatch: 4}, wake: make(chan struct{}, 1)}
+	if !c.Send(f) {
+		t.Fatalf("Send(%+v) refused", f)
+	}
+	msg, _, _ := c.take(nil, nil, 4)
+	return msg
 }
