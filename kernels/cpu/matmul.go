@@ -389,9 +389,8 @@ func rowsSplit(n int) int {
 }
 
 // runFloat is run for F32 weights and those converted to F32 rows (F16,
-// BF16): gemmF32, one pass's worth of activation rows at a time so they
-// stay in cache while the chunk's weight rows, converted or packed once,
-// meet them.
+// BF16): gemmF32 over blocks of activation rows (gemmXBlock), each in
+// cache while the chunk's weight rows, converted or packed once, meet it.
 func (t *matmulTask) runFloat(wk, lo, hi int) {
 	n, k, m := t.x.rows, t.x.cols, t.w.rows
 	out, x := t.dst.f32, t.x.f32
@@ -427,8 +426,12 @@ func (t *matmulTask) runFloat(wk, lo, hi int) {
 	if t.xf != nil {
 		x = t.xf
 	}
-	for r0 := 0; r0 < n; r0 += gemmXRows {
-		r1 := min(n, r0+gemmXRows)
+	step := gemmXRows
+	if t.xf == nil {
+		step = gemmXBlock(k)
+	}
+	for r0 := 0; r0 < n; r0 += step {
+		r1 := min(n, r0+step)
 		gemmF32(out[r0*m+lo:], m, w, packed, hi-lo, x[r0*k:r1*k], t.xf != nil, r1-r0, k, &sc.gemm)
 	}
 }
