@@ -252,9 +252,9 @@ func BenchmarkX8Layout(b *testing.B) {
 
 // BenchmarkVerifyRows is one forward pass's matrix products for n
 // activation rows at the ~100M speculation target's shapes (8 layers, 1024
-// wide, KV 512, FFN 2816: 101 MB of Q8_0 or 53 MB of Q4_0, more than the
-// cache holds), in the ×8 layout, on one thread and on two: a speculative
-// verification of n tokens at batch 1. x1row is the time over the same
+// wide, KV 512, FFN 2816: 101 MB of Q8_0, 53 MB of Q4_0, 59 MB of Q4_K or
+// 79 MB of Q6_K, more than the cache holds), in the ×8 layout, on one
+// thread and on two: a speculative verification of n tokens at batch 1. x1row is the time over the same
 // run's one-row time (CPU time on one thread, wall time on two), what the
 // rows past the first cost. The rows are free while the pass waits for
 // weights, and cost their multiplications once it does not.
@@ -262,7 +262,7 @@ func BenchmarkVerifyRows(b *testing.B) {
 	const layers, dim, kv, ffn = 8, 1024, 512, 2816
 	defer useAsm(true)
 	defer useX8Layout(useX8Layout(true))
-	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
+	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0, kernels.Q4_K, kernels.Q6_K} {
 		for _, threads := range []int{1, 2} {
 			be, err := Open(kernels.Options{Threads: threads})
 			if err != nil {

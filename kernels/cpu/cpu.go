@@ -160,7 +160,7 @@ type workerScratch struct {
 	// kx8 holds a K-quant weight row put back in GGML's layout (kX8Go),
 	// kx8o the ×8 K-quant kernels' results of a last partial group.
 	kx8  []byte
-	kx8o [4 * x8Rows]float32
+	kx8o [maxRowsN * x8Rows]float32
 }
 
 func (s *workerScratch) floats(n int) []float32 {

@@ -252,7 +252,7 @@ var kDotsGo = map[kernels.DType]kDot{
 
 // useKDotsGo points every type at its Go dot product.
 func useKDotsGo() {
-	kX4, kX8 = nil, nil
+	kX4, kX8, kX8MaxRows = nil, nil, nil
 	kDots = make(map[kernels.DType]kRows, len(kDotsGo))
 	for dt, f := range kDotsGo {
 		kDots[dt] = goRows(f)
@@ -656,23 +656,40 @@ func (t *kMatTask) run(wk, lo, hi int) {
 // kX8 holds, per type, the kernel for weights in the ×8 layout (pack.go):
 // out[a·os+r] = the dot product of weight row r of the groups w (m rows,
 // nb super-blocks each) with activation row a0+a of act, for r < m and
-// a < na ≤ 4, each with the bits of kDotsGo (useAsm fills it; a type
-// without an entry runs kX8Go).
+// a < na ≤ maxRowsN, each with the bits of kDotsGo (useAsm fills it; a
+// type without an entry runs kX8Go).
 var kX8 map[kernels.DType]kX8Kernel
+
+// kX8MaxRows holds, for a type whose kX8 kernel takes fewer activation rows
+// a pass than maxRowsN, that number: the Q4_K and Q5_K kernels take four,
+// since their int16 sums of a sub-block's eight words need a register per
+// row; Q6_K's sums of a word pair need one at a time, so the words of a
+// pair are unpacked once for eight rows, which saves a sixth of the work
+// of eight rows.
+var kX8MaxRows map[kernels.DType]int
+
+// kX8Rows returns how many activation rows dt's kX8 kernel takes a pass.
+func kX8Rows(dt kernels.DType) int {
+	if n, ok := kX8MaxRows[dt]; ok {
+		return n
+	}
+	return maxRowsN
+}
 
 // kX8Kernel is a kernel of kX8; sc is the calling worker's scratch.
 type kX8Kernel func(sc *workerScratch, dt kernels.DType, w []byte, m, nb int, act *kAct, a0, na int, out []float32, os int)
 
-// runX8 is run for weights in the ×8 layout: up to four activation rows
-// a kernel call against the chunk's groups, which stay in cache for the
-// next rows.
+// runX8 is run for weights in the ×8 layout: kX8Rows activation rows a
+// kernel call (fewer in the last) against the chunk's groups, which stay
+// in cache for the next rows.
 func (t *kMatTask) runX8(wk, lo, hi int) {
 	n, m := t.dst.rows, t.dst.cols
 	nb := t.a.k / superBlocks
 	w := t.w.groupBytes(lo, hi)
 	kern := kX8[t.w.dt]
-	for r := 0; r < n; r += 4 {
-		na := min(4, n-r)
+	rows := kX8Rows(t.w.dt)
+	for r := 0; r < n; r += rows {
+		na := min(rows, n-r)
 		if kern == nil {
 			kern = kX8Go
 		}

@@ -52,17 +52,25 @@ func setKDotsAsm() {
 		kernels.Q6_K: kX4Asm(dotQ6Kx4AVX, q6KBytes),
 	}
 	kX8 = map[kernels.DType]kX8Kernel{kernels.Q4_K: kX8Asm, kernels.Q5_K: kX8Asm, kernels.Q6_K: kX8Asm}
+	kX8MaxRows = map[kernels.DType]int{kernels.Q4_K: 4, kernels.Q5_K: 4}
 }
 
 // kX8Asm runs the ×8 kernel of w's type over m rows: whole groups straight
 // into out, a last partial group into the worker's scratch (its rows past
-// m are padding or another slice's, read but not stored).
+// m are padding or another slice's, read but not stored). The Q6_K kernel
+// takes up to eight activation rows a call, the others four (kX8Rows):
+// more rows are two calls, the second finding the weights in cache.
 func kX8Asm(sc *workerScratch, dt kernels.DType, w []byte, m, nb int, act *kAct, a0, na int, out []float32, os int) {
 	if m == 0 || na == 0 {
 		return
 	}
-	if na > 4 {
+	if na > maxRowsN {
 		panic("cpu: too many activation rows for one ×8 K-quant kernel call")
+	}
+	if na > kX8Rows(dt) {
+		kX8Asm(sc, dt, w, m, nb, act, a0, 4, out, os)
+		kX8Asm(sc, dt, w, m, nb, act, a0+4, na-4, out[4*os:], os)
+		return
 	}
 	if nb == 0 {
 		for a := range na {

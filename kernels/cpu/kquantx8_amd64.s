@@ -1605,36 +1605,36 @@ GLOBL kx8b10<>(SB), RODATA|NOPTR, $4
 	VPSRAW     $8, Y9, Y9 \
 	VMOVDQU    Y9, 736(SP)
 
-// Q6KW sets Y8 to word q's quants at position p of half h (see above).
-#define Q6KW0(A, B, H) \
-	VPAND   A(SI), Y15, Y8 \
+// Q6KW sets D to word q's quants at position p of half h (see above).
+#define Q6KW0(A, B, H, D) \
+	VPAND   A(SI), Y15, D \
 	VMOVDQU H(SI), Y11 \
 	VPSLLW  $4, Y11, Y11 \
 	VPAND   Y14, Y11, Y11 \
-	VPOR    Y11, Y8, Y8
+	VPOR    Y11, D, D
 
-#define Q6KW1(A, B, H) \
-	VPAND   B(SI), Y15, Y8 \
+#define Q6KW1(A, B, H, D) \
+	VPAND   B(SI), Y15, D \
 	VMOVDQU H(SI), Y11 \
 	VPSLLW  $2, Y11, Y11 \
 	VPAND   Y14, Y11, Y11 \
-	VPOR    Y11, Y8, Y8
+	VPOR    Y11, D, D
 
-#define Q6KW2(A, B, H) \
-	VMOVDQU A(SI), Y8 \
-	VPSRLW  $4, Y8, Y8 \
-	VPAND   Y15, Y8, Y8 \
+#define Q6KW2(A, B, H, D) \
+	VMOVDQU A(SI), D \
+	VPSRLW  $4, D, D \
+	VPAND   Y15, D, D \
 	VPAND   H(SI), Y14, Y11 \
-	VPOR    Y11, Y8, Y8
+	VPOR    Y11, D, D
 
-#define Q6KW3(A, B, H) \
-	VMOVDQU B(SI), Y8 \
-	VPSRLW  $4, Y8, Y8 \
-	VPAND   Y15, Y8, Y8 \
+#define Q6KW3(A, B, H, D) \
+	VMOVDQU B(SI), D \
+	VPSRLW  $4, D, D \
+	VPAND   Y15, D, D \
 	VMOVDQU H(SI), Y11 \
 	VPSRLW  $2, Y11, Y11 \
 	VPAND   Y14, Y11, Y11 \
-	VPOR    Y11, Y8, Y8
+	VPOR    Y11, D, D
 
 // Q6KPASS adds position p of half h (W is Q6KW<p>, x the values' offset
 // 128h + 32p, s the first sub-block 8h + 2p) to the rows' sums: word
@@ -1643,24 +1643,24 @@ GLOBL kx8b10<>(SB), RODATA|NOPTR, $4
 	PREFETCHT0 Q6KPFD+6*x(SI) \
 	PREFETCHT0 Q6KPFD+6*x+64(SI) \
 	PREFETCHT0 Q6KPFD+6*x+128(SI) \
-	W(0, 256, 1024) \
+	W(0, 256, 1024, Y8) \
 	F(x+0) \
-	W(32, 288, 1056) \
+	W(32, 288, 1056, Y8) \
 	N(x+4) \
 	S(s+0) \
-	W(64, 320, 1088) \
+	W(64, 320, 1088, Y8) \
 	F(x+8) \
-	W(96, 352, 1120) \
+	W(96, 352, 1120, Y8) \
 	N(x+12) \
 	S(s+0) \
-	W(128, 384, 1152) \
+	W(128, 384, 1152, Y8) \
 	F(x+16) \
-	W(160, 416, 1184) \
+	W(160, 416, 1184, Y8) \
 	N(x+20) \
 	S(s+32) \
-	W(192, 448, 1216) \
+	W(192, 448, 1216, Y8) \
 	F(x+24) \
-	W(224, 480, 1248) \
+	W(224, 480, 1248, Y8) \
 	N(x+28) \
 	S(s+32)
 
@@ -1668,24 +1668,24 @@ GLOBL kx8b10<>(SB), RODATA|NOPTR, $4
 	PREFETCHT0 Q6KPFD+6*x(SI) \
 	PREFETCHT0 Q6KPFD+6*x+64(SI) \
 	PREFETCHT0 Q6KPFD+6*x+128(SI) \
-	W(512, 768, 1280) \
+	W(512, 768, 1280, Y8) \
 	F(x+0) \
-	W(544, 800, 1312) \
+	W(544, 800, 1312, Y8) \
 	N(x+4) \
 	S(s+0) \
-	W(576, 832, 1344) \
+	W(576, 832, 1344, Y8) \
 	F(x+8) \
-	W(608, 864, 1376) \
+	W(608, 864, 1376, Y8) \
 	N(x+12) \
 	S(s+0) \
-	W(640, 896, 1408) \
+	W(640, 896, 1408, Y8) \
 	F(x+16) \
-	W(672, 928, 1440) \
+	W(672, 928, 1440, Y8) \
 	N(x+20) \
 	S(s+32) \
-	W(704, 960, 1472) \
+	W(704, 960, 1472, Y8) \
 	F(x+24) \
-	W(736, 992, 1504) \
+	W(736, 992, 1504, Y8) \
 	N(x+28) \
 	S(s+32)
 
@@ -1848,6 +1848,216 @@ GLOBL kx8b10<>(SB), RODATA|NOPTR, $4
 	Q6KQ1(KN, 736, 992, 1504, 156) \
 	Q6KS1(288) \
 	Q6KFIN1
+
+// Five to eight activation rows (Q6_K): the int32 sums of row a in Ya, the
+// int16 ones of a word pair in Y13 or Y8 for one row at a time, and the
+// pair's two words in Y10 and Y12 while all the rows meet them, so a word
+// is unpacked once for up to eight rows. Rows 4-7 are at R10 = DI + 4·R13
+// (the rows R13 apart as rows 0-3); their results at 896 + 32j. Each row's
+// arithmetic is the one-to-four-row path's, in the same order.
+
+// KFR and KNR are KF and KN against the word in W.
+#define KFR(x, W, T) \
+	VPBROADCASTD x, Y9 \
+	VPMADDUBSW   Y9, W, T
+
+#define KNR(x, W, T) \
+	VPBROADCASTD x, Y9 \
+	VPMADDUBSW   Y9, W, Y9 \
+	VPADDW       Y9, T, T
+
+// Q6KRa adds the word pair (values at offset o) to row a's sums I, scaled
+// by sub-block s.
+#define Q6KR0(o, s) \
+	KFR(o(DI), Y10, Y13) \
+	KNR(o+4(DI), Y12, Y13) \
+	KS(s, Y13, Y0)
+
+#define Q6KR1(o, s) \
+	KFR(o(DI)(R13*1), Y10, Y8) \
+	KNR(o+4(DI)(R13*1), Y12, Y8) \
+	KS(s, Y8, Y1)
+
+#define Q6KR2(o, s) \
+	KFR(o(DI)(R13*2), Y10, Y13) \
+	KNR(o+4(DI)(R13*2), Y12, Y13) \
+	KS(s, Y13, Y2)
+
+#define Q6KR3(o, s) \
+	KFR(o(DI)(R14*1), Y10, Y8) \
+	KNR(o+4(DI)(R14*1), Y12, Y8) \
+	KS(s, Y8, Y3)
+
+#define Q6KR4(o, s) \
+	KFR(o(R10), Y10, Y13) \
+	KNR(o+4(R10), Y12, Y13) \
+	KS(s, Y13, Y4)
+
+#define Q6KR5(o, s) \
+	KFR(o(R10)(R13*1), Y10, Y8) \
+	KNR(o+4(R10)(R13*1), Y12, Y8) \
+	KS(s, Y8, Y5)
+
+#define Q6KR6(o, s) \
+	KFR(o(R10)(R13*2), Y10, Y13) \
+	KNR(o+4(R10)(R13*2), Y12, Y13) \
+	KS(s, Y13, Y6)
+
+#define Q6KR7(o, s) \
+	KFR(o(R10)(R14*1), Y10, Y8) \
+	KNR(o+4(R10)(R14*1), Y12, Y8) \
+	KS(s, Y8, Y7)
+
+// Q6KUPn is rows 4 to 3 + n's part of a word pair.
+#define Q6KUP1(o, s) \
+	Q6KR4(o, s)
+
+#define Q6KUP2(o, s) \
+	Q6KR4(o, s) \
+	Q6KR5(o, s)
+
+#define Q6KUP3(o, s) \
+	Q6KR4(o, s) \
+	Q6KR5(o, s) \
+	Q6KR6(o, s)
+
+#define Q6KUP4(o, s) \
+	Q6KR4(o, s) \
+	Q6KR5(o, s) \
+	Q6KR6(o, s) \
+	Q6KR7(o, s)
+
+// Q6KPAIR8 unpacks words (A0, B0, H0) and (A1, B1, H1) of position W and
+// adds them (values at x, sub-block s) to every row.
+#define Q6KPAIR8(W, UP, A0, B0, H0, A1, B1, H1, x, s) \
+	W(A0, B0, H0, Y10) \
+	W(A1, B1, H1, Y12) \
+	Q6KR0(x, s) \
+	Q6KR1(x, s) \
+	Q6KR2(x, s) \
+	Q6KR3(x, s) \
+	UP(x, s)
+
+// Q6KPASS8 is Q6KPASS0 (o = 0) or Q6KPASS1 (o = 512) for five to eight
+// rows.
+#define Q6KPASS8(W, UP, o, x, s) \
+	PREFETCHT0 Q6KPFD+6*x(SI) \
+	PREFETCHT0 Q6KPFD+6*x+64(SI) \
+	PREFETCHT0 Q6KPFD+6*x+128(SI) \
+	Q6KPAIR8(W, UP, o+0, o+256, o/2+1024, o+32, o+288, o/2+1056, x+0, s+0) \
+	Q6KPAIR8(W, UP, o+64, o+320, o/2+1088, o+96, o+352, o/2+1120, x+8, s+0) \
+	Q6KPAIR8(W, UP, o+128, o+384, o/2+1152, o+160, o+416, o/2+1184, x+16, s+32) \
+	Q6KPAIR8(W, UP, o+192, o+448, o/2+1216, o+224, o+480, o/2+1248, x+24, s+32)
+
+// Q6KZn clears the int32 sums of rows 4 to 3 + n.
+#define Q6KZ1 \
+	VPXOR Y4, Y4, Y4
+
+#define Q6KZ2 \
+	Q6KZ1 \
+	VPXOR Y5, Y5, Y5
+
+#define Q6KZ3 \
+	Q6KZ2 \
+	VPXOR Y6, Y6, Y6
+
+#define Q6KZ4 \
+	Q6KZ3 \
+	VPXOR Y7, Y7, Y7
+
+// Q6KFIN8 ends the super-block for rows 0-3 as Q6KFIN4 does (Y8 the
+// scratch), then for rows 4 to 3 + n (UPFIN is Q6KUPFINn), DX pointing at
+// row 4's scales meanwhile.
+#define Q6KFIN8(UPFIN) \
+	VCVTPH2PS 1664(SI), Y10 \
+	MOVQ      R9, R10 \
+	Q6KFIN(Y0, Y8, (DX), 768) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q6KFIN(Y1, Y8, (DX)(AX*1), 800) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q6KFIN(Y2, Y8, (DX)(AX*2), 832) \
+	LEAQ      (R10)(AX*8), R10 \
+	Q6KFIN(Y3, Y8, (DX)(BX*1), 864) \
+	LEAQ      (DX)(AX*4), DX \
+	UPFIN \
+	SHLQ      $2, AX \
+	SUBQ      AX, DX \
+	SHRQ      $2, AX
+
+#define Q6KUPFIN1 \
+	LEAQ (R10)(AX*8), R10 \
+	Q6KFIN(Y4, Y8, (DX), 896)
+
+#define Q6KUPFIN2 \
+	Q6KUPFIN1 \
+	LEAQ (R10)(AX*8), R10 \
+	Q6KFIN(Y5, Y8, (DX)(AX*1), 928)
+
+#define Q6KUPFIN3 \
+	Q6KUPFIN2 \
+	LEAQ (R10)(AX*8), R10 \
+	Q6KFIN(Y6, Y8, (DX)(AX*2), 960)
+
+#define Q6KUPFIN4 \
+	Q6KUPFIN3 \
+	LEAQ (R10)(AX*8), R10 \
+	Q6KFIN(Y7, Y8, (DX)(BX*1), 992)
+
+// Q6KBLOCK8 is one super-block of a group for 4 + n activation rows (UP
+// is Q6KUPn, Z Q6KZn, FIN Q6KUPFINn).
+#define Q6KBLOCK8(UP, Z, FIN) \
+	Q6KSCALES \
+	VPXOR Y0, Y0, Y0 \
+	VPXOR Y1, Y1, Y1 \
+	VPXOR Y2, Y2, Y2 \
+	VPXOR Y3, Y3, Y3 \
+	Z \
+	LEAQ  (DI)(R13*4), R10 \
+	Q6KPASS8(Q6KW0, UP, 0, 0, 0) \
+	Q6KPASS8(Q6KW1, UP, 0, 32, 64) \
+	Q6KPASS8(Q6KW2, UP, 0, 64, 128) \
+	Q6KPASS8(Q6KW3, UP, 0, 96, 192) \
+	Q6KPASS8(Q6KW0, UP, 512, 128, 256) \
+	Q6KPASS8(Q6KW1, UP, 512, 160, 320) \
+	Q6KPASS8(Q6KW2, UP, 512, 192, 384) \
+	Q6KPASS8(Q6KW3, UP, 512, 224, 448) \
+	Q6KFIN8(FIN)
+
+// KGROUP8 starts a group of five to eight rows: KGROUP, and rows 4-7's
+// results +0 too.
+#define KGROUP8(acc) \
+	KGROUP(acc) \
+	VMOVUPS Y9, acc+128(SP) \
+	VMOVUPS Y9, acc+160(SP) \
+	VMOVUPS Y9, acc+192(SP) \
+	VMOVUPS Y9, acc+224(SP)
+
+// KSTUn stores the group's results of rows 0 to 3 + n.
+#define KSTROW(off) \
+	ADDQ    R8, R10 \
+	VMOVUPS off(SP), Y9 \
+	VMOVUPS Y9, (R10)
+
+#define KSTU1(acc) \
+	MOVQ    R12, R10 \
+	VMOVUPS acc+0(SP), Y9 \
+	VMOVUPS Y9, (R10) \
+	KSTROW(acc+32) \
+	KSTROW(acc+64) \
+	KSTROW(acc+96) \
+	KSTROW(acc+128)
+
+#define KSTU2(acc) \
+	KSTU1(acc) \
+	KSTROW(acc+160)
+
+#define KSTU3(acc) \
+	KSTU2(acc) \
+	KSTROW(acc+192)
+
+#define KSTU4(acc) \
+	KSTU3(acc) \
+	KSTROW(acc+224)
 
 // Q6KBLOCK is one super-block of a group for n activation rows.
 #define Q6KBLOCK(F, N, S, FIN) \
@@ -2018,8 +2228,8 @@ q5kx8n4block:
 // out[a·os/4 + 8G + l] = the dot product of row l of group G (the groups
 // back to back from w, nb super-blocks each) with activation row a (values
 // xs bytes apart, scales nb·4 bytes apart, sums per 16 nb·32 bytes apart),
-// for G < ngroups and a < na; nb ≥ 1, ngroups ≥ 1, 1 ≤ na ≤ 4.
-TEXT ·dotQ6KX8AVX(SB), 0, $896-80
+// for G < ngroups and a < na; nb ≥ 1, ngroups ≥ 1, 1 ≤ na ≤ 8.
+TEXT ·dotQ6KX8AVX(SB), 0, $1024-80
 	MOVQ         w+0(FP), SI
 	MOVQ         xs+16(FP), R13
 	LEAQ         (R13)(R13*2), R14
@@ -2039,9 +2249,15 @@ TEXT ·dotQ6KX8AVX(SB), 0, $896-80
 	CMPQ         R10, $2
 	JL           q6kx8n1group
 	JE           q6kx8n2group
-	CMPQ         R10, $3
-	JE           q6kx8n3group
-	JMP          q6kx8n4group
+	CMPQ         R10, $4
+	JL           q6kx8n3group
+	JE           q6kx8n4group
+	CMPQ         R10, $6
+	JL           q6kx8n5group
+	JE           q6kx8n6group
+	CMPQ         R10, $7
+	JE           q6kx8n7group
+	JMP          q6kx8n8group
 
 q6kx8n1group:
 	KGROUP(768)
@@ -2088,5 +2304,57 @@ q6kx8n4block:
 	KST4(768)
 	DECQ R11
 	JNZ  q6kx8n4group
+	VZEROUPPER
+	RET
+
+q6kx8n5group:
+	KGROUP8(768)
+
+q6kx8n5block:
+	Q6KBLOCK8(Q6KUP1, Q6KZ1, Q6KUPFIN1)
+	KNEXT(1680, q6kx8n5block)
+	KSTU1(768)
+	ADDQ $32, R12
+	DECQ R11
+	JNZ  q6kx8n5group
+	VZEROUPPER
+	RET
+
+q6kx8n6group:
+	KGROUP8(768)
+
+q6kx8n6block:
+	Q6KBLOCK8(Q6KUP2, Q6KZ2, Q6KUPFIN2)
+	KNEXT(1680, q6kx8n6block)
+	KSTU2(768)
+	ADDQ $32, R12
+	DECQ R11
+	JNZ  q6kx8n6group
+	VZEROUPPER
+	RET
+
+q6kx8n7group:
+	KGROUP8(768)
+
+q6kx8n7block:
+	Q6KBLOCK8(Q6KUP3, Q6KZ3, Q6KUPFIN3)
+	KNEXT(1680, q6kx8n7block)
+	KSTU3(768)
+	ADDQ $32, R12
+	DECQ R11
+	JNZ  q6kx8n7group
+	VZEROUPPER
+	RET
+
+q6kx8n8group:
+	KGROUP8(768)
+
+q6kx8n8block:
+	Q6KBLOCK8(Q6KUP4, Q6KZ4, Q6KUPFIN4)
+	KNEXT(1680, q6kx8n8block)
+	KSTU4(768)
+	ADDQ $32, R12
+	DECQ R11
+	JNZ  q6kx8n8group
 	VZEROUPPER
 	RET

@@ -268,8 +268,8 @@ func randKAct(r *rand.Rand, na, nb int, extreme bool) *kAct {
 
 // TestX8KKernels checks the ×8 K-quant kernels, Go and assembly, against
 // the Go reference on the same rows in GGML's layout, bit for bit, for
-// one to four activation rows, partial last groups included, and that they
-// store nothing past m.
+// one to maxRowsN activation rows, partial last groups included, and that
+// they store nothing past m.
 func TestX8KKernels(t *testing.T) {
 	initTables()
 	defer useAsm(true)
@@ -279,14 +279,14 @@ func TestX8KKernels(t *testing.T) {
 			for _, m := range []int{1, 2, 7, 8, 9, 16, 17, 31, 40} {
 				for _, mode := range []string{"random", "extreme"} {
 					rows, x8 := randX8Rows(r, dt, m, nb, mode == "extreme")
-					act := randKAct(r, 5, nb, mode == "extreme")
+					act := randKAct(r, maxRowsN+1, nb, mode == "extreme")
 					kerns := map[string]kX8Kernel{"go": kX8Go}
 					if useAsm(true) && kX8[dt] != nil {
 						kerns["asm"] = kX8[dt]
 					}
 					rb := nb * x8BlockBytes(dt)
 					for a0 := range 2 {
-						for na := 1; na <= 4; na++ {
+						for na := 1; na <= maxRowsN; na++ {
 							os := m + r.IntN(3)
 							want := make([]float32, na*os)
 							for i := range want {
