@@ -93,17 +93,39 @@ const fitClip = 2
 // clipped to it.
 const fitAfter = 16
 
+// costMemory is how many of its own steps an option's cost mostly rests
+// on: enough that its estimate is a few percent sure, few enough that it
+// follows a change of traffic (an n-gram drafter's matches) within a
+// request or two.
+const costMemory = 64
+
+// costPrior is the weight, in steps, of the tier's line in an option's
+// cost: an option measured on a step or two (the warm-up) is judged
+// mostly by the line, one measured on dozens by its own steps.
+const costPrior = 16
+
+// sure is how many standard errors an option's estimate must lie below
+// the leader's for its re-tries to back off while it is close.
+const sure = 1.5
+
+// closeWait is the most times the base interval between re-tries of a
+// close runner-up whose estimate is sure: a change of traffic that makes
+// it the best is still seen within a few hundred steps.
+const closeWait = 8
+
 // Dispatcher picks the tree shape of each step, per priority class. Within
 // the tier of the step's load it estimates each option's cost per
 // committed token and plays the cheapest, re-trying the others now and
-// then: every Explore steps while they measure within 15% of the leader,
-// else, each time a re-try still loses, twice as rarely (up to 64 times),
-// and as many times more rarely
-// again as the option is slower than the leader, so a shape that keeps
-// losing costs almost nothing; a dethroned leader starts over at the base
-// interval. Off is always an option, so speculation never stays slower
-// than plain decoding for long, and it keeps being re-tried at the base
-// interval until speculation wins by more than closeOff.
+// then: every Explore steps while they measure within 15% of the leader
+// and their estimate is not sure to be below it (its standard error, from
+// the spread of its steps' acceptance and time, is wide), else, each time
+// a re-try still loses, twice as rarely (up to 8 times for a close one
+// whose estimate is sure, 64 times for the others), and as many times
+// more rarely again as the option is slower than the leader, so a shape
+// that keeps losing costs almost nothing; a dethroned leader starts over
+// at the base interval. Off is always an option, so speculation never
+// stays slower than plain decoding for long, and it keeps being re-tried
+// at the base interval until speculation wins by more than closeOff.
 //
 // Warm-up goes from the smallest shapes up, and a shape is not tried at
 // all while the tier's measurements say it cannot come near the leader:
@@ -122,21 +144,25 @@ const fitAfter = 16
 //     nothing that step), so it is a long average: every observation
 //     counts until there are 1/AccAlpha of them, then the recent ones
 //     weigh more.
-//   - the step's time. It is modelled, not timed per option: a step
-//     that drafted r rows per sequence takes base × (a + b·r), where the
-//     time base follows the machine's load (each step moves it by a
-//     bounded amount) and a + b·r, the cost of r rows against a plain
-//     step, is fitted by least squares through every step of the tier,
-//     Off's and every shape's alike, over its last fitMemory or so. An
-//     option's cost is then the fit at its mean rows drafted per
-//     sequence-step, which is counted, not timed. A shape is thus not
-//     judged by the few steps a burst or a lull happened to hit when it
-//     was re-tried, nor Off by its own: every step measures the cost of a
-//     row, and an n-gram tree that is empty on some steps and full on
-//     others costs what its mean rows cost. The fit is of the backend
-//     (cheaper multi-row kernels make longer chains win by themselves),
-//     and of whatever a shape's steps cost besides their rows only as
-//     far as a straight line through the shapes' rows allows.
+//   - the step's time, relative to a time base that follows the
+//     machine's load (each step moves it by a bounded amount, as far as
+//     the model below does not explain the step). A straight line a + b·r
+//     of a step's relative time in r, the rows it drafted per sequence, is
+//     fitted by least squares through every step of the tier, Off's and
+//     every shape's alike, over its last fitMemory or so. An option's cost
+//     is the line's at its mean rows times its residual: the mean, over
+//     its own last costMemory or so steps, of a step's relative time over
+//     the line's at that step's rows, shrunk towards every step's by
+//     costPrior steps and judged by the line again as the option's steps
+//     age (over fitMemory: the line moves). The line thus judges what a
+//     burst or a lull hit in a shape's few first steps, and tells what
+//     rows that vary cost (an n-gram tree, empty on some steps and full on
+//     others); the option's own steps tell what the line does not: a
+//     step's time is not a straight line in its rows (on a CPU two to four
+//     rows cost little more than one, past that each row its compute; a
+//     draft model's passes cost per depth, not per node), and Off, the
+//     baseline, is judged by its own steps rather than by the intercept of
+//     a line fitted mostly through steps that draft.
 //
 // Each class (Seq.Class: the engine's priority classes) has its own
 // measurements and choices, so a class whose requests gain nothing from
@@ -178,6 +204,11 @@ type tierState struct {
 	batch   float64
 	based   bool
 	fit     costFit
+	// seen counts the tier's steps observed.
+	seen int
+	// uw and us are the weight and weighted sum of every step's
+	// residual, over fitMemory or so (see unit).
+	uw, us float64
 	// a and k are the fit's plain step (in units of the base) and
 	// kappa's, kept from the last step.
 	a, k float64
@@ -229,6 +260,17 @@ type option struct {
 	// accN is how many steps acc rests on: the option's own and, for a
 	// chain, those of longer chains (see ObserveNested).
 	accN int
+	// acc2 is the mean of the squared accepted drafts (acc's weights):
+	// acc's spread, for its standard error.
+	acc2 float64
+	// cw, cu and cuu are the option's own steps, each weighing less by
+	// 1/costMemory with every later one and by e with every fitMemory of
+	// the tier's steps (see aged): the weight, and the weighted sums of
+	// their residuals (a step's relative time over the line's at its
+	// rows) and squared residuals.
+	cw, cu, cuu float64
+	// seen is the tier's step count (tierState.seen) at o's last step.
+	seen int
 	// wait is the current re-try interval in steps and next the step of
 	// the next re-try, while the option is not the best.
 	wait, next int
@@ -264,11 +306,102 @@ func (t *tierState) kappa() (float64, bool) {
 	return k, true
 }
 
-// value is o's committed tokens per sequence per unit of the tier's time
-// base: the inverse of its cost per committed token.
-func (t *tierState) value(o option) float64 {
-	return (1 + o.acc) / (1 + t.k*o.rowsOf())
+// line is the tier's fitted relative time of a step of r rows per
+// sequence.
+func (t *tierState) line(r float64) float64 { return t.a * max(1+t.k*r, 0.05) }
+
+// residual is o's steps' relative time over the line's at their rows:
+// their mean, shrunk towards every step's (the line's own, see unit) by
+// costPrior steps.
+func (t *tierState) residual(o option) float64 {
+	w, u := t.aged(o)
+	return (u + costPrior*t.unit()) / (w + costPrior)
 }
+
+// unit is the mean residual of all the tier's steps, over fitMemory or
+// so: the line is fitted to the steps' times and the base rests where
+// their logs do, so a step's residual is a little above 1 on the mean
+// (the more so the noisier the machine), the leader's like every other.
+func (t *tierState) unit() float64 {
+	if t.uw <= 0 {
+		return 1
+	}
+	return t.us / t.uw
+}
+
+// aged returns o's weight and residual sum, weighing less by e for every
+// fitMemory steps the tier has seen since o's last: a residual is over
+// the line of its day, and the line moves over fitMemory or so. An
+// option re-tried rarely (Off where speculation wins by far) is thus
+// judged by the line again in the end, not by a few steps the line has
+// long moved away from.
+func (t *tierState) aged(o option) (w, u float64) {
+	d := math.Exp(-float64(t.seen-o.seen) / fitMemory)
+	return d * o.cw, d * o.cu
+}
+
+// age is aged on o itself, for a new step.
+func (t *tierState) age(o *option) {
+	d := math.Exp(-float64(t.seen-o.seen) / fitMemory)
+	o.cw, o.cu, o.cuu = d*o.cw, d*o.cu, d*o.cuu
+}
+
+// rebase puts every option's residual in the units of the new leader's,
+// as the old leader's were: the time base follows the leader's steps
+// through the line alone (see observe), so it takes in the leader's
+// residual, and the others' residuals were measured against that.
+// Without it, a new leader's residual fell to the old one's over its
+// own steps while every other kept its own, and each option measured
+// cheap while it led.
+func (t *tierState) rebase(old, lead int) {
+	if old < 0 || lead < 0 || old == lead {
+		return
+	}
+	f := t.residual(t.options[old]) / t.residual(t.options[lead])
+	for i := range t.options {
+		p := &t.options[i]
+		p.cu, p.cuu = f*p.cu, f*f*p.cuu
+	}
+}
+
+// cost returns o's relative step time: the line's at o's mean rows times
+// o's residual.
+func (t *tierState) cost(o option) float64 {
+	return t.line(o.rowsOf()) * t.residual(o)
+}
+
+// value is o's committed tokens per sequence per plain step (the line's):
+// the inverse of its cost per committed token.
+func (t *tierState) value(o option) float64 {
+	return (1 + o.acc) * t.a / t.cost(o)
+}
+
+// spread is the relative standard error of o's value: of its mean
+// accepted drafts and of its mean step time, over the steps each rests
+// on (as many as weigh in the running means). Each variance is shrunk
+// towards a prior one by spreadPrior steps: two steps that happened to
+// accept alike say nothing of the spread.
+func (t *tierState) spread(o option, accA float64) float64 {
+	if o.accN == 0 || o.cw <= 0 {
+		return math.Inf(1)
+	}
+	// A sequence-step accepts from none of its drafts to all of them
+	// along a path: a spread of about half of that, up to two tokens.
+	l := float64(min(o.shape.MaxDepth, 4))
+	na := min(float64(o.accN), 2/accA-1)
+	va := (na*max(o.acc2-o.acc*o.acc, 0) + spreadPrior*l*l/4) / (na + spreadPrior)
+	u := o.cu / o.cw
+	nu := min(float64(o.n), 2*costMemory-1)
+	vu := (nu*max(o.cuu/o.cw-u*u, 0)/(u*u) + spreadPrior*timeSpread*timeSpread) / (nu + spreadPrior)
+	return math.Sqrt(va/(na*(1+o.acc)*(1+o.acc)) + vu/nu)
+}
+
+// spreadPrior is the weight, in steps, of the prior variances in spread.
+const spreadPrior = 2
+
+// timeSpread is the prior relative spread of a step's time about the
+// load's and the option's cost: a shared machine's.
+const timeSpread = 0.2
 
 // NewDispatcher returns a dispatcher over tiers (nil: DefaultTiers()).
 func NewDispatcher(tiers []Tier) *Dispatcher {
@@ -411,6 +544,7 @@ func (d *Dispatcher) pick(class []tierState, t *tierState) int {
 			o := &t.options[t.best]
 			o.wait, o.next = explore, t.steps+explore
 		}
+		t.rebase(t.best, best)
 		t.best = best
 	}
 	for k := 1; k <= len(t.options); k++ {
@@ -431,8 +565,19 @@ func (d *Dispatcher) pick(class []tierState, t *tierState) int {
 				// interval until speculation clearly wins.
 				close = closeOff
 			}
-			if t.value(*o) < close*t.value(t.options[best]) && (!o.shape.Off() || o.n >= trusted) {
+			v, lead := t.value(*o), t.value(t.options[best])
+			// An option that drafts backs off only where its estimate
+			// is sure to lose, and less far while it is close: a close
+			// runner-up re-tried every Explore steps for good (a few
+			// shapes 5-10% slower than the leader took a fifth of the
+			// steps), and one that lost its first steps by chance (a
+			// chain whose drafts were rejected twice) backed off for
+			// good.
+			hi := v * (1 + sure*t.spread(*o, d.accAlpha()))
+			if o.shape.Off() && v < close*lead && o.n >= trusted || !o.shape.Off() && hi < close*lead {
 				o.wait = min(2*o.wait, 64*explore)
+			} else if !o.shape.Off() && hi < lead {
+				o.wait = min(2*o.wait, closeWait*explore)
 			} else {
 				// A close runner-up keeps being re-tried at the base
 				// interval: each re-try costs little, and its few
@@ -572,10 +717,7 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 	if a <= 0 {
 		a = 0.2
 	}
-	accA := d.AccAlpha
-	if accA <= 0 {
-		accA = 0.01
-	}
+	accA := d.accAlpha()
 	at := t.last
 	if at < 0 || at >= len(t.options) || s.Name != t.options[at].shape.Name && s.Name != mainChain(t.options[at].shape).Name {
 		at = slices.IndexFunc(t.options, func(o option) bool { return o.shape.Name == s.Name })
@@ -598,16 +740,36 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 	// units (a plain step takes a of it), so the fit's older steps stay
 	// comparable with its new ones as the base moves.
 	y := math.Exp(lt - t.logBase)
+	res := t.residual(*o)
 	if t.fit.n >= fitAfter {
-		if p := t.a * (1 + t.k*r); p > 0 {
-			y = min(max(y, p/fitClip), p*fitClip)
-		}
+		p := t.line(r) * res
+		y = min(max(y, p/fitClip), p*fitClip)
 	}
+	u := y / t.line(r) // against the line before this step
 	t.fit.add(r, y)
 	t.a, _, _ = t.fit.line()
 	t.a = max(t.a, 1e-3)
 	t.k, _ = t.kappa()
-	cost := t.a * max(1+t.k*r, 0.05)
+	// The option's residual is over the line, not a mean relative time:
+	// the line's units move with the base (the fit follows its steps),
+	// and the residual stays in them.
+	t.age(o)
+	f := 1 - 1.0/costMemory
+	o.cw, o.cu, o.cuu = f*o.cw+1, f*o.cu+u, f*o.cuu+u*u
+	t.seen++
+	o.seen = t.seen
+	g := 1 - 1.0/fitMemory
+	t.uw, t.us = g*t.uw+1, g*t.us+u
+	// The base follows the load as far as the option's cost over the
+	// leader's does not explain the step: a leader's step through the
+	// line alone, so the base rests where the leader's residual does
+	// (the leader's is the unit of every other's, see rebase); another
+	// option's through its residual over the leader's, so that a re-try
+	// of a dear shape is not taken for a change of load.
+	cost := t.line(r)
+	if l := t.best; l >= 0 && l != at && t.options[l].cw > 0 {
+		cost *= res / t.residual(t.options[l])
+	}
 	t.logBase += a * min(max(lt-math.Log(cost)-t.logBase, -loadStep), loadStep)
 	if t.batch == 0 {
 		t.batch = float64(batch)
@@ -616,8 +778,17 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 	o.n++
 	o.accN++
 	acc := float64(tokens-batch) / float64(batch)
-	o.acc += max(1/float64(o.accN), accA) * (acc - o.acc)
+	w := max(1/float64(o.accN), accA)
+	o.acc += w * (acc - o.acc)
+	o.acc2 += w * (acc*acc - o.acc2)
 	o.rows += max(1/float64(o.n), accA) * (r - o.rows)
+}
+
+func (d *Dispatcher) accAlpha() float64 {
+	if d.AccAlpha <= 0 {
+		return 0.01
+	}
+	return d.AccAlpha
 }
 
 // ObserveNested records, for the chains of class's tier at load shorter
@@ -636,10 +807,7 @@ func (d *Dispatcher) ObserveNested(class, load int, s Shape, accepted, drafted [
 	if t == nil || !s.chain() || len(accepted) != len(drafted) {
 		return
 	}
-	accA := d.AccAlpha
-	if accA <= 0 {
-		accA = 0.01
-	}
+	accA := d.accAlpha()
 	for i := range t.options {
 		o := &t.options[i]
 		j := o.shape.Len()
@@ -657,7 +825,9 @@ func (d *Dispatcher) ObserveNested(class, load int, s Shape, accepted, drafted [
 			continue
 		}
 		o.accN++
-		o.acc += max(1/float64(o.accN), accA) * (float64(sum)/float64(n) - o.acc)
+		w, acc := max(1/float64(o.accN), accA), float64(sum)/float64(n)
+		o.acc += w * (acc - o.acc)
+		o.acc2 += w * (acc*acc - o.acc2)
 	}
 }
 
@@ -699,7 +869,7 @@ func (d *Dispatcher) ClassStats(class, load int) []ShapeStats {
 	for i, o := range t.options {
 		out[i] = ShapeStats{Shape: o.shape.Name, Steps: o.n, Accepted: o.acc}
 		if o.n > 0 {
-			out[i].TokensPerSec = t.batch * (1 + o.acc) / (math.Exp(t.logBase) * t.a * (1 + t.k*o.rowsOf()))
+			out[i].TokensPerSec = t.batch * (1 + o.acc) / (math.Exp(t.logBase) * t.cost(o))
 		}
 	}
 	return out
