@@ -588,3 +588,77 @@ func TestDispatcherSettles(t *testing.T) {
 		})
 	}
 }
+
+// TestDispatcherFollowsTraffic: a dispatcher that settled on a shape still
+// follows a change of the traffic or the backend (the leader's drafts
+// accepted less, the chains' more, a chain's passes cheaper): the value
+// played over the 3000 steps after the change must stay above want. The
+// b=1 tier plays a world as the bench reads the draft model, on a fake
+// clock with heavy-tailed noise, for 2000 steps before the change. With
+// every option's cost the line's at its rows, a chain that got cheaper
+// than a dynamic tree of as many nodes was never seen (0.865 of the best
+// value), and a leader whose drafts began to fail held on for longer
+// (0.963).
+func TestDispatcherFollowsTraffic(t *testing.T) {
+	type shape struct{ p, cost float64 }
+	for _, tc := range []struct {
+		name   string
+		change map[string]shape
+		want   float64
+	}{
+		{name: "the leader's drafts fail more", change: map[string]shape{"dyn4": {0.55, 1.46}}, want: 0.975},
+		{name: "the chains' drafts fail less", change: map[string]shape{"chain2": {0.93, 1.3}, "chain3": {0.93, 1.32}, "chain4": {0.93, 1.5}}, want: 0.93},
+		{name: "chain4 gets cheaper", change: map[string]shape{"chain4": {0.8, 1.2}}, want: 0.93},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const seeds, steps, before = 8, 5000, 2000
+			tier := append(DefaultTiers()[0].Shapes, Off)
+			mean := 0.0
+			for seed := range uint64(seeds) {
+				world := map[string]shape{"off": {0, 1}, "chain2": {0.8, 1.3}, "chain3": {0.8, 1.32}, "chain4": {0.8, 1.5}, "dyn4": {0.8, 1.46},
+					"dyn8": {0.7, 2.2}, "bushy16": {0.75, 3.2}, "dyn16": {0.6, 3.6}, "dyn32": {0.55, 6}}
+				value := func(s Shape) float64 {
+					tok, q := 0.0, 1.0
+					for range min(s.Len(), s.MaxDepth) {
+						q *= world[s.Name].p
+						tok += q
+					}
+					return (1 + tok) / world[s.Name].cost
+				}
+				r := rand.New(rand.NewPCG(seed, 7))
+				d := NewDispatcher(nil)
+				got := 0.0
+				for i := range steps {
+					if i == before {
+						for k, v := range tc.change {
+							world[k] = v
+						}
+					}
+					s := d.Pick(1)
+					if i >= before {
+						top := 0.0
+						for _, x := range tier {
+							top = max(top, value(x))
+						}
+						got += value(s) / top / (steps - before)
+					}
+					a := 0
+					for a < min(s.Len(), s.MaxDepth) && r.Float64() < world[s.Name].p {
+						a++
+					}
+					f := math.Exp(0.1 * r.NormFloat64())
+					if r.Float64() < 1.0/12 {
+						f *= 3
+					}
+					d.ObserveRows(0, 1, 1, s, 1+a, s.Len(), time.Duration(f*world[s.Name].cost*float64(time.Millisecond)))
+					d.ObserveNested(0, 1, s, []int{a}, []int{s.Len()})
+				}
+				mean += got / seeds
+			}
+			if mean < tc.want {
+				t.Errorf("have %.3f of the best value after the change; want ≥ %.3f", mean, tc.want)
+			}
+			t.Logf("%.3f of the best value after the change", mean)
+		})
+	}
+}
