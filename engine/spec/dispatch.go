@@ -104,6 +104,17 @@ const costMemory = 64
 // mostly by the line, one measured on dozens by its own steps.
 const costPrior = 16
 
+// offPrior is costPrior for Off. The line is fitted mostly through steps
+// that draft: at their rows it is an interpolation, a fair prior; at no
+// rows an extrapolation. In a bench run at b=8 its intercept put a plain
+// step at 0.6 of its cost against chain4's, and Off, judged mostly by it
+// after its first eight steps, backed off while chain4 lost by a quarter.
+const offPrior = 4
+
+// offClip bounds a step of Off's residual, as a factor of its mean: a
+// step's time beyond it is the load's (see loadStep).
+var offClip = math.Exp(loadStep)
+
 // sure is how many standard errors an option's estimate must lie below
 // the leader's for its re-tries to back off while it is close.
 const sure = 1.5
@@ -312,10 +323,14 @@ func (t *tierState) line(r float64) float64 { return t.a * max(1+t.k*r, 0.05) }
 
 // residual is o's steps' relative time over the line's at their rows:
 // their mean, shrunk towards every step's (the line's own, see unit) by
-// costPrior steps.
+// costPrior steps (offPrior for Off).
 func (t *tierState) residual(o option) float64 {
 	w, u := t.aged(o)
-	return (u + costPrior*t.unit()) / (w + costPrior)
+	prior := float64(costPrior)
+	if o.shape.Off() {
+		prior = offPrior
+	}
+	return (u + prior*t.unit()) / (w + prior)
 }
 
 // unit is the mean residual of all the tier's steps, over fitMemory or
@@ -746,6 +761,12 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 		y = min(max(y, p/fitClip), p*fitClip)
 	}
 	u := y / t.line(r) // against the line before this step
+	if o.shape.Off() {
+		// Every step of Off does the same work: one far from its mean
+		// is the machine's (another process, a collection), not Off's,
+		// and Off's few steps where speculation wins must not carry it.
+		u = min(max(u, res/offClip), res*offClip)
+	}
 	t.fit.add(r, y)
 	t.a, _, _ = t.fit.line()
 	t.a = max(t.a, 1e-3)
