@@ -48,6 +48,7 @@ const (
 	opRMSNorm rowOp = iota
 	opSwiGLU
 	opRoPE
+	opAdd
 )
 
 // rowGrain returns how many rows of cols values make a chunk worth handing
@@ -129,6 +130,8 @@ func (t *rowTask) run(wk, lo, hi int) {
 		}
 	case opRoPE:
 		t.ropeRows(wk, lo, hi)
+	case opAdd:
+		t.addRows(lo, hi)
 	}
 }
 
@@ -261,7 +264,18 @@ func (b *Backend) Add(dst, a, c kernels.Tensor) {
 	d, at, ct := writable(dst, "Add"), f32Tensor(a, "Add"), f32Tensor(c, "Add")
 	sameShape("Add", d, at)
 	sameShape("Add", d, ct)
-	x, y, o := at.f32, ct.f32[:len(at.f32)], d.f32[:len(at.f32)]
+	// Row by row across the workers: a prompt's residual adds (128 rows
+	// of a 768-wide model, twice a layer) otherwise leave the other cores
+	// idle while the caller walks them.
+	b.rows = rowTask{op: opAdd, b: b, dst: d, x: at, y: ct}
+	b.pool.run(&b.rows, d.rows, rowGrain(d.cols))
+	b.rows = rowTask{}
+}
+
+// addRows sets dst = x + y on rows [lo, hi).
+func (t *rowTask) addRows(lo, hi int) {
+	c := t.x.cols
+	x, y, o := t.x.f32[lo*c:hi*c], t.y.f32[lo*c:hi*c], t.dst.f32[lo*c:hi*c]
 	for i, v := range x {
 		o[i] = v + y[i]
 	}
