@@ -75,11 +75,12 @@ func gemmF32Asm(out []float32, ldo int, w []float32, wpacked bool, mw int, x []f
 	g := gemmArgs{out: out, ldo: ldo, w: w, wpacked: wpacked, mw: mw, x: x, xpacked: xpacked, nx: nx, k: k, k8: k &^ 7, kc: gemmKC, sc: sc}
 	// With one triple of activation rows or less, nothing meets a weight
 	// row twice: unpacked rows stream through whole.
+	wrows := gemmWRows
 	if nx <= 3 && !wpacked && !xpacked {
-		g.kc = max(g.k8, 8)
+		g.kc, wrows = max(g.k8, 8), gemmDecodeWRows
 	}
-	for i0 := 0; i0 < mw; i0 += gemmWRows {
-		i1 := min(mw, i0+gemmWRows)
+	for i0 := 0; i0 < mw; i0 += wrows {
+		i1 := min(mw, i0+wrows)
 		for j0 := 0; j0 < nx; j0 += gemmXRows {
 			g.pass(i0, i1, j0, min(nx, j0+gemmXRows))
 		}
