@@ -198,6 +198,42 @@ func randBlocks(r *rand.Rand, dt kernels.DType, nb int, extreme bool) []byte {
 	return out
 }
 
+// TestMatMulPackedRows checks MatMul on F32 weights whose rows are packed
+// (k a multiple of 512, gemmPackMinRows activation rows or more, several
+// passes of activation rows and chunks of weight rows across three
+// workers) against each row alone, which is not packed, bit for bit.
+func TestMatMulPackedRows(t *testing.T) {
+	b := open(t, 3)
+	r := rand.New(rand.NewPCG(7, 8))
+	const m, k, n = 90, 1024, gemmPackMinRows + 7
+	if !gemmPackRows(k, n) || gemmPackRows(k, 1) {
+		t.Fatalf("the test's shapes no longer choose packing for the batch alone")
+	}
+	data, _ := kernels.Quantize(kernels.F32, randVec(r, m*k))
+	w, err := b.Weights(kernels.F32, m, k, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xv := randVec(r, n*k)
+	x, all := b.Alloc(n, k), b.Alloc(n, m)
+	b.Upload(x, xv)
+	b.MatMul(all, x, w)
+	have := make([]float32, n*m)
+	b.Download(have, all)
+	x1, one := b.Alloc(1, k), b.Alloc(1, m)
+	want := make([]float32, m)
+	for j := range n {
+		b.Upload(x1, xv[j*k:(j+1)*k])
+		b.MatMul(one, x1, w)
+		b.Download(want, one)
+		for i := range m {
+			if !sameBits(have[j*m+i], want[i]) {
+				t.Fatalf("row %d output %d: %g in the batch, %g alone", j, i, have[j*m+i], want[i])
+			}
+		}
+	}
+}
+
 func randVec(r *rand.Rand, n int) []float32 {
 	v := make([]float32, n)
 	for i := range v {

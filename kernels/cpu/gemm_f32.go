@@ -71,8 +71,16 @@ const gemmXBytes = 448 << 10
 // a pass's weight rows would evict each other before the activation rows
 // after the first met them, and loads from several such rows in one cycle
 // contend for the same L1 banks (on a Zen 3 core, three activation rows
-// 8 KiB apart ran a tile 25% slower than packed ones).
-func gemmPackRows(k, n int) bool { return k%512 == 0 && n > 3 }
+// 8 KiB apart ran a tile 25% slower than packed ones). Packing copies the
+// chunk's weight rows once per product, which only many activation rows
+// pay for: with passes of eight weight rows over 1024 floats, unpacked
+// rows ran 768x2048 and 512x1024 products 40% faster at 8 rows, 12-18% at
+// 33 and 3-8% at 128, and the two ways were even from 256 rows (one
+// process alternating them call by call, one thread).
+func gemmPackRows(k, n int) bool { return k%512 == 0 && n >= gemmPackMinRows }
+
+// gemmPackMinRows is the fewest activation rows worth packing for.
+const gemmPackMinRows = 256
 
 // gemmPackRow copies row, weight row i of mw rows of len(row) floats, into
 // w in gemmF32's packed layout: span by span of gemmKC floats of k, the
