@@ -1,5 +1,7 @@
 package spec
 
+import "slices"
+
 // NGram is prompt-lookup drafting: the continuations of the longest recent
 // n-gram matches of the context's suffix, found anywhere in the
 // conversation: the session's earlier turns (Context.History) and the
@@ -10,10 +12,15 @@ package spec
 // At each tree node the candidates are the distinct tokens that followed
 // earlier occurrences of the node's context suffix, longest n first, most
 // recent first; rank r of a static shape takes the r-th candidate. A
-// candidate's confidence, which grows dynamic shapes, is the share of the
-// suffix's occurrences it followed at the longest n where it did, times
-// n/(n+1) (a long match predicts better than a short one). Its drafts are
-// point masses (Q nil).
+// candidate's confidence is the share of the suffix's occurrences it
+// followed at the longest n where it did, times n/(n+1) (a long match
+// predicts better than a short one). What the target accepted of earlier
+// trees calibrates it into an acceptance rate, and a node's score is the
+// product of the rates along its path: its chance of being accepted. Dynamic
+// shapes grow by that score; in every shape, static ones included, a node
+// scoring below MinScore is left out with its descendants, so that a big
+// budget costs rows only where lookup is sure. Its drafts are point masses
+// (Q nil).
 //
 // Each slot keeps an index of its conversation (token → positions), kept in
 // step with the committed tokens, so a lookup costs the occurrences of one
@@ -32,11 +39,33 @@ type NGram struct {
 	// MaxScan bounds how many of the most recent occurrences of a suffix's
 	// last token a lookup examines; zero means 512.
 	MaxScan int
+	// MinScore is the least chance of being accepted (the product of the
+	// calibrated rates along a node's path) a node needs to be drafted;
+	// zero means DefaultNGramMinScore, below zero drafts whatever the
+	// shape has room for. A drafted node costs a row of the target's pass
+	// whether it is accepted or not, and lookup's candidates are often
+	// wrong (after a two-token match about half are): without a floor, a
+	// 32-node budget spends most of its rows on branches the target
+	// rejects and loses to plain decoding; with it a big budget spends
+	// rows only where lookup is fairly sure.
+	MinScore float64
 
 	slots map[int]*ngramIndex
 	g     grower
 	cal   calibration
+	st    staticFill
 }
+
+// DefaultNGramMinScore is NGram's default floor on a node's chance of
+// being accepted. Replayed offline over chats that retell an earlier turn,
+// with step costs measured on a memory-bound target (the first drafted row
+// about a quarter of a plain step, the second nearly free, the third and
+// fourth about a seventh each), a floor of 0.2 took budgets of 16 and 32
+// nodes from 0.7–1.0 times the plain speed to 1.3–1.4, and the best chain
+// and the 4-node budget kept their 1.57. A floor of 0.3 kept big budgets
+// closer still to the best, but cut short chains that begin with a token
+// at even odds and then copy a quote, which the target often accepts.
+const DefaultNGramMinScore = 0.2
 
 var _ Drafter = (*NGram)(nil)
 
@@ -51,8 +80,8 @@ func (g *NGram) Rewind(slot, n int) {
 	}
 }
 
-func (g *NGram) params() (minN, maxN, scan int) {
-	minN, maxN, scan = g.MinN, g.MaxN, g.MaxScan
+func (g *NGram) params() (minN, maxN, scan int, floor float64) {
+	minN, maxN, scan, floor = g.MinN, g.MaxN, g.MaxScan, g.MinScore
 	if minN <= 0 {
 		minN = 2
 	}
@@ -62,12 +91,15 @@ func (g *NGram) params() (minN, maxN, scan int) {
 	if scan <= 0 {
 		scan = 512
 	}
-	return minN, maxN, scan
+	if floor == 0 {
+		floor = DefaultNGramMinScore
+	}
+	return minN, maxN, scan, max(floor, 0)
 }
 
 // Propose fills each tree by lookup. It never fails.
 func (g *NGram) Propose(ctxs []Context, trees []*Tree) error {
-	minN, maxN, scan := g.params()
+	minN, maxN, scan, floor := g.params()
 	if g.slots == nil {
 		g.slots = map[int]*ngramIndex{}
 	}
@@ -78,7 +110,9 @@ func (g *NGram) Propose(ctxs []Context, trees []*Tree) error {
 			g.slots[c.Slot] = ix
 		}
 		ix.sync(c.History, c.Tokens)
-		g.cal.learn(&ix.fb, c.Tokens)
+		if g.cal.learn(&ix.fb, c.Tokens) {
+			g.cal.age()
+		}
 		q := ngramQuery{ix: ix, minN: minN, maxN: maxN, scan: scan, window: g.Window}
 		cands := func(path []int32, k int) ([]int32, []float32) {
 			var mask []uint64
@@ -87,22 +121,102 @@ func (g *NGram) Propose(ctxs []Context, trees []*Tree) error {
 			}
 			return q.lookup(path, k, mask)
 		}
+		if c.Shape.Off() {
+			trees[i].Reset()
+			continue
+		}
 		if c.Shape.Dynamic {
-			g.g.reset(c.Shape)
+			sh := c.Shape
+			sh.MinScore = max(sh.MinScore, floor)
+			g.g.reset(sh)
 			g.g.cal = &g.cal
 			g.g.grow(trees[i], &ix.fb, func(path []int32, k int) ([]int32, []float32, [][]float32) {
 				toks, ps := cands(path, k)
 				return toks, ps, nil
 			})
-			ix.fb.record(trees[i], c.Tokens)
-			continue
+		} else {
+			g.st.fill(trees[i], c.Shape, floor, &g.cal, &ix.fb, cands)
 		}
-		fill(trees[i], c.Shape, func(path []int32, k int) ([]int32, [][]float32) {
-			toks, _ := cands(path, k)
-			return toks, nil
-		})
+		ix.fb.record(trees[i], c.Tokens)
 	}
 	return nil
+}
+
+// staticFill fills static shapes by score; its slices are reused from
+// call to call.
+type staticFill struct {
+	idx   []int32   // shape node → tree node, -1 when left out
+	score []float64 // tree node → its chance of being accepted
+	want  []int     // most candidates wanted after the root (0) and each shape node (1+i)
+	kids  []staticKids
+	path  []int32
+}
+
+// staticKids are the candidates after one placed node that score at least
+// the floor, in lookup's order, with the drafter's confidence in each.
+type staticKids struct {
+	done bool
+	toks []int32
+	ps   []float32
+}
+
+// fill is fill's (see drafter.go) placement of candidates by rank, with
+// the candidates that would score below floor dropped first: rank r of a
+// node takes the r-th candidate that scores enough. fb gets the drafted
+// nodes' confidences for calibration.
+func (f *staticFill) fill(t *Tree, sh Shape, floor float64, cal *calibration, fb *feedback, cands func(path []int32, k int) ([]int32, []float32)) {
+	t.Reset()
+	fb.p = fb.p[:0]
+	f.score = f.score[:0]
+	n := sh.Len()
+	f.idx = slices.Grow(f.idx[:0], n)[:n]
+	f.want = slices.Grow(f.want[:0], n+1)[:n+1]
+	clear(f.want)
+	for i, p := range sh.Parent {
+		f.want[p+1] = max(f.want[p+1], int(sh.Rank[i])+1)
+	}
+	f.kids = slices.Grow(f.kids[:0], n+1)[:n+1]
+	for i := range f.kids {
+		f.kids[i].done = false
+	}
+	for i := range n {
+		f.idx[i] = -1
+		p := sh.Parent[i]
+		if p >= 0 && f.idx[p] < 0 {
+			continue
+		}
+		base := 1.0
+		if p >= 0 {
+			base = f.score[f.idx[p]]
+		}
+		k := &f.kids[p+1]
+		if !k.done {
+			f.path = f.path[:0]
+			for j := p; j >= 0; j = sh.Parent[j] {
+				f.path = append(f.path, t.Tokens[f.idx[j]])
+			}
+			slices.Reverse(f.path)
+			toks, ps := cands(f.path, f.want[p+1])
+			k.toks, k.ps, k.done = k.toks[:0], k.ps[:0], true
+			for c, tok := range toks {
+				if base*cal.rate(ps[c]) >= floor {
+					k.toks = append(k.toks, tok)
+					k.ps = append(k.ps, ps[c])
+				}
+			}
+		}
+		r := int(sh.Rank[i])
+		if r >= len(k.toks) {
+			continue
+		}
+		parent := int32(-1)
+		if p >= 0 {
+			parent = f.idx[p]
+		}
+		f.idx[i] = t.Add(k.toks[r], parent, nil)
+		f.score = append(f.score, base*cal.rate(k.ps[r]))
+		fb.p = append(fb.p, k.ps[r])
+	}
 }
 
 // ngramIndex is one slot's conversation (history, then tokens) and where
@@ -263,4 +377,15 @@ func contains(s []int32, v int32) bool {
 		}
 	}
 	return false
+}
+
+// age moves every bucket's rate a step back towards its prior, as one
+// observation in the bucket would. Without it a bucket whose rate fell
+// below the floor would never be drafted, so never observed again, and
+// would stay shut however the traffic changed.
+func (c *calibration) age() {
+	for b := range c.hit {
+		c.hit[b] *= calDecay
+		c.try[b] *= calDecay
+	}
 }

@@ -610,13 +610,14 @@ type feedback struct {
 // (tokens extends what the tree was drafted after): along the accepted
 // path, every child of an accepted node (the root first) was verified, and
 // the one equal to the next committed token accepted. It then forgets the
-// tree. Nothing is learnt when no token was committed since (the tree was
-// not verified) or tokens is another sequence.
-func (c *calibration) learn(fb *feedback, tokens []int32) {
+// tree, and reports whether it had been verified. Nothing is learnt when no
+// token was committed since (the tree was not verified) or tokens is
+// another sequence.
+func (c *calibration) learn(fb *feedback, tokens []int32) (verified bool) {
 	t := &fb.tree
 	defer func() { t.Reset(); fb.p = fb.p[:0]; fb.base = 0 }()
 	if fb.base == 0 || len(tokens) <= fb.base || tokens[fb.base-1] != fb.root || len(fb.p) != t.Len() {
-		return
+		return false
 	}
 	committed := tokens[fb.base:]
 	parent := int32(-1)
@@ -633,7 +634,7 @@ func (c *calibration) learn(fb *feedback, tokens []int32) {
 			c.observe(fb.p[i], ok)
 		}
 		if next < 0 {
-			return
+			return true
 		}
 		parent = next
 	}
