@@ -154,7 +154,10 @@ const closeWait = 8
 //     step says little (a chain whose first draft is rejected accepts
 //     nothing that step), so it is a long average: every observation
 //     counts until there are 1/AccAlpha of them, then the recent ones
-//     weigh more.
+//     weigh more. It is taken over the steps that drafted, times the
+//     tier's share of steps that draft (see effective), so a shape is
+//     not judged by whether the runs it was played in quoted the
+//     conversation.
 //   - the step's time, relative to a time base that follows the
 //     machine's load (each step moves it by a bounded amount, as far as
 //     the model below does not explain the step). A straight line a + b·r
@@ -217,6 +220,12 @@ type tierState struct {
 	fit     costFit
 	// seen counts the tier's steps observed.
 	seen int
+	// drafting is the share of the steps of options that draft in which
+	// the drafter found something to draft, over the last 1/AccAlpha or
+	// so (drafted counts them): a property of the traffic, not of the
+	// shape.
+	drafting float64
+	drafted  int
 	// uw and us are the weight and weighted sum of every step's
 	// residual, over fitMemory or so (see unit).
 	uw, us float64
@@ -274,6 +283,11 @@ type option struct {
 	// acc2 is the mean of the squared accepted drafts (acc's weights):
 	// acc's spread, for its standard error.
 	acc2 float64
+	// accD and rowsD are acc and rows over the steps that drafted (a
+	// drafter that found nothing drafts nothing), nD how many steps they
+	// rest on: see effective.
+	accD, rowsD float64
+	nD          int
 	// cw, cu and cuu are the option's own steps, each weighing less by
 	// 1/costMemory with every later one and by e with every fitMemory of
 	// the tier's steps (see aged): the weight, and the weighted sums of
@@ -379,16 +393,33 @@ func (t *tierState) rebase(old, lead int) {
 	}
 }
 
+// effective returns o's accepted drafts and rows per sequence-step at the
+// traffic now: its own over the steps that drafted, times the tier's
+// share of steps that draft. An n-gram drafter finds matches in runs (a
+// reply that quotes the conversation, then one that does not); an
+// option's own means followed the runs it happened to be played in, so
+// a shape re-tried in a lull measured poor for long and the leader
+// changed with the runs, not with the shapes. The draft model always
+// drafts: there the two are the same.
+func (t *tierState) effective(o option) (acc, rows float64) {
+	if o.nD == 0 || o.shape.Off() || t.drafted == 0 {
+		return o.acc, o.rowsOf()
+	}
+	return t.drafting * o.accD, t.drafting * o.rowsD
+}
+
 // cost returns o's relative step time: the line's at o's mean rows times
 // o's residual.
 func (t *tierState) cost(o option) float64 {
-	return t.line(o.rowsOf()) * t.residual(o)
+	_, rows := t.effective(o)
+	return t.line(rows) * t.residual(o)
 }
 
 // value is o's committed tokens per sequence per plain step (the line's):
 // the inverse of its cost per committed token.
 func (t *tierState) value(o option) float64 {
-	return (1 + o.acc) * t.a / t.cost(o)
+	acc, _ := t.effective(o)
+	return (1 + acc) * t.a / t.cost(o)
 }
 
 // spread is the relative standard error of o's value: of its mean
@@ -803,6 +834,20 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 	o.acc += w * (acc - o.acc)
 	o.acc2 += w * (acc*acc - o.acc2)
 	o.rows += max(1/float64(o.n), accA) * (r - o.rows)
+	if !o.shape.Off() {
+		// A step drafted where any of its sequences did: exact for one
+		// sequence, and for many nearly every step drafts.
+		d := 0.0
+		if rows > 0 {
+			d = 1
+			o.nD++
+			wd := max(1/float64(o.nD), accA)
+			o.accD += wd * (acc - o.accD)
+			o.rowsD += wd * (r - o.rowsD)
+		}
+		t.drafted++
+		t.drafting += max(1/float64(t.drafted), accA) * (d - t.drafting)
+	}
 }
 
 func (d *Dispatcher) accAlpha() float64 {
@@ -849,6 +894,14 @@ func (d *Dispatcher) ObserveNested(class, load int, s Shape, accepted, drafted [
 		w, acc := max(1/float64(o.accN), accA), float64(sum)/float64(n)
 		o.acc += w * (acc - o.acc)
 		o.acc2 += w * (acc*acc - o.acc2)
+		// The sequences here drafted (a sequence whose drafter found
+		// nothing is not among them).
+		o.nD++
+		wd := max(1/float64(o.nD), accA)
+		o.accD += wd * (acc - o.accD)
+		if o.n == 0 {
+			o.rowsD = float64(j)
+		}
 	}
 }
 

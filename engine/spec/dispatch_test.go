@@ -244,7 +244,11 @@ func TestDispatcherEmptyTrees(t *testing.T) {
 // estimate of Off against the leader must be near the truth. With each
 // option's time its own (a running mean of its steps, Off's a median,
 // the leader's frozen after eight of them), the runs of matches made the
-// choice follow which phase an option was re-tried in.
+// choice follow which phase an option was re-tried in. So did each
+// option's own mean acceptance where runs are long: with the acceptance
+// of the steps that drafted times the tier's share of them, the two
+// cases held to 0.965 read 0.970-0.975 over three sets of seeds, and
+// 0.948-0.963 before.
 func TestDispatcherRowCost(t *testing.T) {
 	type world struct {
 		r     *rand.Rand
@@ -272,10 +276,10 @@ func TestDispatcherRowCost(t *testing.T) {
 		seeds int
 		want  float64 // the least mean share of the best value
 	}{
-		{name: "matches in long runs", kappa: 0.25, alpha: 0.6, stay: 0.97, share: 0.5, noise: 0.1, tail: 1.0 / 12, seeds: 8, want: 0.93},
+		{name: "matches in long runs", kappa: 0.25, alpha: 0.6, stay: 0.97, share: 0.5, noise: 0.1, tail: 1.0 / 12, seeds: 8, want: 0.965},
 		{name: "matches in short runs", kappa: 0.25, alpha: 0.6, stay: 0.8, share: 0.5, noise: 0.1, tail: 1.0 / 12, seeds: 8, want: 0.93},
 		{name: "rare matches, dear rows", kappa: 0.4, alpha: 0.55, stay: 0.95, share: 0.3, noise: 0.15, tail: 1.0 / 10, seeds: 8, want: 0.93},
-		{name: "drifting load", kappa: 0.2, alpha: 0.6, stay: 0.95, share: 0.6, noise: 0.1, drift: 0.05, seeds: 8, want: 0.93},
+		{name: "drifting load", kappa: 0.2, alpha: 0.6, stay: 0.95, share: 0.6, noise: 0.1, drift: 0.05, seeds: 8, want: 0.965},
 		{
 			// A draft model on a CPU, as measured: drafting at all
 			// costs a fifth of a step (the draft's passes, the
