@@ -67,9 +67,9 @@ func kX8Asm(sc *workerScratch, dt kernels.DType, w []byte, m, nb int, act *kAct,
 	if na > maxRowsN {
 		panic("cpu: too many activation rows for one ×8 K-quant kernel call")
 	}
-	if na > kX8Rows(dt) {
-		kX8Asm(sc, dt, w, m, nb, act, a0, 4, out, os)
-		kX8Asm(sc, dt, w, m, nb, act, a0+4, na-4, out[4*os:], os)
+	if n := kX8Rows(dt); na > n {
+		kX8Asm(sc, dt, w, m, nb, act, a0, n, out, os)
+		kX8Asm(sc, dt, w, m, nb, act, a0+n, na-n, out[n*os:], os)
 		return
 	}
 	if nb == 0 {

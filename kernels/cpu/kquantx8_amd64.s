@@ -3,7 +3,7 @@
 #include "textflag.h"
 
 // The kernels for Q4_K, Q5_K and Q6_K weights in the ×8 layout (pack.go):
-// one to four Q8_K activation rows against runs of eight-row groups. Every piece
+// one to four Q8_K activation rows (Q6_K: one to eight) against runs of eight-row groups. Every piece
 // of a GGML block (an F16 field, or a four-byte word) sits with the other
 // seven rows' copies of it, so one 32-byte load is one word of eight rows,
 // lane l = row l, and the super-block's arithmetic runs on eight rows at
@@ -33,7 +33,9 @@
 // super-block, the rows R13 bytes apart (R14 = 3·R13); DX its scale, the
 // rows' AX bytes apart (BX = 3·AX); R9 its sums per 16, the rows 8·AX
 // bytes apart (R10 walks them); CX the super-blocks left, R11 the groups
-// left, R12 the group's results for row 0, the rows R8 bytes apart.
+// left, R12 the group's results for row 0, the rows R8 bytes apart. The
+// Q6_K kernel's five-to-eight-row path holds rows 4-7's int32 sums in
+// Y4-Y7 and a word pair in Y10 and Y12 (see its comment below).
 
 // kx8lo<>+32j spreads byte j of each lane's word to both words, zero
 // extended: [s_j, s_j] for VPMADDWD.
