@@ -801,6 +801,18 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 	t.fit.add(r, y)
 	t.a, _, _ = t.fit.line()
 	t.a = max(t.a, 1e-3)
+	// Pin the line's scale at 1 and keep it in the base: the steps enter
+	// the fit in linear units while the base follows their logs, and a
+	// noisy step's mean lies above its log's, so unpinned the line's
+	// scale grew and the base fell without bound (a ran past 1e33 in half
+	// a million steps of a steady world, then everything was NaN).
+	// Residuals and kappa are ratios to the line and do not move.
+	if s := t.a; s != 1 {
+		t.fit.wy /= s
+		t.fit.wry /= s
+		t.logBase += math.Log(s)
+		t.a = 1
+	}
 	t.k, _ = t.kappa()
 	// The option's residual is over the line, not a mean relative time:
 	// the line's units move with the base (the fit follows its steps),

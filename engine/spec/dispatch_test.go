@@ -671,3 +671,33 @@ func TestDispatcherFollowsTraffic(t *testing.T) {
 		})
 	}
 }
+
+// TestDispatcherScaleStays: over a long steady run the cost line's scale
+// and the time base stay where a plain step puts them. Unpinned, the
+// line's scale drifted up and the base down by the noise's bias on every
+// step, past 1e33 in half a million steps and to NaN after a few million.
+func TestDispatcherScaleStays(t *testing.T) {
+	const steps = 200_000
+	cost := map[string]float64{"off": 1, "chain2": 1.3, "chain3": 1.32, "chain4": 1.5, "dyn4": 1.46,
+		"dyn8": 2.2, "bushy16": 3.2, "dyn16": 3.6, "dyn32": 6}
+	r := rand.New(rand.NewPCG(3, 9))
+	d := NewDispatcher(nil)
+	for range steps {
+		s := d.Pick(1)
+		a := 0
+		for a < min(s.Len(), s.MaxDepth) && r.Float64() < 0.8 {
+			a++
+		}
+		f := math.Exp(0.3 * r.NormFloat64())
+		d.ObserveRows(0, 1, 1, s, 1+a, s.Len(), time.Duration(f*cost[s.Name]*float64(time.Millisecond)))
+	}
+	tier := &d.classes[0][0]
+	if base := math.Exp(tier.logBase); !(tier.a > 0.5 && tier.a < 2) || !(base > 0.25e-3 && base < 4e-3) {
+		t.Errorf("after %d steps the line's plain step is %g of a base of %g s; want about 1 of about 1 ms", steps, tier.a, base)
+	}
+	for _, o := range d.Stats(1) {
+		if math.IsNaN(o.TokensPerSec) || math.IsInf(o.TokensPerSec, 0) {
+			t.Errorf("%s: %g tokens per second", o.Shape, o.TokensPerSec)
+		}
+	}
+}
