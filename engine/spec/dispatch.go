@@ -193,7 +193,7 @@ type Dispatcher struct {
 	Alpha float64
 	// AccAlpha is the least weight of a new observation in the accepted
 	// tokens per step (the first 1/AccAlpha observations are averaged
-	// evenly). Zero means 0.01.
+	// evenly). Zero means 0.01; above 1 counts as 1.
 	AccAlpha float64
 	// Explore is how many steps pass between re-tries of a non-best
 	// option; zero means 16, negative never re-tries.
@@ -756,9 +756,13 @@ func (d *Dispatcher) ObserveRows(class, load, batch int, s Shape, tokens, rows i
 // observe is ObserveRows; rows < 0 stands for the credited option's nodes.
 func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, elapsed time.Duration) {
 	t := d.tier(class, load)
-	if t == nil || elapsed <= 0 || batch <= 0 {
+	if t == nil || batch <= 0 {
 		return
 	}
+	// A coarse clock reads 0 for a cheap step; dropping it dropped its
+	// acceptance too, and an option whose steps all read 0 never left
+	// its warm-up.
+	elapsed = max(elapsed, time.Nanosecond)
 	a := d.Alpha
 	if a <= 0 {
 		a = 0.2
@@ -841,7 +845,10 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 	t.batch += a * (float64(batch) - t.batch)
 	o.n++
 	o.accN++
-	acc := float64(tokens-batch) / float64(batch)
+	// A step commits at least one token per sequence; fewer is a caller's
+	// error, and a negative acceptance made the option's value zero and
+	// its spread NaN.
+	acc := max(float64(tokens-batch)/float64(batch), 0)
 	w := max(1/float64(o.accN), accA)
 	o.acc += w * (acc - o.acc)
 	o.acc2 += w * (acc*acc - o.acc2)
@@ -866,7 +873,9 @@ func (d *Dispatcher) accAlpha() float64 {
 	if d.AccAlpha <= 0 {
 		return 0.01
 	}
-	return d.AccAlpha
+	// A weight above one is no moving average (and made spread's count
+	// of observations negative).
+	return min(d.AccAlpha, 1)
 }
 
 // ObserveNested records, for the chains of class's tier at load shorter

@@ -701,3 +701,44 @@ func TestDispatcherScaleStays(t *testing.T) {
 		}
 	}
 }
+
+// TestDispatcherDegenerateInput: a clock that reads 0, a step that
+// commits fewer tokens than sequences and an AccAlpha above one leave
+// every estimate a number and Off measured.
+func TestDispatcherDegenerateInput(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		accAlpha float64
+		elapsed  time.Duration
+		tokens   int // per step of one sequence
+	}{
+		{"clock reads zero", 0, 0, 2},
+		{"no token committed", 1, time.Millisecond, 0},
+		{"acceptance weight above one", 3, time.Millisecond, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := NewDispatcher(nil)
+			d.AccAlpha = tc.accAlpha
+			picks := map[string]int{}
+			for range 2000 {
+				s := d.Pick(1)
+				picks[s.Name]++
+				d.ObserveRows(0, 1, 1, s, tc.tokens, s.Len(), tc.elapsed)
+			}
+			if picks["off"] < 2 {
+				t.Errorf("Off played %d times; want its warm-up at least", picks["off"])
+			}
+			for _, o := range d.Stats(1) {
+				if math.IsNaN(o.TokensPerSec) || math.IsNaN(o.Accepted) || o.Accepted < 0 {
+					t.Errorf("%s: %g tokens per second, %g accepted", o.Shape, o.TokensPerSec, o.Accepted)
+				}
+			}
+			tier := &d.classes[0][0]
+			for _, o := range tier.options {
+				if sp := tier.spread(o, d.accAlpha()); math.IsNaN(sp) {
+					t.Errorf("%s: spread NaN", o.shape.Name)
+				}
+			}
+		})
+	}
+}
