@@ -137,7 +137,13 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 	// the prefill of a long conversation (the same for both, it would pull
 	// the ratio towards 1), as a chat's next turn finds its earlier turns
 	// cached.
-	o := engine.Options{MaxRunning: maxB, KVType: b.kvType, DefaultMaxTokens: b.tokens}
+	// The KV pool is sized by MaxRunning sequences of the context limit:
+	// it must hold every prompt as well as the largest batch, or at small
+	// batch sizes (--batches 1 alone) the prompts evict each other from
+	// the prefix cache and both engines re-prefill them on every request,
+	// which pulls the ratio towards 1. Only the bench's own streams run, so
+	// a larger cap does not change a batch.
+	o := engine.Options{MaxRunning: max(maxB, len(storyPrompts)), KVType: b.kvType, DefaultMaxTokens: b.tokens}
 	plainOpts, specOpts := o, o
 	plainOpts.Speculation = engine.Speculation{Drafter: engine.DraftOff}
 	specOpts.Speculation = engine.Speculation{Drafter: b.kind, Model: b.draft}
