@@ -59,6 +59,8 @@ func TestNGramFloor(t *testing.T) {
 		{name: "quote", history: copyHist, tokens: copyTok, want: []int32{53, 54}, least: 2},
 		{name: "four_ways", tokens: ambTok},
 		{name: "four_ways_no_floor", tokens: ambTok, minScore: -1, want: []int32{6}, least: 1},
+		// No context at all: nothing to draft, and no panic.
+		{name: "empty", tokens: nil},
 	}
 	for _, tt := range tests {
 		for _, sh := range []Shape{Chain(2), Chain(4), Wide, Bushy, Dynamic(8), Dynamic(32)} {

@@ -643,6 +643,11 @@ func (c *calibration) learn(fb *feedback, tokens []int32) (verified bool) {
 // record keeps t, drafted after tokens, for learn.
 func (fb *feedback) record(t *Tree, tokens []int32) {
 	fb.tree.Reset()
+	if len(tokens) == 0 {
+		// No root to learn after (a drafter handed an empty context).
+		fb.base = 0
+		return
+	}
 	for i := range t.Tokens {
 		fb.tree.Add(t.Tokens[i], t.Parent[i], nil)
 	}
