@@ -229,9 +229,9 @@ type tierState struct {
 	// uw and us are the weight and weighted sum of every step's
 	// residual, over fitMemory or so (see unit).
 	uw, us float64
-	// a and k are the fit's plain step (in units of the base) and
-	// kappa's, kept from the last step.
-	a, k float64
+	// k is kappa's, kept from the last step. The fit's plain step is
+	// one unit of the base: observe folds the fit's scale into the base.
+	k float64
 }
 
 // costFit is a weighted least-squares fit of y = a + b·r through a tier's
@@ -333,7 +333,7 @@ func (t *tierState) kappa() (float64, bool) {
 
 // line is the tier's fitted relative time of a step of r rows per
 // sequence.
-func (t *tierState) line(r float64) float64 { return t.a * max(1+t.k*r, 0.05) }
+func (t *tierState) line(r float64) float64 { return max(1+t.k*r, 0.05) }
 
 // residual is o's steps' relative time over the line's at their rows:
 // their mean, shrunk towards every step's (the line's own, see unit) by
@@ -365,14 +365,19 @@ func (t *tierState) unit() float64 {
 // judged by the line again in the end, not by a few steps the line has
 // long moved away from.
 func (t *tierState) aged(o option) (w, u float64) {
-	d := math.Exp(-float64(t.seen-o.seen) / fitMemory)
+	d := t.decay(o)
 	return d * o.cw, d * o.cu
 }
 
 // age is aged on o itself, for a new step.
 func (t *tierState) age(o *option) {
-	d := math.Exp(-float64(t.seen-o.seen) / fitMemory)
+	d := t.decay(*o)
 	o.cw, o.cu, o.cuu = d*o.cw, d*o.cu, d*o.cuu
+}
+
+// decay is the weight left to o's steps after the tier's steps since.
+func (t *tierState) decay(o option) float64 {
+	return math.Exp(-float64(t.seen-o.seen) / fitMemory)
 }
 
 // rebase puts every option's residual in the units of the new leader's,
@@ -419,7 +424,7 @@ func (t *tierState) cost(o option) float64 {
 // the inverse of its cost per committed token.
 func (t *tierState) value(o option) float64 {
 	acc, _ := t.effective(o)
-	return (1 + acc) * t.a / t.cost(o)
+	return (1 + acc) / t.cost(o)
 }
 
 // spread is the relative standard error of o's value: of its mean
@@ -782,7 +787,7 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 	lt := math.Log(elapsed.Seconds())
 	r := float64(rows) / float64(batch)
 	if !t.based {
-		t.logBase, t.a, t.based = lt, 1, true
+		t.logBase, t.based = lt, true
 	}
 	// The step's time relative to the base the steps before it set (the
 	// load now) goes into the fit; then the base follows the load, as
@@ -803,19 +808,17 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 		u = min(max(u, res/offClip), res*offClip)
 	}
 	t.fit.add(r, y)
-	t.a, _, _ = t.fit.line()
-	t.a = max(t.a, 1e-3)
 	// Pin the line's scale at 1 and keep it in the base: the steps enter
 	// the fit in linear units while the base follows their logs, and a
 	// noisy step's mean lies above its log's, so unpinned the line's
 	// scale grew and the base fell without bound (a ran past 1e33 in half
 	// a million steps of a steady world, then everything was NaN).
 	// Residuals and kappa are ratios to the line and do not move.
-	if s := t.a; s != 1 {
+	if s, _, _ := t.fit.line(); s != 1 {
+		s = max(s, 1e-3)
 		t.fit.wy /= s
 		t.fit.wry /= s
 		t.logBase += math.Log(s)
-		t.a = 1
 	}
 	t.k, _ = t.kappa()
 	// The option's residual is over the line, not a mean relative time:

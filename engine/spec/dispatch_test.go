@@ -692,8 +692,9 @@ func TestDispatcherScaleStays(t *testing.T) {
 		d.ObserveRows(0, 1, 1, s, 1+a, s.Len(), time.Duration(f*cost[s.Name]*float64(time.Millisecond)))
 	}
 	tier := &d.classes[0][0]
-	if base := math.Exp(tier.logBase); !(tier.a > 0.5 && tier.a < 2) || !(base > 0.25e-3 && base < 4e-3) {
-		t.Errorf("after %d steps the line's plain step is %g of a base of %g s; want about 1 of about 1 ms", steps, tier.a, base)
+	a, _, _ := tier.fit.line()
+	if base := math.Exp(tier.logBase); !(a > 0.5 && a < 2) || !(base > 0.25e-3 && base < 4e-3) {
+		t.Errorf("after %d steps the line's plain step is %g of a base of %g s; want about 1 of about 1 ms", steps, a, base)
 	}
 	for _, o := range d.Stats(1) {
 		if math.IsNaN(o.TokensPerSec) || math.IsInf(o.TokensPerSec, 0) {
