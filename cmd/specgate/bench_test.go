@@ -7,7 +7,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/internal/testmodels"
 )
 
@@ -49,7 +51,7 @@ var specLine = regexp.MustCompile(`^spec b=(\d+) plain=\d+\.\d spec=\d+\.\d spee
 func TestBenchSpecLines(t *testing.T) {
 	target := testmodels.Path(t, testmodels.Stories260K)
 	draft := testmodels.Path(t, testmodels.Stories260KQ8_0)
-	for _, tc := range []struct{ kind, shape string }{{"draft", "auto"}, {"ngram", "auto"}, {"draft", "chain:3"}} {
+	for _, tc := range []struct{ kind, shape string }{{"draft", "auto"}, {"ngram", "auto"}, {"draft", "chain:3"}, {"draft", "off"}} {
 		kind := tc.kind
 		t.Run(kind+"-"+tc.shape, func(t *testing.T) {
 			m, closeM, err := loadModel("cpu", 1, target, 0)
@@ -77,6 +79,16 @@ func TestBenchSpecLines(t *testing.T) {
 			}
 			if sb.mismatches != 0 {
 				t.Errorf("%d streams decoded differently with speculation; want none (greedy)", sb.mismatches)
+			}
+			// The step tallies of the last batch size's timed runs: a
+			// speculating engine that plays Off drafts in none of its
+			// steps, a fixed chain in some; the plain engine in none.
+			ps, ss := sb.plainSteps, sb.specSteps
+			if ps.steps[stepDraft] != 0 || ps.steps[stepDecode] == 0 {
+				t.Errorf("plain engine's steps by kind %v; want decodes and no drafts", ps.steps)
+			}
+			if drafted := ss.steps[stepDraft] > 0; drafted != (tc.shape == "chain:3") && tc.shape != "auto" {
+				t.Errorf("speculating engine's steps by kind %v with shape %s", ss.steps, tc.shape)
 			}
 			lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 			if len(lines) != 2 {
@@ -122,7 +134,7 @@ func TestBenchSpecFlagErrors(t *testing.T) {
 // TestParseShape: --shape names every kind of shape.
 func TestParseShape(t *testing.T) {
 	for _, tc := range []struct{ flag, name string }{
-		{"auto", ""}, {"chain:3", "chain3"}, {"dynamic:8", "dyn8"}, {"bushy", "bushy16"}, {"wide", "wide8"},
+		{"auto", ""}, {"off", "off"}, {"chain:3", "chain3"}, {"dynamic:8", "dyn8"}, {"bushy", "bushy16"}, {"wide", "wide8"},
 		{"confident:8,8,2,0.3", "dyn8d8w2s30"},
 	} {
 		s, err := parseShape(tc.flag)
@@ -136,6 +148,38 @@ func TestParseShape(t *testing.T) {
 	}
 	if s, _ := parseShape("confident:8,8,2,0.3"); s == nil || s.MinScore != 0.3 || !s.Dynamic {
 		t.Errorf("confident:8,8,2,0.3: have %+v; want a dynamic shape of minimum score 0.3", s)
+	}
+}
+
+// TestStepTally: steps are told apart by their reports alone: a prompt
+// chunk by tokens beyond one per sequence and the draft nodes, a draft by
+// its nodes; a step without a pass is not a step.
+func TestStepTally(t *testing.T) {
+	ms := time.Millisecond
+	drafts := func(n int) []engine.DraftCount { return []engine.DraftCount{{Drafter: "draft", Drafts: 2, Drafted: n}} }
+	var tl stepTally
+	for _, r := range []engine.StepReport{
+		{Sequences: 8, Tokens: 8, Duration: 10 * ms},
+		{Sequences: 8, Tokens: 8, Duration: 12 * ms},
+		{Sequences: 8, Tokens: 16, Duration: 20 * ms, Drafts: drafts(8)},
+		{Sequences: 8, Tokens: 17, Duration: 30 * ms, Drafts: drafts(8)},
+		{Sequences: 2, Tokens: 40, Duration: 40 * ms},
+		{},
+	} {
+		tl.ObserveStep(&r)
+	}
+	if want := [stepKinds]int{2, 1, 2}; tl.steps != want {
+		t.Errorf("steps by kind %v; want %v", tl.steps, want)
+	}
+	if want := [stepKinds]time.Duration{22 * ms, 20 * ms, 70 * ms}; tl.dur != want {
+		t.Errorf("time by kind %v; want %v", tl.dur, want)
+	}
+	if s, want := tl.summary(120*ms), "outside plan and pass 0.008s of 0.120s"; !strings.HasSuffix(s, want) {
+		t.Errorf("summary %q; want it to end %q", s, want)
+	}
+	tl.reset()
+	if tl.steps != [stepKinds]int{} || tl.dur != [stepKinds]time.Duration{} {
+		t.Errorf("after reset: %v %v", tl.steps, tl.dur)
 	}
 }
 

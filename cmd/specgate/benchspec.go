@@ -31,6 +31,9 @@ type specBench struct {
 	// mismatches counts streams whose speculative output differed from
 	// plain decoding's (greedy, so lossless speculation makes it 0).
 	mismatches int
+	// plainSteps and specSteps tally each engine's steps during the
+	// timed runs.
+	plainSteps, specSteps *stepTally
 }
 
 // check validates the flags before any model is loaded.
@@ -99,12 +102,16 @@ func parseShape(s string) (*spec.Shape, error) {
 			return nil, fmt.Errorf("%q: want a minimum score in [0, 1)", s)
 		}
 		sh = spec.Confident(v[0], v[1], v[2], ms)
+	case name == "off" && !hasArg:
+		// A speculating engine that never drafts: what its machinery
+		// costs beside the plain engine's step.
+		sh = spec.Off
 	case name == "bushy" && !hasArg:
 		sh = spec.Bushy
 	case name == "wide" && !hasArg:
 		sh = spec.Wide
 	default:
-		return nil, fmt.Errorf("%q: want auto, chain:N, dynamic:N, confident:N,D,W,S, bushy or wide", s)
+		return nil, fmt.Errorf("%q: want auto, off, chain:N, dynamic:N, confident:N,D,W,S, bushy or wide", s)
 	}
 	return &sh, nil
 }
@@ -146,6 +153,8 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 	o := engine.Options{MaxRunning: max(maxB, len(storyPrompts)), KVType: b.kvType, DefaultMaxTokens: b.tokens}
 	plainOpts, specOpts := o, o
 	plainOpts.Speculation = engine.Speculation{Drafter: engine.DraftOff}
+	b.plainSteps, b.specSteps = &stepTally{}, &stepTally{}
+	plainOpts.Observer, specOpts.Observer = b.plainSteps, b.specSteps
 	specOpts.Speculation = engine.Speculation{Drafter: b.kind, Model: b.draft}
 	disp := spec.NewDispatcher(nil)
 	if b.fixed != nil {
@@ -195,6 +204,8 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 		}
 		var p, s specRun
 		var quoted copyShare
+		b.plainSteps.reset()
+		b.specSteps.reset()
 		for round := range b.rounds {
 			for _, batch := range batches {
 				// Odd rounds run the speculative engine first (plain,
@@ -233,6 +244,10 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 			pc, sc := float64(p.tokens)/p.cpu.Seconds(), float64(s.tokens)/s.cpu.Seconds()
 			fmt.Fprintf(os.Stderr, "  b=%d: per CPU-second: plain=%.1f spec=%.1f speedup=%.2f\n", n, pc, sc, sc/pc)
 		}
+		// Where each engine's wall time went: a speculating engine that
+		// plays Off should spend it as the plain one does.
+		fmt.Fprintf(os.Stderr, "  b=%d: plain engine: %s\n", n, b.plainSteps.summary(p.elapsed))
+		fmt.Fprintf(os.Stderr, "  b=%d: spec engine:  %s\n", n, b.specSteps.summary(s.elapsed))
 		if b.kind == engine.DraftNGram {
 			// How much of the replies repeats the conversation: what
 			// lookup can draft from at all, whatever the shape.
@@ -420,4 +435,65 @@ func (c copyShare) String() string {
 	pct := func(a int) float64 { return 100 * float64(a) / float64(max(c.tokens, 1)) }
 	return fmt.Sprintf("%d reply tokens: %.0f%% follow a 2-token match in the conversation (its most recent next token right for %.0f%%), %.0f%% a 3-token match (right for %.0f%%)",
 		c.tokens, pct(c.after[0]), pct(c.right[0]), pct(c.after[1]), pct(c.right[1]))
+}
+
+// stepTally sums an engine's steps by kind, from its step reports: the
+// plan and forward pass of each (StepReport.Duration), and the steps'
+// count. The bench resets it before a batch size's timed runs; the
+// engines run one at a time, but it is read from the bench's goroutine.
+type stepTally struct {
+	mu    sync.Mutex
+	steps [stepKinds]int
+	dur   [stepKinds]time.Duration
+}
+
+// Step kinds: decodes alone, decodes with draft trees, and steps that ran
+// a prompt's chunk as well.
+const (
+	stepDecode = iota
+	stepDraft
+	stepPrefill
+	stepKinds
+)
+
+func (t *stepTally) ObserveStep(r *engine.StepReport) {
+	if r.Tokens == 0 {
+		return
+	}
+	nodes := 0
+	for _, d := range r.Drafts {
+		nodes += d.Drafted
+	}
+	k := stepDecode
+	switch {
+	case r.Tokens-nodes > r.Sequences:
+		k = stepPrefill
+	case nodes > 0:
+		k = stepDraft
+	}
+	t.mu.Lock()
+	t.steps[k]++
+	t.dur[k] += r.Duration
+	t.mu.Unlock()
+}
+
+func (t *stepTally) reset() {
+	t.mu.Lock()
+	t.steps, t.dur = [stepKinds]int{}, [stepKinds]time.Duration{}
+	t.mu.Unlock()
+}
+
+// summary says how the steps shared wall, the timed runs' wall time; what
+// is left is the steps' commit phase and the time between steps.
+func (t *stepTally) summary(wall time.Duration) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var in time.Duration
+	var sb strings.Builder
+	for k, name := range [stepKinds]string{"decode", "drafting", "with a prompt chunk"} {
+		in += t.dur[k]
+		fmt.Fprintf(&sb, "%d %s steps %.3fs, ", t.steps[k], name, t.dur[k].Seconds())
+	}
+	fmt.Fprintf(&sb, "outside plan and pass %.3fs of %.3fs", (wall - in).Seconds(), wall.Seconds())
+	return sb.String()
 }
