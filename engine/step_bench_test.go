@@ -14,9 +14,11 @@ import (
 
 // BenchmarkStepOverhead is the engine's own cost per generated token, the
 // model's left out: a fake model whose forward pass costs next to nothing,
-// 1 and 32 sequences, plain and speculating (n-gram chains the fake
-// model's cyclic output mostly accepts). What plan and commit cost shows
-// here undiluted by the forward pass. cpu-ns/token is the process's CPU
+// 1 and 32 sequences, plain, speculating with a dispatcher that keeps it
+// off (what the speculation machinery costs when it drafts nothing), and
+// speculating (n-gram chains the fake model's cyclic output mostly
+// accepts). What plan and commit cost shows here undiluted by the forward
+// pass. cpu-ns/token is the process's CPU
 // time per token, the figure to compare on a machine others load.
 //
 //	go test -run '^$' -bench StepOverhead ./engine
@@ -25,7 +27,7 @@ func BenchmarkStepOverhead(b *testing.B) {
 		for _, sp := range []struct {
 			name string
 			s    Speculation
-		}{{"plain", noSpec}, {"ngram", Speculation{Dispatcher: spec.Fixed(spec.Chain(4))}}} {
+		}{{"plain", noSpec}, {"off", Speculation{Dispatcher: spec.Fixed(spec.Off)}}, {"ngram", Speculation{Dispatcher: spec.Fixed(spec.Chain(4))}}} {
 			b.Run(fmt.Sprintf("seqs=%d/%s", n, sp.name), func(b *testing.B) {
 				m := newFakeModel(b)
 				m.next = cycleNext
