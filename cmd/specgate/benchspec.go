@@ -204,8 +204,17 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 		}
 		var p, s specRun
 		var quoted copyShare
+		var pairs []string
 		b.plainSteps.reset()
 		b.specSteps.reset()
+		pc0, err := plain.Counters(ctx)
+		if err != nil {
+			return err
+		}
+		sc0, err := specE.Counters(ctx)
+		if err != nil {
+			return err
+		}
 		for round := range b.rounds {
 			for _, batch := range batches {
 				// Odd rounds run the speculative engine first (plain,
@@ -229,6 +238,7 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 				}
 				p.add(pr)
 				s.add(sr)
+				pairs = append(pairs, fmt.Sprintf(" %.2f/%.2f", ratio(sr.rate(), pr.rate()), ratio(pr.cpuPerToken(), sr.cpuPerToken())))
 			}
 		}
 		pt, st := p.rate(), s.rate()
@@ -243,11 +253,22 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 			// pool's short spins included).
 			pc, sc := float64(p.tokens)/p.cpu.Seconds(), float64(s.tokens)/s.cpu.Seconds()
 			fmt.Fprintf(os.Stderr, "  b=%d: per CPU-second: plain=%.1f spec=%.1f speedup=%.2f\n", n, pc, sc, sc/pc)
+			// The pairs apart: how far the host moved the figures
+			// within this run.
+			fmt.Fprintf(os.Stderr, "  b=%d: each pair's speedup, wall/per CPU-second:%s\n", n, strings.Join(pairs, ""))
 		}
 		// Where each engine's wall time went: a speculating engine that
 		// plays Off should spend it as the plain one does.
-		fmt.Fprintf(os.Stderr, "  b=%d: plain engine: %s\n", n, b.plainSteps.summary(p.elapsed))
-		fmt.Fprintf(os.Stderr, "  b=%d: spec engine:  %s\n", n, b.specSteps.summary(s.elapsed))
+		pc1, err := plain.Counters(ctx)
+		if err != nil {
+			return err
+		}
+		sc1, err := specE.Counters(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "  b=%d: plain engine: %s; %s\n", n, b.plainSteps.summary(p.elapsed), prompted(pc0, pc1))
+		fmt.Fprintf(os.Stderr, "  b=%d: spec engine:  %s; %s\n", n, b.specSteps.summary(s.elapsed), prompted(sc0, sc1))
 		if b.kind == engine.DraftNGram {
 			// How much of the replies repeats the conversation: what
 			// lookup can draft from at all, whatever the shape.
@@ -295,6 +316,28 @@ func (r *specRun) add(o specRun) {
 	r.cpu += o.cpu
 	r.drafted += o.drafted
 	r.accepted += o.accepted
+}
+
+// prompted says how many input tokens an engine computed and how many its
+// prefix cache served between two readings of its counters.
+func prompted(c0, c1 engine.Counters) string {
+	return fmt.Sprintf("%d prompt tokens computed, %d from the cache", c1.PromptTokens-c0.PromptTokens, c1.CachedTokens-c0.CachedTokens)
+}
+
+// ratio is a/b, 0 when b is.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// cpuPerToken is the CPU seconds a token took (0 without tokens).
+func (r specRun) cpuPerToken() float64 {
+	if r.tokens == 0 {
+		return 0
+	}
+	return r.cpu.Seconds() / float64(r.tokens)
 }
 
 func (r specRun) rate() float64 {
