@@ -115,6 +115,20 @@ const offPrior = 4
 // step's time beyond it is the load's (see loadStep).
 var offClip = math.Exp(loadStep)
 
+// offShift is how far, in log units, the median of Off's last offRun
+// steps must lie below its cost for the cost to be taken as changed and
+// restarted from them: a step is noise, a run of them a third below is
+// the world (drafting got dearer relative to a plain step: another
+// backend, a neighbour that takes compute but not bandwidth). Off's steps
+// are clipped to its cost's neighbourhood (offClip), so its cost healed
+// by a few percent per re-try, and backed off to re-tries 1024 steps
+// apart: with drafting three times dearer it took 5% of the steps for
+// 6000 steps where it was the best.
+const offShift = 0.4
+
+// offRun is how many of Off's steps offShift judges.
+const offRun = 5
+
 // sure is how many standard errors an option's estimate must lie below
 // the leader's for its re-tries to back off while it is close.
 const sure = 1.5
@@ -299,6 +313,12 @@ type option struct {
 	// wait is the current re-try interval in steps and next the step of
 	// the next re-try, while the option is not the best.
 	wait, next int
+	// recent are Off's last steps' residuals before the clip, nr how many
+	// since its cost last restarted, and cheap whether the last was well
+	// below its cost (see offShift).
+	recent [offRun]float64
+	nr     int
+	cheap  bool
 }
 
 // rowsOf is o's rows drafted per sequence-step: measured once o has
@@ -625,7 +645,14 @@ func (d *Dispatcher) pick(class []tierState, t *tierState) int {
 			// chain whose drafts were rejected twice) backed off for
 			// good.
 			hi := v * (1 + sure*t.spread(*o, d.accAlpha()))
-			if o.shape.Off() && v < close*lead && o.n >= trusted || !o.shape.Off() && hi < close*lead {
+			if o.cheap {
+				// Off's last step came in well below its cost: a few
+				// more at the base interval tell whether the world
+				// changed (see offShift).
+				o.wait, o.next = explore, t.steps+explore
+			} else if o.shape.Off() && v < close*lead && o.n >= trusted {
+				o.wait = min(2*o.wait, 64*explore)
+			} else if !o.shape.Off() && hi < close*lead {
 				o.wait = min(2*o.wait, 64*explore)
 			} else if !o.shape.Off() && hi < lead {
 				o.wait = min(2*o.wait, closeWait*explore)
@@ -802,6 +829,8 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 	}
 	u := y / t.line(r) // against the line before this step
 	if o.shape.Off() {
+		t.shift(o, u, res)
+		res = t.residual(*o)
 		// Every step of Off does the same work: one far from its mean
 		// is the machine's (another process, a collection), not Off's,
 		// and Off's few steps where speculation wins must not carry it.
@@ -869,6 +898,27 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 		}
 		t.drafted++
 		t.drafting += max(1/float64(t.drafted), accA) * (d - t.drafting)
+	}
+}
+
+// shift records Off's step of residual u (before the clip), res its
+// residual before it, and restarts Off's cost at the median of its last
+// offRun steps when that lies offShift or more below (see offShift).
+func (t *tierState) shift(o *option, u, res float64) {
+	o.cheap = u < res*math.Exp(-offShift)
+	o.recent[o.nr%offRun] = u
+	o.nr++
+	if o.nr < offRun || o.cw <= 0 || o.cu <= 0 {
+		return
+	}
+	m := o.recent
+	slices.Sort(m[:])
+	if med := m[offRun/2]; med < res*math.Exp(-offShift) {
+		// Only downwards: a machine's outliers are slow ones, and Off
+		// that got dearer loses its re-tries only.
+		f := med / (o.cu / o.cw)
+		o.cu, o.cuu = f*o.cu, f*f*o.cuu
+		o.nr = 0
 	}
 }
 

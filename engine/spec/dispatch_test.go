@@ -600,7 +600,8 @@ func TestDispatcherSettles(t *testing.T) {
 
 // TestDispatcherFollowsTraffic: a dispatcher that settled on a shape still
 // follows a change of the traffic or the backend (the leader's drafts
-// accepted less, the chains' more, a chain's passes cheaper): the value
+// accepted less, the chains' more, a chain's passes cheaper, drafting
+// dearer than plain decoding): the value
 // played over the 3000 steps after the change must stay above want. The
 // b=1 tier plays a world as the bench reads the draft model, on a fake
 // clock with heavy-tailed noise, for 2000 steps before the change. With
@@ -618,6 +619,16 @@ func TestDispatcherFollowsTraffic(t *testing.T) {
 		{name: "the leader's drafts fail more", change: map[string]shape{"dyn4": {0.55, 1.46}}, want: 0.975},
 		{name: "the chains' drafts fail less", change: map[string]shape{"chain2": {0.93, 1.3}, "chain3": {0.93, 1.32}, "chain4": {0.93, 1.5}}, want: 0.93},
 		{name: "chain4 gets cheaper", change: map[string]shape{"chain4": {0.8, 1.2}}, want: 0.93},
+		// A neighbour that takes compute but not bandwidth: every shape
+		// that drafts costs three times what it did, Off the same, and
+		// Off is now 1.3 times the best shape. Before, Off's re-tries
+		// were clipped to its old cost and healed it by a few percent
+		// each, 1024 steps apart: 0.754 of the best value. Now a re-try
+		// well below its cost brings the next at once, and a run of them
+		// restarts it (0.869: the first re-try after the change may
+		// still be up to 1024 steps away).
+		{name: "drafting gets three times dearer", change: map[string]shape{"chain2": {0.8, 3.9}, "chain3": {0.8, 3.96}, "chain4": {0.8, 4.5}, "dyn4": {0.8, 4.38},
+			"dyn8": {0.7, 6.6}, "bushy16": {0.75, 9.6}, "dyn16": {0.6, 10.8}, "dyn32": {0.55, 18}}, want: 0.85},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const seeds, steps, before = 8, 5000, 2000
