@@ -279,6 +279,18 @@ func (c *Cache) Lookup(ns Namespace, tokens []int32) (Match, error) {
 	return m, nil
 }
 
+// Peek returns how many leading tokens of tokens a Lookup in ns would
+// match now (whole blocks, never the last token), counting host blocks as
+// if their promotion succeeds. It pins, promotes, touches and counts
+// nothing, so a caller may ask about requests it may not start: the
+// scheduler budgets a waiting request's prefill by it.
+func (c *Cache) Peek(ns Namespace, tokens []int32) int {
+	if ns.Tenant == "" || len(tokens) == 0 {
+		return 0
+	}
+	return len(c.longest(ns.Tenant, tokens, (len(tokens)-1)/c.bs)) * c.bs
+}
+
 // longest returns (in c.chain) the longest chain of at most full blocks
 // matching tokens: some blocks of the shared namespace from the root, then
 // the tenant's private blocks. Private blocks may continue any shared

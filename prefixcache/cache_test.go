@@ -307,6 +307,14 @@ func TestLookupBlockBoundaries(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// Peek tells what Lookup will find and leaves no trace.
+			before := r.c.Stats()
+			if have := r.c.Peek(a, tt.prompt); have != tt.tokens {
+				t.Errorf("Peek: have %d tokens; want %d", have, tt.tokens)
+			}
+			if after := r.c.Stats(); after.Lookups != before.Lookups || after.DeviceHitTokens != before.DeviceHitTokens || after.MissTokens != before.MissTokens {
+				t.Errorf("Peek counted: stats %+v, then %+v", before, after)
+			}
 			m, err := r.c.Lookup(a, tt.prompt)
 			if err != nil {
 				t.Fatal(err)
