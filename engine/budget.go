@@ -231,7 +231,8 @@ func (e *Engine) stepBudget() (budget, target int, first bool) {
 		}
 		switch {
 		case s.first.IsZero():
-			interFirst += len(s.tokens) - s.kv
+			// What it computes: a cached prompt's hit costs no time.
+			interFirst += len(s.tokens) - s.kv - e.peek(s)
 		case decoding:
 			interDecodes++
 		}

@@ -57,18 +57,51 @@ func (e *Engine) swapRoom() int {
 	return e.host.Free()
 }
 
+// cacheHints answers the scheduler's admissions: how much of a waiting
+// request's tokens the prefix cache holds, by a Peek that pins nothing.
+type cacheHints struct{ e *Engine }
+
+func (h cacheHints) Cached(id string) int {
+	s := h.e.seqs[id]
+	if s == nil {
+		return 0
+	}
+	return h.e.peek(s)
+}
+
+// peek is how many of s's tokens a lookup would find now: none when s
+// holds KV already or the prefix cache is off.
+func (e *Engine) peek(s *sequence) int {
+	if e.cache == nil || len(s.table) > 0 || s.kv > 0 {
+		return 0
+	}
+	return e.cache.Peek(e.namespace(s), s.tokens)
+}
+
+// hints is what the scheduler asks about cached prompts: nil without the
+// prefix cache.
+func (e *Engine) hints() sched.PrefixCache {
+	if e.cache == nil {
+		return nil
+	}
+	return cacheHints{e}
+}
+
 // lookup serves the head of s's tokens from the prefix cache for chunk c,
-// planned as [0, N) of a sequence with no KV, and returns the chunk
-// shifted past the cached tokens, the slack left, and whether anything
-// was found. The shifted chunk runs as many tokens as planned unless the
-// blocks the match pinned (and promoted) eat more of the device than the
-// slack allows: then fewer, maybe none this step.
+// planned as [Start, Start+N) of a sequence with no KV (Start: the match
+// the scheduler was told of, or 0), and returns the chunk moved to start
+// where the match really ends, the slack left, and whether anything was
+// found. The moved chunk runs as many tokens as planned unless the blocks
+// the match pinned (and promoted) eat more of the device than the slack
+// allows: then fewer, maybe none this step. A match shorter than told
+// (blocks evicted since) costs progress, never budget.
 func (e *Engine) lookup(s *sequence, c sched.Chunk, slack int) (sched.Chunk, int, bool) {
 	before := e.allocatable()
 	m, err := e.cache.Lookup(e.namespace(s), s.tokens)
 	if err != nil {
-		// Only an empty tenant fails, and namespace never gives one.
-		return c, slack, false
+		// Only an empty tenant fails, and namespace never gives one;
+		// were it to, the chunk runs from the start.
+		m = prefixcache.Match{}
 	}
 	e.report.prefixLookup(s.req.Tenant, m.DeviceHits, m.HostHits, len(s.tokens)-m.Tokens)
 	e.count.CachedTokens += int64(m.Tokens)
@@ -76,25 +109,28 @@ func (e *Engine) lookup(s *sequence, c sched.Chunk, slack int) (sched.Chunk, int
 		s.looked = true
 		s.cached = min(m.Tokens, s.prompt)
 	}
-	if m.Tokens == 0 {
+	if m.Tokens == 0 && c.Start == 0 {
 		return c, slack, false
 	}
 	for _, b := range m.Blocks {
 		e.shared[b]++
 	}
 	// Pinned blocks were reclaimable, promoted ones were free: both come
-	// out of what the plan counted on.
+	// out of what the plan counted on (its blocks past Start).
 	used := before - e.allocatable()
 	held := len(m.Blocks)
+	planned := e.planned(c)
 	end := min(m.Tokens+c.N, len(s.tokens))
-	if room := c.Blocks + slack - used; e.blocks(end)-held > room {
+	if room := planned + slack - used; e.blocks(end)-held > room {
 		end = m.Tokens + max(room, 0)*e.o.BlockSize
 	}
-	slack -= used + e.blocks(end) - held - c.Blocks
+	slack -= used + e.blocks(end) - held - planned
 	s.table, s.matched, s.kv = m.Blocks, held, m.Tokens
 	s.prefilled = max(s.prefilled, min(m.Tokens, s.prompt))
-	e.sched.SetKV(s.req.ID, end)
-	return sched.Chunk{ID: c.ID, Start: m.Tokens, N: end - m.Tokens, Logits: end == len(s.tokens), Blocks: e.blocks(end)}, slack, true
+	if end != c.Start+c.N {
+		e.sched.SetKV(s.req.ID, end)
+	}
+	return sched.Chunk{ID: c.ID, Start: m.Tokens, N: end - m.Tokens, Logits: end == len(s.tokens), Blocks: e.blocks(end)}, slack, m.Tokens > 0
 }
 
 // dropKV gives up s's device blocks. With keep, and the prefix cache on,

@@ -184,3 +184,84 @@ func TestPreemptedSequenceResumesFromCache(t *testing.T) {
 	}
 	checkWhole(t, e)
 }
+
+// TestCachedPromptsAdmittedTogether: requests whose prompt the prefix
+// cache holds are budgeted only the tokens they compute, so a step admits
+// as many of them as the budget holds, not one (before, each admission
+// was planned a whole chunk of the budget for its two uncached tokens:
+// 32 requests of one cached prompt ran in passes of 2, 3, …, 33 tokens).
+func TestCachedPromptsAdmittedTogether(t *testing.T) {
+	tests := []struct {
+		name     string
+		o        Options
+		clocked  bool // the fake model advances the clock: a latency target applies
+		prompt   int
+		requests int
+		out      int
+		// first is the sequences the first step after the arrival runs
+		// (0: as many as its tokens hold, whatever the latency target
+		// made of the budget); steps is the most steps the whole takes.
+		first, steps int
+	}{
+		// Each computes 2 tokens: 16/2 start at once, then what the
+		// decodes leave (8, 4, 2, 1 tokens): 8+4+2+1+1 start in 5 steps
+		// and the last ends 7 steps later (before: 23 steps).
+		{"token budget", Options{BlockSize: 4, MaxBatchTokens: 16}, false, 30, 16, 8, 8, 13},
+		// The bench's shape: the target starts at 18 tokens from the
+		// lone request's steps and grows as the steps show more fit;
+		// all 32 start within 4 steps (before: 95 steps, one start
+		// per step).
+		{"latency target", Options{}, true, 450, 32, 64, 0, 64 + 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(15, 16))
+			r := Request{Tenant: "a", Prompt: prompt(rng, tt.prompt), MaxTokens: tt.out}
+			want := alone(t, r)
+			m := newFakeModel(t)
+			tt.o.Speculation = noSpec
+			e, clk := testEngine(t, m, tt.o)
+			if tt.clocked {
+				m.clock, m.stepCost, m.tokenCost = clk, time.Millisecond, 50*time.Microsecond
+			}
+			run(t, e, clk, r) // caches the prompt
+			var streams []*Stream
+			for i := range tt.requests {
+				r.ID = fmt.Sprint("r", i)
+				s, err := submitNow(e, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				streams = append(streams, s)
+			}
+			m.batches = nil
+			steps := drive(t, e, clk, time.Millisecond, 10000)
+			cached := 0
+			for _, s := range streams {
+				res := collect(t, s)
+				if !slices.Equal(res.tokens, want) {
+					t.Errorf("%s: have %v; want %v (alone, no cache)", s.ID(), res.tokens, want)
+				}
+				cached = res.final.Usage.CachedTokens
+			}
+			computed := tt.prompt - cached
+			if cached == 0 || computed != 2 {
+				t.Fatalf("have %d cached tokens of %d; want all but 2", cached, tt.prompt)
+			}
+			seqs := 0
+			for _, b := range m.batches {
+				seqs += b[1]
+			}
+			t.Logf("%d requests in %d steps, %.1f sequences per step; first steps (tokens, logits) %v",
+				tt.requests, steps, float64(seqs)/float64(steps), m.batches[:min(4, len(m.batches))])
+			first := m.batches[0]
+			if want := max(tt.first, first[0]/computed, 2); first[1] != want {
+				t.Errorf("first step runs %d sequences in %d tokens; want %d", first[1], first[0], want)
+			}
+			if steps > tt.steps {
+				t.Errorf("have %d steps; want at most %d", steps, tt.steps)
+			}
+			checkWhole(t, e)
+		})
+	}
+}

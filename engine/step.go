@@ -163,7 +163,7 @@ func (e *Engine) plan(now time.Time) *stepPlan {
 		// by weight apply from an efficient step up (see budget.go).
 		efficient = e.rate.efficient()
 	}
-	sp := e.sched.Schedule(now, sched.Resources{Tokens: budget, Target: target, Efficient: efficient, FreeBlocks: e.allocatable(), FreeHostBlocks: e.swapRoom(), InteractiveFirst: first})
+	sp := e.sched.Schedule(now, sched.Resources{Tokens: budget, Target: target, Efficient: efficient, FreeBlocks: e.allocatable(), FreeHostBlocks: e.swapRoom(), InteractiveFirst: first, Cache: e.hints()})
 	for _, pr := range sp.Preempt {
 		e.preempt(e.seqs[pr.ID], pr)
 	}
@@ -179,7 +179,9 @@ func (e *Engine) plan(now time.Time) *stepPlan {
 	}
 	for _, c := range sp.Run {
 		s := e.seqs[c.ID]
-		if e.cache != nil && c.Start == 0 && len(s.table) == 0 && !c.Resume {
+		if e.cache != nil && len(s.table) == 0 && !c.Resume {
+			// A start with no KV, planned from where the cache said
+			// its match ends (see cacheHints).
 			var hit bool
 			c, slack, hit = e.lookup(s, c, slack)
 			p.progress = p.progress || hit

@@ -28,7 +28,7 @@ import (
 // when the sequence ends) before the next Schedule.
 func (s *Scheduler) Schedule(now time.Time, r Resources) Plan {
 	s.steps++
-	p := planner{s: s, now: now, budget: r.Tokens, free: r.FreeBlocks, hostFree: r.FreeHostBlocks, at: map[*seq]int{}}
+	p := planner{s: s, now: now, budget: r.Tokens, free: r.FreeBlocks, hostFree: r.FreeHostBlocks, cache: r.Cache, at: map[*seq]int{}}
 	run := slices.Clone(s.running)
 	// Priority order; the last entry is the preemption victim. Aging
 	// counts here too: a sequence that waited its way up a class is not
@@ -294,6 +294,7 @@ type planner struct {
 	s                      *Scheduler
 	now                    time.Time
 	budget, free, hostFree int
+	cache                  PrefixCache    // nil: no prefix cache
 	share                  bool           // the step is saturated: decodes are shared by weight
 	slotBound              bool           // every running slot was taken at the start of the step
 	run                    []*seq         // running at the start of the step, priority order
@@ -427,9 +428,16 @@ func (p *planner) admit(last Class) {
 			p.preempt(v)
 			running--
 		}
-		pending := q.total - q.kv
-		var n int
 		resume := q.swapped
+		start := q.kv
+		if !resume && q.kv == 0 && p.cache != nil {
+			// The budget pays for computed tokens only: what the
+			// prefix cache holds costs no step time (its blocks are
+			// the lookup's to account, as before).
+			start = max(min(p.cache.Cached(q.id), q.total-1), 0)
+		}
+		pending := q.total - start
+		var n int
 		for {
 			if resume {
 				// Swapped KV comes back whole, plus room for the
@@ -454,6 +462,7 @@ func (p *planner) admit(last Class) {
 		}
 		p.take(q)
 		running++
+		q.kv = start
 		p.add(q, n, resume)
 	}
 }

@@ -206,6 +206,23 @@ type Resources struct {
 	// interactive request waits, and not for two steps in a row, so that
 	// lower classes' decodes lose one step at most.
 	InteractiveFirst bool
+	// Cache, when set, tells how many leading tokens of a request that
+	// starts with no KV a prefix cache already holds. Admission budgets
+	// only the rest, the tokens the request will compute, and plans its
+	// first chunk from there (its KV as if the cache's tokens were
+	// computed; the caller corrects it with SetKV when the lookup finds
+	// less). Without it a fully cached prompt took a whole chunk of the
+	// budget for the few tokens it computes, and about one request was
+	// admitted per step.
+	Cache PrefixCache
+}
+
+// PrefixCache is the prefix cache as admission sees it.
+type PrefixCache interface {
+	// Cached returns how many leading tokens of request id the cache
+	// holds now (0: none or unknown). It must pin and change nothing:
+	// it is asked about requests the step may not start.
+	Cached(id string) int
 }
 
 // Chunk is one sequence's share of a step: tokens [Start, Start+N) of its

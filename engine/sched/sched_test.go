@@ -641,3 +641,54 @@ func TestInteractiveFirst(t *testing.T) {
 		})
 	}
 }
+
+// hints is a prefix cache that holds the given leading tokens of requests.
+type hints map[string]int
+
+func (h hints) Cached(id string) int { return h[id] }
+
+// TestAdmitBudgetsComputedTokens: a request the prefix cache mostly holds
+// is budgeted and planned only the tokens it computes, from where the
+// cache's tokens end, so one step starts several; a hint past the last
+// token still leaves that token to compute, and one that is wrong is
+// corrected by SetKV without breaking the accounting.
+func TestAdmitBudgetsComputedTokens(t *testing.T) {
+	s := mustNew(t, Config{BlockSize: 4})
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		if err := s.Enqueue(t0, Request{ID: id, Tenant: "t", Tokens: 30, Charge: 30}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// d is wholly cached as far as the hint goes: it still computes its
+	// last token. e is not cached: it takes what is left.
+	h := hints{"a": 28, "b": 28, "c": 24, "d": 40}
+	p := s.Schedule(t0, Resources{Tokens: 20, FreeBlocks: 100, Cache: h})
+	want := []Chunk{
+		{ID: "a", Start: 28, N: 2, Logits: true, Blocks: 8},
+		{ID: "b", Start: 28, N: 2, Logits: true, Blocks: 8},
+		{ID: "c", Start: 24, N: 6, Logits: true, Blocks: 8},
+		{ID: "d", Start: 29, N: 1, Logits: true, Blocks: 8},
+		{ID: "e", Start: 0, N: 9, Blocks: 3},
+	}
+	if fmt.Sprint(p.Run) != fmt.Sprint(want) {
+		t.Fatalf("have chunks %+v; want %+v", p.Run, want)
+	}
+	// The lookup found less for c (blocks evicted since): it ran 6
+	// tokens from 16, and the scheduler is told.
+	if !s.SetKV("c", 22) {
+		t.Fatal("SetKV(c) refused")
+	}
+	if _, kv, _ := s.Len("c"); kv != 22 {
+		t.Errorf("have c's KV %d; want 22", kv)
+	}
+	p = s.Schedule(t0.Add(time.Millisecond), Resources{Tokens: 20, FreeBlocks: 100, Cache: h})
+	var c Chunk
+	for _, ch := range p.Run {
+		if ch.ID == "c" {
+			c = ch
+		}
+	}
+	if c.Start != 22 || c.N != 8 {
+		t.Errorf("have c's next chunk %+v; want [22, 30)", c)
+	}
+}
