@@ -1006,8 +1006,11 @@ func (d *Dispatcher) Stats(load int) []ShapeStats { return d.ClassStats(0, load)
 
 // ClassStats returns class's measurements in the tier that serves load.
 // TokensPerSec is what an option would commit now: its tokens per
-// sequence-step times the tier's mean sequences per step, over its step
-// time at the tier's current time base.
+// sequence-step at the traffic now (see effective) times the tier's mean
+// sequences per step, over its step time at the tier's current time base,
+// as the dispatcher compares them. (With each option's own mean
+// acceptance instead, an n-gram chain told its acceptance by a longer
+// chain's drafting steps read 1.5 times the one played most.)
 func (d *Dispatcher) ClassStats(class, load int) []ShapeStats {
 	t := d.tier(class, load)
 	if t == nil {
@@ -1017,7 +1020,7 @@ func (d *Dispatcher) ClassStats(class, load int) []ShapeStats {
 	for i, o := range t.options {
 		out[i] = ShapeStats{Shape: o.shape.Name, Steps: o.n, Accepted: o.acc}
 		if o.n > 0 {
-			out[i].TokensPerSec = t.batch * (1 + o.acc) / (math.Exp(t.logBase) * t.cost(o))
+			out[i].TokensPerSec = t.batch * t.value(o) / math.Exp(t.logBase)
 		}
 	}
 	return out
