@@ -232,7 +232,8 @@ func (e *Engine) stepBudget() (budget, target int, first bool) {
 		switch {
 		case s.first.IsZero():
 			// What it computes: a cached prompt's hit costs no time.
-			interFirst += len(s.tokens) - s.kv - e.peek(s)
+			cached, _ := e.peek(s)
+			interFirst += len(s.tokens) - s.kv - cached
 		case decoding:
 			interDecodes++
 		}

@@ -61,19 +61,20 @@ func (e *Engine) swapRoom() int {
 // request's tokens the prefix cache holds, by a Peek that pins nothing.
 type cacheHints struct{ e *Engine }
 
-func (h cacheHints) Cached(id string) int {
+func (h cacheHints) Cached(id string) (tokens, blocks int) {
 	s := h.e.seqs[id]
 	if s == nil {
-		return 0
+		return 0, 0
 	}
 	return h.e.peek(s)
 }
 
-// peek is how many of s's tokens a lookup would find now: none when s
-// holds KV already or the prefix cache is off.
-func (e *Engine) peek(s *sequence) int {
+// peek is how many of s's tokens a lookup would find now, and how many
+// allocatable blocks it would take: none when s holds KV already or the
+// prefix cache is off.
+func (e *Engine) peek(s *sequence) (tokens, blocks int) {
 	if e.cache == nil || len(s.table) > 0 || s.kv > 0 {
-		return 0
+		return 0, 0
 	}
 	return e.cache.Peek(e.namespace(s), s.tokens)
 }

@@ -281,14 +281,23 @@ func (c *Cache) Lookup(ns Namespace, tokens []int32) (Match, error) {
 
 // Peek returns how many leading tokens of tokens a Lookup in ns would
 // match now (whole blocks, never the last token), counting host blocks as
-// if their promotion succeeds. It pins, promotes, touches and counts
-// nothing, so a caller may ask about requests it may not start: the
-// scheduler budgets a waiting request's prefill by it.
-func (c *Cache) Peek(ns Namespace, tokens []int32) int {
+// if their promotion succeeds, and how many device blocks that Lookup
+// would take from those nobody holds: a free one for each host block, and
+// each device block only the cache holds (it stops being reclaimable). It
+// pins, promotes, touches and counts nothing, so a caller may ask about
+// requests it may not start: the scheduler budgets a waiting request's
+// prefill by it.
+func (c *Cache) Peek(ns Namespace, tokens []int32) (matched, claim int) {
 	if ns.Tenant == "" || len(tokens) == 0 {
-		return 0
+		return 0, 0
 	}
-	return len(c.longest(ns.Tenant, tokens, (len(tokens)-1)/c.bs)) * c.bs
+	chain := c.longest(ns.Tenant, tokens, (len(tokens)-1)/c.bs)
+	for _, n := range chain {
+		if n.tier == Host || c.dpool.Refs(n.block) == 1 {
+			claim++
+		}
+	}
+	return len(chain) * c.bs, claim
 }
 
 // longest returns (in c.chain) the longest chain of at most full blocks

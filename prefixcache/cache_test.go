@@ -309,8 +309,9 @@ func TestLookupBlockBoundaries(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			// Peek tells what Lookup will find and leaves no trace.
 			before := r.c.Stats()
-			if have := r.c.Peek(a, tt.prompt); have != tt.tokens {
-				t.Errorf("Peek: have %d tokens; want %d", have, tt.tokens)
+			// Nobody holds the cached blocks: a Lookup claims each.
+			if have, claim := r.c.Peek(a, tt.prompt); have != tt.tokens || claim != tt.tokens/tBS {
+				t.Errorf("Peek: have %d tokens, %d blocks claimed; want %d, %d", have, claim, tt.tokens, tt.tokens/tBS)
 			}
 			if after := r.c.Stats(); after.Lookups != before.Lookups || after.DeviceHitTokens != before.DeviceHitTokens || after.MissTokens != before.MissTokens {
 				t.Errorf("Peek counted: stats %+v, then %+v", before, after)
@@ -320,6 +321,9 @@ func TestLookupBlockBoundaries(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer r.c.Release(&m)
+			if have, claim := r.c.Peek(a, tt.prompt); have != tt.tokens || claim != 0 {
+				t.Errorf("Peek after Lookup: have %d tokens, %d blocks claimed; want %d, 0 (held)", have, claim, tt.tokens)
+			}
 			if m.Tokens != tt.tokens || len(m.Blocks)*tBS != tt.tokens || m.DeviceHits != tt.tokens || m.HostHits != 0 {
 				t.Fatalf("have %+v; want %d device tokens", m, tt.tokens)
 			}

@@ -429,12 +429,19 @@ func (p *planner) admit(last Class) {
 			running--
 		}
 		resume := q.swapped
-		start := q.kv
+		start, claim := q.kv, 0
 		if !resume && q.kv == 0 && p.cache != nil {
 			// The budget pays for computed tokens only: what the
-			// prefix cache holds costs no step time (its blocks are
-			// the lookup's to account, as before).
-			start = max(min(p.cache.Cached(q.id), q.total-1), 0)
+			// prefix cache holds costs no step time, only the
+			// blocks it claims.
+			start, claim = p.cache.Cached(q.id)
+			start = max(min(start, q.total-1), 0)
+			if claim < 0 || claim >= p.free {
+				// Never wait for room the match itself would
+				// free: planned from the start, the lookup
+				// fits what it can (as without the hint).
+				start, claim = 0, 0
+			}
 		}
 		pending := q.total - start
 		var n int
@@ -447,7 +454,7 @@ func (p *planner) admit(last Class) {
 					break
 				}
 			} else {
-				n = min(pending, p.budget, p.free*bs)
+				n = min(pending, p.budget, (p.free-claim)*bs)
 				if n > 0 {
 					break
 				}
@@ -463,6 +470,7 @@ func (p *planner) admit(last Class) {
 		p.take(q)
 		running++
 		q.kv = start
+		p.free -= claim
 		p.add(q, n, resume)
 	}
 }

@@ -220,9 +220,11 @@ type Resources struct {
 // PrefixCache is the prefix cache as admission sees it.
 type PrefixCache interface {
 	// Cached returns how many leading tokens of request id the cache
-	// holds now (0: none or unknown). It must pin and change nothing:
-	// it is asked about requests the step may not start.
-	Cached(id string) int
+	// holds now (0: none or unknown), and how many of FreeBlocks taking
+	// them would use (cached blocks nobody else holds stop being free).
+	// It must pin and change nothing: it is asked about requests the
+	// step may not start.
+	Cached(id string) (tokens, blocks int)
 }
 
 // Chunk is one sequence's share of a step: tokens [Start, Start+N) of its

@@ -642,10 +642,11 @@ func TestInteractiveFirst(t *testing.T) {
 	}
 }
 
-// hints is a prefix cache that holds the given leading tokens of requests.
-type hints map[string]int
+// hints is a prefix cache that holds the given leading tokens of
+// requests, and claims the given free blocks for them.
+type hints map[string][2]int
 
-func (h hints) Cached(id string) int { return h[id] }
+func (h hints) Cached(id string) (int, int) { return h[id][0], h[id][1] }
 
 // TestAdmitBudgetsComputedTokens: a request the prefix cache mostly holds
 // is budgeted and planned only the tokens it computes, from where the
@@ -661,7 +662,7 @@ func TestAdmitBudgetsComputedTokens(t *testing.T) {
 	}
 	// d is wholly cached as far as the hint goes: it still computes its
 	// last token. e is not cached: it takes what is left.
-	h := hints{"a": 28, "b": 28, "c": 24, "d": 40}
+	h := hints{"a": {28, 0}, "b": {28, 0}, "c": {24, 0}, "d": {40, 0}}
 	p := s.Schedule(t0, Resources{Tokens: 20, FreeBlocks: 100, Cache: h})
 	want := []Chunk{
 		{ID: "a", Start: 28, N: 2, Logits: true, Blocks: 8},
@@ -690,5 +691,28 @@ func TestAdmitBudgetsComputedTokens(t *testing.T) {
 	}
 	if c.Start != 22 || c.N != 8 {
 		t.Errorf("have c's next chunk %+v; want [22, 30)", c)
+	}
+}
+
+// TestAdmitCountsClaimedBlocks: the cached blocks a match takes from the
+// free ones count against the pool at admission; a claim that does not
+// fit at all is planned from the start instead, as without the cache.
+func TestAdmitCountsClaimedBlocks(t *testing.T) {
+	s := mustNew(t, Config{BlockSize: 4})
+	for _, id := range []string{"a", "b", "c"} {
+		if err := s.Enqueue(t0, Request{ID: id, Tenant: "t", Tokens: 30, Charge: 30}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 10 free blocks: a claims 7 and needs 1 more; b would claim 7:
+	// only 2 are left, so b plans from the start, 2 blocks' worth.
+	h := hints{"a": {28, 7}, "b": {28, 7}, "c": {28, 0}}
+	p := s.Schedule(t0, Resources{Tokens: 20, FreeBlocks: 10, Cache: h})
+	want := []Chunk{
+		{ID: "a", Start: 28, N: 2, Logits: true, Blocks: 8},
+		{ID: "b", Start: 0, N: 8, Blocks: 2},
+	}
+	if fmt.Sprint(p.Run) != fmt.Sprint(want) {
+		t.Fatalf("have chunks %+v; want %+v", p.Run, want)
 	}
 }
