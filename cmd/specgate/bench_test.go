@@ -174,12 +174,13 @@ func TestStepTally(t *testing.T) {
 	if want := [stepKinds]time.Duration{22 * ms, 20 * ms, 70 * ms}; tl.dur != want {
 		t.Errorf("time by kind %v; want %v", tl.dur, want)
 	}
-	if s, want := tl.summary(120*ms), "outside plan and pass 0.008s of 0.120s"; !strings.HasSuffix(s, want) {
+	// (8+8+8+8+2)/5 sequences per step.
+	if s, want := tl.summary(120*ms), "6.8 sequences per step, outside plan and pass 0.008s of 0.120s"; !strings.HasSuffix(s, want) {
 		t.Errorf("summary %q; want it to end %q", s, want)
 	}
 	tl.reset()
-	if tl.steps != [stepKinds]int{} || tl.dur != [stepKinds]time.Duration{} {
-		t.Errorf("after reset: %v %v", tl.steps, tl.dur)
+	if tl.steps != [stepKinds]int{} || tl.dur != [stepKinds]time.Duration{} || tl.seqs != 0 {
+		t.Errorf("after reset: %v %v %d", tl.steps, tl.dur, tl.seqs)
 	}
 }
 

@@ -124,6 +124,8 @@ type specRun struct {
 	cpu               time.Duration // the process's CPU time (user and system)
 	outs              [][]int32
 	drafted, accepted int
+	ttft              time.Duration // summed over the streams
+	streams           int
 }
 
 // run prints, for each batch size, one line
@@ -267,8 +269,8 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "  b=%d: plain engine: %s; %s\n", n, b.plainSteps.summary(p.elapsed), prompted(pc0, pc1))
-		fmt.Fprintf(os.Stderr, "  b=%d: spec engine:  %s; %s\n", n, b.specSteps.summary(s.elapsed), prompted(sc0, sc1))
+		fmt.Fprintf(os.Stderr, "  b=%d: plain engine: %s; %s; mean TTFT %v\n", n, b.plainSteps.summary(p.elapsed), prompted(pc0, pc1), p.meanTTFT().Round(time.Millisecond))
+		fmt.Fprintf(os.Stderr, "  b=%d: spec engine:  %s; %s; mean TTFT %v\n", n, b.specSteps.summary(s.elapsed), prompted(sc0, sc1), s.meanTTFT().Round(time.Millisecond))
 		if b.kind == engine.DraftNGram {
 			// How much of the replies repeats the conversation: what
 			// lookup can draft from at all, whatever the shape.
@@ -316,6 +318,17 @@ func (r *specRun) add(o specRun) {
 	r.cpu += o.cpu
 	r.drafted += o.drafted
 	r.accepted += o.accepted
+	r.ttft += o.ttft
+	r.streams += o.streams
+}
+
+// meanTTFT is the streams' mean time to first token: with b streams
+// submitted at once, how long admission takes to start them all.
+func (r specRun) meanTTFT() time.Duration {
+	if r.streams == 0 {
+		return 0
+	}
+	return r.ttft / time.Duration(r.streams)
 }
 
 // prompted says how many input tokens an engine computed and how many its
@@ -386,6 +399,8 @@ func (b *specBench) once(ctx context.Context, e *engine.Engine, prompts [][]int3
 		}
 		r.drafted += f.Stats.Drafted
 		r.accepted += f.Stats.Accepted
+		r.ttft += f.Stats.TTFT
+		r.streams++
 	}
 	return r, nil
 }
@@ -488,6 +503,7 @@ type stepTally struct {
 	mu    sync.Mutex
 	steps [stepKinds]int
 	dur   [stepKinds]time.Duration
+	seqs  int // sequences over all steps
 }
 
 // Step kinds: decodes alone, decodes with draft trees, and steps that ran
@@ -517,12 +533,13 @@ func (t *stepTally) ObserveStep(r *engine.StepReport) {
 	t.mu.Lock()
 	t.steps[k]++
 	t.dur[k] += r.Duration
+	t.seqs += r.Sequences
 	t.mu.Unlock()
 }
 
 func (t *stepTally) reset() {
 	t.mu.Lock()
-	t.steps, t.dur = [stepKinds]int{}, [stepKinds]time.Duration{}
+	t.steps, t.dur, t.seqs = [stepKinds]int{}, [stepKinds]time.Duration{}, 0
 	t.mu.Unlock()
 }
 
@@ -533,9 +550,15 @@ func (t *stepTally) summary(wall time.Duration) string {
 	defer t.mu.Unlock()
 	var in time.Duration
 	var sb strings.Builder
+	steps := 0
 	for k, name := range [stepKinds]string{"decode", "drafting", "with a prompt chunk"} {
 		in += t.dur[k]
+		steps += t.steps[k]
 		fmt.Fprintf(&sb, "%d %s steps %.3fs, ", t.steps[k], name, t.dur[k].Seconds())
+	}
+	if steps > 0 {
+		// Below the batch size when admission starts requests slowly.
+		fmt.Fprintf(&sb, "%.1f sequences per step, ", float64(t.seqs)/float64(steps))
 	}
 	fmt.Fprintf(&sb, "outside plan and pass %.3fs of %.3fs", (wall - in).Seconds(), wall.Seconds())
 	return sb.String()
