@@ -54,8 +54,10 @@ type Speculation struct {
 	// it.
 	Model model.Model
 	// Dispatcher picks each step's tree shape by batch size and measured
-	// throughput (spec.NewDispatcher(nil): bushy trees alone, chains in
-	// small batches, off in large ones). The engine owns it from then on.
+	// throughput; nil means spec.NewDispatcher(spec.TiersFor(drafter)):
+	// dynamic trees and chains alone, smaller ones as the batch grows, off
+	// in large batches (lookup is offered no large budgets). The engine
+	// owns it from then on.
 	Dispatcher *spec.Dispatcher
 	// BatchPolicy is the policy of Batch-class requests; nil means
 	// spec.Policy{MaxBatch: 4}: their speculation stops when more than 4

@@ -158,7 +158,13 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 	b.plainSteps, b.specSteps = &stepTally{}, &stepTally{}
 	plainOpts.Observer, specOpts.Observer = b.plainSteps, b.specSteps
 	specOpts.Speculation = engine.Speculation{Drafter: b.kind, Model: b.draft}
-	disp := spec.NewDispatcher(nil)
+	// The engine's own default for the drafter: lookup is offered no
+	// large budgets.
+	var d spec.Drafter
+	if b.kind == engine.DraftNGram {
+		d = &spec.NGram{}
+	}
+	disp := spec.NewDispatcher(spec.TiersFor(d))
 	if b.fixed != nil {
 		disp = spec.Fixed(*b.fixed)
 	}

@@ -57,6 +57,34 @@ func DefaultTiers() []Tier {
 	}
 }
 
+// NGramTiers: DefaultTiers without the large budgets, for a drafter whose
+// proposals come from lookup. Lookup finds one likely continuation, or a
+// few, where a match exists: a budget of 16 or 32 nodes is filled with
+// branches the target rejects, and on this engine's own chats (replayed
+// under measured row costs) dyn32 and dyn16 won less than chains of 3-4
+// and dyn4 even with the confidence floor. Offering them anyway costs the
+// steps the dispatcher spends measuring them, at b=1 a few percent of
+// what speculation wins.
+func NGramTiers() []Tier {
+	return []Tier{
+		{MaxBatch: 1, Shapes: []Shape{Dynamic(8), Dynamic(4), Chain(4), Chain(3), Chain(2)}},
+		{MaxBatch: 4, Shapes: []Shape{Dynamic(4), Chain(4), Chain(2)}},
+		{MaxBatch: 8, Shapes: []Shape{Dynamic(4), Chain(4), Chain(2)}},
+		{MaxBatch: 16, Shapes: []Shape{Chain(2)}},
+		{MaxBatch: 0, Shapes: nil},
+	}
+}
+
+// TiersFor is the tiers worth offering d's dispatcher: d's own when it
+// has a view (a Tiers method), else DefaultTiers. A nil d gets
+// DefaultTiers.
+func TiersFor(d Drafter) []Tier {
+	if t, ok := d.(interface{ Tiers() []Tier }); ok {
+		return t.Tiers()
+	}
+	return DefaultTiers()
+}
+
 // switchMargin is how much faster than the leader an option must measure
 // to take over.
 const switchMargin = 0.05

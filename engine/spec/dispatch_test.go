@@ -3,6 +3,7 @@ package spec
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -752,5 +753,48 @@ func TestDispatcherDegenerateInput(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTiersFor: a step built without a dispatcher offers lookup only the
+// budgets it can fill, and any other drafter (or none) every default
+// shape; at every batch size lookup's shapes are a subset of the
+// default's.
+func TestTiersFor(t *testing.T) {
+	names := func(d *Dispatcher, load int) []string {
+		var s []string
+		for _, o := range d.Stats(load) {
+			s = append(s, o.Shape)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name  string
+		d     Drafter
+		want1 []string // the shapes offered one sequence
+	}{
+		{"ngram", &NGram{}, []string{"dyn8", "dyn4", "chain4", "chain3", "chain2", "off"}},
+		{"other", &fixedDrafter{}, []string{"dyn32", "dyn16", "dyn8", "dyn4", "bushy16", "chain4", "chain3", "chain2", "off"}},
+		{"none", nil, []string{"dyn32", "dyn16", "dyn8", "dyn4", "bushy16", "chain4", "chain3", "chain2", "off"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := NewStep(StepConfig{Drafter: tc.d, Backend: &treeBackend{}, BlockSize: 4, Slots: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := names(st.Dispatcher(), 1); !slices.Equal(got, tc.want1) {
+				t.Errorf("shapes at b=1 %v; want %v", got, tc.want1)
+			}
+		})
+	}
+	def := NewDispatcher(nil)
+	ng := NewDispatcher(NGramTiers())
+	for _, load := range []int{1, 2, 4, 5, 8, 9, 16, 17, 64} {
+		all := names(def, load)
+		for _, s := range names(ng, load) {
+			if !slices.Contains(all, s) {
+				t.Errorf("b=%d: lookup offered %s, which the default tiers do not offer (%v)", load, s, all)
+			}
+		}
 	}
 }

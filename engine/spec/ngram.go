@@ -72,6 +72,9 @@ var _ Drafter = (*NGram)(nil)
 // Name returns "ngram".
 func (g *NGram) Name() string { return "ngram" }
 
+// Tiers offers lookup's dispatcher no large budgets (see NGramTiers).
+func (g *NGram) Tiers() []Tier { return NGramTiers() }
+
 // Rewind drops slot's index when the slot is freed (n = 0); otherwise the
 // index follows the committed tokens by itself at the next Propose.
 func (g *NGram) Rewind(slot, n int) {

@@ -18,7 +18,8 @@ type Config struct {
 	Seqs, Context int
 	// Drafter proposes the trees; nil decodes plainly (the baseline).
 	Drafter Drafter
-	// Dispatcher picks each step's shape; nil means NewDispatcher(nil).
+	// Dispatcher picks each step's shape; nil means
+	// NewDispatcher(TiersFor(Drafter)).
 	Dispatcher *Dispatcher
 	// Clock times steps for the dispatcher; nil means time.Now.
 	Clock func() time.Time

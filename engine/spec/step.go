@@ -80,7 +80,8 @@ type Host interface {
 type StepConfig struct {
 	// Drafter proposes the trees; nil never drafts.
 	Drafter Drafter
-	// Dispatcher picks each step's shape; nil means NewDispatcher(nil).
+	// Dispatcher picks each step's shape; nil means
+	// NewDispatcher(TiersFor(Drafter)).
 	Dispatcher *Dispatcher
 	// KV is the target's cache, where accepted paths are compacted.
 	KV kernels.KVCache
@@ -202,7 +203,7 @@ func NewStep(c StepConfig) (*Step, error) {
 	}
 	st := &Step{drafter: c.Drafter, disp: c.Dispatcher, kv: c.KV, bs: c.BlockSize, clock: c.Clock}
 	if st.disp == nil {
-		st.disp = NewDispatcher(nil)
+		st.disp = NewDispatcher(TiersFor(c.Drafter))
 	}
 	if st.clock == nil {
 		st.clock = time.Now
