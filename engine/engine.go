@@ -204,7 +204,15 @@ func newEngine(m model.Model, o Options) (*Engine, error) {
 		}
 	}
 	now := e.clock.Now()
-	e.snap.Store(e.snapshot(now, 0, nil))
+	snap := e.snapshot(now, 0, nil)
+	e.snap.Store(snap)
+	if o.Observer != nil {
+		// The starting state, so a scrape before the first request sees
+		// the idle engine's KV and queues rather than nothing.
+		e.report.At, e.report.Snapshot = now, snap
+		o.Observer.ObserveStep(&e.report)
+		e.report.reset()
+	}
 	return e, nil
 }
 

@@ -13,8 +13,9 @@ import (
 // engine/prom turns them into Prometheus metrics. The engine imports no
 // metrics library.
 type StepObserver interface {
-	// ObserveStep runs on the step goroutine once a step is over, so it
-	// must not block. r and its slices are the engine's, reused by the next
+	// ObserveStep runs on the step goroutine once a step is over, and
+	// once in New with the starting state (an empty report), so it must
+	// not block. r and its slices are the engine's, reused by the next
 	// step: keep nothing from them but r.Snapshot, which never changes.
 	ObserveStep(r *StepReport)
 }

@@ -63,6 +63,22 @@ func (r *reports) ObserveStep(s *StepReport) {
 	r.last = s.Snapshot
 }
 
+// TestObserverSeesStart: an observer gets the starting state from New,
+// before any step, so an idle engine's KV and queues can be read (a
+// scrape of a fresh server saw no KV gauges at all).
+func TestObserverSeesStart(t *testing.T) {
+	rep := newReports()
+	testEngine(t, newFakeModel(t), Options{Observer: rep, BlockSize: 4, KVBlocks: 10})
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	if rep.steps != 1 || len(rep.bad) != 0 {
+		t.Fatalf("have %d reports (%v) before any step; want the starting one", rep.steps, rep.bad)
+	}
+	if s := rep.last; s == nil || s.Steps != 0 || s.Device.Used != 0 || s.Device.Free != 10 {
+		t.Errorf("starting snapshot %+v; want step 0 with 10 free device blocks and none used", s)
+	}
+}
+
 func TestStepReports(t *testing.T) {
 	m := newFakeModel(t)
 	rep := newReports()
@@ -79,8 +95,8 @@ func TestStepReports(t *testing.T) {
 	if len(rep.bad) > 0 {
 		t.Fatalf("inconsistent reports: %v", rep.bad)
 	}
-	if rep.steps != steps || len(rep.first) != 3 || rep.gaps != 9+10+11 || rep.decode != 33 || rep.prefill != 12 {
-		t.Errorf("have %d reports of %d steps, %d first tokens, %d gaps, %d decode and %d prefill tokens; want one a step, 3, 30, 33 and 12",
+	if rep.steps != steps+1 || len(rep.first) != 3 || rep.gaps != 9+10+11 || rep.decode != 33 || rep.prefill != 12 {
+		t.Errorf("have %d reports of %d steps, %d first tokens, %d gaps, %d decode and %d prefill tokens; want one a step and the starting one, 3, 30, 33 and 12",
 			rep.steps, steps, len(rep.first), rep.gaps, rep.decode, rep.prefill)
 	}
 	if want := map[string][2]int{"ta": {8, 10 + 12}, "tb": {4, 11}}; !maps.Equal(rep.tenants, want) {
