@@ -57,8 +57,8 @@ func DefaultTiers() []Tier {
 	}
 }
 
-// NGramTiers: DefaultTiers without the large budgets, for a drafter whose
-// proposals come from lookup. Lookup finds one likely continuation, or a
+// NGramTiers: DefaultTiers without the budgets of 16 nodes or more (dyn32,
+// dyn16, bushy), for a drafter whose proposals come from lookup. Lookup finds one likely continuation, or a
 // few, where a match exists: a budget of 16 or 32 nodes is filled with
 // branches the target rejects, and on this engine's own chats (replayed
 // under measured row costs) dyn32 and dyn16 won less than chains of 3-4
@@ -68,8 +68,8 @@ func DefaultTiers() []Tier {
 func NGramTiers() []Tier {
 	return []Tier{
 		{MaxBatch: 1, Shapes: []Shape{Dynamic(8), Dynamic(4), Chain(4), Chain(3), Chain(2)}},
-		{MaxBatch: 4, Shapes: []Shape{Dynamic(4), Chain(4), Chain(2)}},
-		{MaxBatch: 8, Shapes: []Shape{Dynamic(4), Chain(4), Chain(2)}},
+		{MaxBatch: 4, Shapes: []Shape{Dynamic(8), Dynamic(4), Wide, Chain(4), Chain(2)}},
+		{MaxBatch: 8, Shapes: []Shape{Dynamic(8), Dynamic(4), Chain(4), Chain(2)}},
 		{MaxBatch: 16, Shapes: []Shape{Chain(2)}},
 		{MaxBatch: 0, Shapes: nil},
 	}
@@ -1011,8 +1011,10 @@ func (d *Dispatcher) ObserveNested(class, load int, s Shape, accepted, drafted [
 type ShapeStats struct {
 	Shape string
 	// Steps observed, committed tokens per second (estimated at the
-	// machine's load now), and mean accepted draft tokens per
-	// sequence-step.
+	// machine's load now), and accepted draft tokens per sequence-step:
+	// both as the dispatcher compares them (an option that drafts is
+	// judged by its steps that drafted, times the tier's share of such
+	// steps, so a chain is told its acceptance by longer shapes too).
 	Steps        int
 	TokensPerSec float64
 	Accepted     float64
@@ -1046,7 +1048,8 @@ func (d *Dispatcher) ClassStats(class, load int) []ShapeStats {
 	}
 	out := make([]ShapeStats, len(t.options))
 	for i, o := range t.options {
-		out[i] = ShapeStats{Shape: o.shape.Name, Steps: o.n, Accepted: o.acc}
+		acc, _ := t.effective(o)
+		out[i] = ShapeStats{Shape: o.shape.Name, Steps: o.n, Accepted: acc}
 		if o.n > 0 {
 			out[i].TokensPerSec = t.batch * t.value(o) / math.Exp(t.logBase)
 		}
