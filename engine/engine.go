@@ -102,7 +102,12 @@ type Engine struct {
 type op struct {
 	sub    *submission
 	cancel string
-	fn     func()
+	// from, when set, is the stream whose request the cancel is for: a
+	// cancel from a stream (its Cancel, its context) arrives late when
+	// the request has ended meanwhile, and must not stop a later request
+	// that reuses the ID.
+	from *Stream
+	fn   func()
 }
 
 type submission struct {
@@ -244,7 +249,7 @@ func (e *Engine) Submit(ctx context.Context, r Request) (*Stream, error) {
 	case <-ctx.Done():
 		// The loop may still admit it: the cancel queued behind the
 		// submission undoes that.
-		e.Cancel(sub.req.ID)
+		e.cancelStream(sub.stream)
 		return nil, ctx.Err()
 	case <-e.done:
 		return nil, ErrClosed
@@ -258,6 +263,12 @@ func (e *Engine) Submit(ctx context.Context, r Request) (*Stream, error) {
 // reason "cancelled". Unknown or finished ids are ignored.
 func (e *Engine) Cancel(id string) {
 	e.send(op{cancel: id})
+}
+
+// cancelStream stops st's request, not whatever request holds its ID
+// when the cancel arrives.
+func (e *Engine) cancelStream(st *Stream) {
+	e.send(op{cancel: st.id, from: st})
 }
 
 // SetSessionLive tells the prefix cache whether a conversation's
@@ -379,7 +390,7 @@ func (e *Engine) drain(now time.Time) {
 			o.fn()
 			continue
 		}
-		if s := e.seqs[o.cancel]; s != nil {
+		if s := e.seqs[o.cancel]; s != nil && (o.from == nil || s.stream == o.from) {
 			e.end(s, now, FinishCancelled, nil)
 		}
 	}
@@ -512,7 +523,7 @@ func (e *Engine) prepare(r Request) (*submission, error) {
 	r.SharedPrefix = min(r.SharedPrefix, len(prompt))
 	return &submission{
 		req: r, tokens: tokens, prompt: len(prompt), max: maxTok, dropped: dropped, history: history,
-		stream: newStream(r.ID, e.Cancel), reply: make(chan error, 1), at: e.clock.Now(),
+		stream: newStream(r.ID, e.cancelStream), reply: make(chan error, 1), at: e.clock.Now(),
 		matcher: matcher,
 	}, nil
 }

@@ -350,6 +350,46 @@ func TestLeakUnderRandomWorkload(t *testing.T) {
 	}
 }
 
+// A stream's cancel (its Cancel, its context's) can arrive after its
+// request ended: it must not stop a later request that reuses the ID, as
+// a client cancelling a finished call's context just as it sends the next
+// one under the same ID did (a greedy bench stream came back empty).
+func TestStaleCancelSparesReusedID(t *testing.T) {
+	m := newFakeModel(t)
+	e, clk := testEngine(t, m, Options{MaxRunning: 1})
+	first, err := submitNow(e, Request{ID: "a", Prompt: []int32{1, 5, 6}, MaxTokens: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; e.seqs["a"] != nil && i < 10; i++ {
+		e.step(clk.Now())
+		clk.Advance(time.Millisecond)
+	}
+	if got := collect(t, first); got.final.FinishReason != FinishLength {
+		t.Fatalf("first request: have finish %q; want length", got.final.FinishReason)
+	}
+	second, err := submitNow(e, Request{ID: "a", Prompt: []int32{1, 5, 6}, MaxTokens: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.step(clk.Now())
+	first.Cancel()
+	for range 3 {
+		e.drain(clk.Now())
+		e.step(clk.Now())
+		clk.Advance(time.Millisecond)
+	}
+	if s := e.seqs["a"]; s == nil || s.stream != second {
+		t.Fatal("the first stream's late cancel stopped the second request")
+	}
+	second.Cancel()
+	e.drain(clk.Now())
+	if got := collect(t, second); got.final.FinishReason != FinishCancelled {
+		t.Errorf("second request: have finish %q; want cancelled", got.final.FinishReason)
+	}
+	checkWhole(t, e)
+}
+
 func TestCancelAndDeadline(t *testing.T) {
 	m := newFakeModel(t)
 	for _, tt := range []string{"cancel running", "cancel waiting", "deadline", "context"} {

@@ -14,7 +14,7 @@ import (
 // time. Recv is safe to call from one goroutine at a time; Cancel from any.
 type Stream struct {
 	id     string
-	cancel func(string)
+	cancel func(*Stream)
 
 	mu     sync.Mutex // protects the fields below
 	queue  []Event    // at most one delta, then possibly the final
@@ -25,7 +25,7 @@ type Stream struct {
 	stop func() bool
 }
 
-func newStream(id string, cancel func(string)) *Stream {
+func newStream(id string, cancel func(*Stream)) *Stream {
 	return &Stream{id: id, cancel: cancel, notify: make(chan struct{}, 1)}
 }
 
@@ -34,7 +34,7 @@ func (s *Stream) ID() string { return s.id }
 
 // Cancel asks the engine to stop the request; its stream then ends with
 // finish reason "cancelled" (unless it already ended). It does not wait.
-func (s *Stream) Cancel() { s.cancel(s.id) }
+func (s *Stream) Cancel() { s.cancel(s) }
 
 // Recv returns the next event. After the event that carries Final it returns
 // io.EOF. It blocks until an event is ready or ctx is done (then ctx's
@@ -115,7 +115,7 @@ func (s *Stream) watch(ctx context.Context) {
 	if ctx.Done() == nil {
 		return
 	}
-	stop := context.AfterFunc(ctx, func() { s.cancel(s.id) })
+	stop := context.AfterFunc(ctx, func() { s.cancel(s) })
 	s.mu.Lock()
 	if s.ended {
 		s.mu.Unlock()
