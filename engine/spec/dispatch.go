@@ -871,8 +871,11 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 	// scale grew and the base fell without bound (a ran past 1e33 in half
 	// a million steps of a steady world, then everything was NaN).
 	// Residuals and kappa are ratios to the line and do not move.
-	if s, _, _ := t.fit.line(); s != 1 {
-		s = max(s, 1e-3)
+	// A fit whose intercept is not positive (a few very noisy steps) is
+	// left unpinned: dividing by a floor instead multiplied its sums by
+	// the floor's inverse on every step until they overflowed and every
+	// estimate was NaN for good.
+	if s, _, _ := t.fit.line(); s > 0 && s != 1 {
 		t.fit.wy /= s
 		t.fit.wry /= s
 		t.logBase += math.Log(s)
