@@ -36,10 +36,24 @@ if ! command -v redis-server >/dev/null 2>&1; then
 	fi
 fi
 
-if command -v redis-cli >/dev/null 2>&1 &&
-	redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null | grep -q PONG; then
-	echo "redis.sh: Redis already running on 127.0.0.1:$port"
-	exit 0
+if command -v redis-cli >/dev/null 2>&1; then
+	reply=$(redis-cli -h 127.0.0.1 -p "$port" ping 2>&1 || true)
+	case $reply in
+	PONG)
+		echo "redis.sh: Redis already running on 127.0.0.1:$port"
+		exit 0
+		;;
+	"" | "Could not connect"*) ;; # nothing there: start one
+	*)
+		# A server that answers with an error (MISCONF: it cannot save
+		# its snapshots, say because its data folder is gone) would fail
+		# every test with a Redis error; starting another on its port
+		# cannot work either.
+		echo "redis.sh: the server on 127.0.0.1:$port answers with an error: $reply" >&2
+		echo "  Stop it (redis-cli -p $port shutdown nosave) and run this again." >&2
+		exit 1
+		;;
+	esac
 fi
 
 mkdir -p "$root/var/redis"
