@@ -220,7 +220,7 @@ func (e *Engine) stepBudget() (budget, target int, first bool) {
 	if n := e.rate.tokens(e.o.MaxStepLatency); n > 0 {
 		target = min(n, full)
 	}
-	decodes, interDecodes, interFirst, firsts := 0, 0, 0, 0
+	decodes, interDecodes, interFirst := 0, 0, 0
 	for _, s := range e.seqs {
 		decoding := len(s.table) > 0 && s.kv == len(s.tokens)-1
 		if decoding {
@@ -232,14 +232,15 @@ func (e *Engine) stepBudget() (budget, target int, first bool) {
 		switch {
 		case s.first.IsZero():
 			// What it computes: a cached prompt's hit costs no time. The
-			// sum only sizes a step of at most full tokens for at most
-			// MaxRunning sequences, so no more prompts are looked up than
-			// that: a long interactive queue would have the cache walked
-			// for every waiting prompt on every step.
-			if interFirst < full && firsts < e.o.MaxRunning {
+			// sum only sizes a step of at most full tokens, so once it
+			// reaches that no more prompts are looked up (a long
+			// interactive queue had the cache walked for every waiting
+			// prompt on every step). Every prompt adds at least its last
+			// token, so at most full lookups, and the step's size does
+			// not depend on the order the sequences are visited in.
+			if interFirst < full {
 				cached, _ := e.peek(s)
 				interFirst += len(s.tokens) - s.kv - cached
-				firsts++
 			}
 		case decoding:
 			interDecodes++
