@@ -31,7 +31,9 @@ type StepReport struct {
 
 	// Sequences and Tokens are the forward pass's batch: sequences, and
 	// tokens through it (draft tree nodes included); Duration is how long
-	// the pass took. All zero when the step ran no pass.
+	// the step took from its start to the pass's end (expiry, planning,
+	// drafting and the pass; not the commit after it). All zero when the
+	// step ran no pass.
 	Sequences, Tokens int
 	Duration          time.Duration
 	// PrefillTokens counts prompt tokens computed by the pass for the
