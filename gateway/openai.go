@@ -21,8 +21,9 @@ package gateway
 //     request; choice i samples with seed+i, so choice 0 is what n=1
 //     gives. best_of, when set, must equal n.
 //   - "temperature" defaults to 1 as OpenAI's does, so omitting it samples;
-//     0 is greedy. Without "seed" a sampled request draws a random seed;
-//     the response's "seed" says which, to reproduce the reply.
+//     0 is greedy. Without "seed" a sampled request draws a random seed
+//     (53 bits, exact in a double); the response's "seed" says which, to
+//     reproduce the reply.
 //   - /v1/completions defaults "max_tokens" to 16 as OpenAI's does; chat
 //     completions default to the rest of the context.
 //   - logprobs / top_logprobs (chat: a boolean and 0 to 20; completions:
@@ -465,7 +466,9 @@ func (c *oaiCommon) engineParams(req *engine.Request, tenantClass string) *oaiEr
 		// OpenAI's sampling differs from call to call unless seeded.
 		var b [8]byte
 		_, _ = rand.Read(b[:])
-		p.Seed = binary.LittleEndian.Uint64(b[:])
+		// 53 bits, so that the seed the response reports survives
+		// clients that read JSON numbers as doubles (JavaScript's SDK).
+		p.Seed = binary.LittleEndian.Uint64(b[:]) & (1<<53 - 1)
 	}
 	req.Sample = p
 	req.Stop = c.Stop

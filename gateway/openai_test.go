@@ -931,3 +931,38 @@ func TestOpenAIDisconnectCancels(t *testing.T) {
 		return err == nil && n == 0
 	})
 }
+
+// TestOpenAIDrawnSeedSurvivesJavaScript: the seed drawn for an unseeded
+// request is what the response says, and a client that parses JSON
+// numbers as doubles (JavaScript's SDK, many others) reads it exactly, so
+// sending it back reproduces the reply.
+func TestOpenAIDrawnSeedSurvivesJavaScript(t *testing.T) {
+	e := newOAIEnv(t, nil)
+	tok := e.token("alice")
+	const maxSafe = 1<<53 - 1 // Number.MAX_SAFE_INTEGER
+	for i := range 32 {
+		resp, body := e.post("/v1/chat/completions", tok, map[string]any{"messages": []map[string]any{{"role": "user", "content": "x"}}})
+		if resp.StatusCode != 200 {
+			t.Fatalf("have %d %s; want 200", resp.StatusCode, body)
+		}
+		var r struct{ Seed json.Number }
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		seed, err := r.Seed.Int64()
+		if err != nil {
+			t.Fatalf("have seed %q: %v; want an integer", r.Seed, err)
+		}
+		if seed < -maxSafe || seed > maxSafe {
+			t.Fatalf("request %d: have seed %d; want one a double holds exactly (|seed| <= 2^53-1)", i, seed)
+		}
+		e.gen.mu.Lock()
+		drawn := e.gen.requests[len(e.gen.requests)-1].Sample.Seed
+		e.gen.mu.Unlock()
+		if uint64(seed) != drawn {
+			t.Fatalf("have seed %d in the response; the engine sampled with %d", seed, drawn)
+		}
+	}
+}
