@@ -64,8 +64,10 @@ package gateway
 // Errors are OpenAI's shape, {"error":{"message","type","param","code"}}:
 // 401 invalid_api_key (missing, expired, bad token), 403 tenant disabled,
 // 400 invalid_request_error (context_length_exceeded for a prompt too long),
-// 404 model_not_found, 404 unknown_url, 405 method_not_allowed (with
-// Allow), 429 rate_limit_exceeded / queue_full with Retry-After, 503
+// 413 request_too_large (a body over 8 MiB), 404 model_not_found, 404
+// unknown_url, 405 method_not_allowed (with Allow), 429
+// rate_limit_exceeded / queue_full with Retry-After (type "tokens" for the
+// tokens-per-minute limit, "requests" for the others), 503
 // service_unavailable with Retry-After, 500 server_error. A 400 names the
 // field at fault in "param" (null only for a body that is not JSON).
 // Every /v1/ response carries x-request-id.
@@ -156,6 +158,13 @@ func oaiFrom(err error, param string) *oaiError {
 		o.Type = "requests"
 		o.Code = strPtr("rate_limit_exceeded")
 		o.retryAfter = 1
+		if e.Reason == ReasonTokensPerMinute {
+			// OpenAI types a token limit "tokens". The window slides over
+			// a minute; a few seconds is a fair first wait, and the SDKs
+			// back off further on their own.
+			o.Type = "tokens"
+			o.retryAfter = 5
+		}
 	case CodeQueueFull:
 		o.Type = "requests"
 		o.Code = strPtr("queue_full")
@@ -338,9 +347,27 @@ type completionRequest struct {
 	BestOf *int      `json:"best_of"`
 }
 
-func decodeOAI(r *http.Request, v any) *oaiError {
-	dec := json.NewDecoder(io.LimitReader(r.Body, oaiMaxBody))
-	if err := dec.Decode(v); err != nil {
+func decodeOAI(w http.ResponseWriter, r *http.Request, v any) *oaiError {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, oaiMaxBody))
+	err := dec.Decode(v)
+	if err == nil {
+		// One object, as OpenAI reads it: anything after it is an error,
+		// not a second request silently dropped.
+		if _, next := dec.Token(); next != io.EOF {
+			err = next
+			if err == nil {
+				err = errors.New("data after the top-level object")
+			}
+		}
+	}
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			// Said for what it is: cut short, the body would read as
+			// broken JSON.
+			return &oaiError{status: http.StatusRequestEntityTooLarge, Type: oaiInvalidRequest, Code: strPtr("request_too_large"),
+				Message: fmt.Sprintf("the body is larger than %d MiB", oaiMaxBody>>20)}
+		}
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) {
 			// The shared fields' path starts with the embedded struct's
@@ -634,7 +661,7 @@ func (s *Server) checkModel(name string) *oaiError {
 
 func (s *Server) serveChatCompletions(w http.ResponseWriter, r *http.Request, id Identity) {
 	var body chatCompletionRequest
-	if err := decodeOAI(r, &body); err != nil {
+	if err := decodeOAI(w, r, &body); err != nil {
 		writeOAIError(w, err)
 		return
 	}
@@ -755,7 +782,7 @@ func (s *Server) serveChatCompletions(w http.ResponseWriter, r *http.Request, id
 
 func (s *Server) serveCompletions(w http.ResponseWriter, r *http.Request, id Identity) {
 	var body completionRequest
-	if err := decodeOAI(r, &body); err != nil {
+	if err := decodeOAI(w, r, &body); err != nil {
 		writeOAIError(w, err)
 		return
 	}
@@ -891,12 +918,7 @@ func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, c *oaiCall)
 	}
 	if !ok {
 		s.metrics.chats.WithLabelValues(ten.ID, CodeOverQuota).Inc()
-		e := oaiFrom(&Error{Code: CodeOverQuota, Reason: ReasonTokensPerMinute, Message: "tokens per minute exceeded", Temporary: true}, "")
-		e.Type = "tokens"
-		// The window slides over a minute; a few seconds is a fair first
-		// wait, and the SDKs back off further on their own.
-		e.retryAfter = 5
-		writeOAIError(w, e)
+		writeOAIError(w, oaiFrom(&Error{Code: CodeOverQuota, Reason: ReasonTokensPerMinute, Message: "tokens per minute exceeded", Temporary: true}, ""))
 		return
 	}
 	ok, err = s.limiter.Acquire(r.Context(), ten.ID, tenants.LeaseRequests, c.req.ID, ten.Limits.MaxConcurrent, s.o.LeaseTTL)

@@ -611,6 +611,11 @@ func TestOpenAIErrors(t *testing.T) {
 		{"bad signature", "/v1/completions", badSig, map[string]any{"prompt": "x"}, nil, 401, oaiInvalidRequest, "invalid_api_key", ""},
 		{"not a JWT", "/v1/chat/completions", "sk-abc", map[string]any{"messages": user}, nil, 401, oaiInvalidRequest, "invalid_api_key", ""},
 		{"not JSON", "/v1/chat/completions", ok, "{", nil, 400, oaiInvalidRequest, "", ""},
+		{"not JSON: data after the object", "/v1/chat/completions", ok, `{"messages":[{"role":"user","content":"x"}]} {"model":"x"}`, nil, 400, oaiInvalidRequest, "", ""},
+		// A valid body over the limit is refused for its size, not read
+		// cut short and reported as broken JSON.
+		{"body over the limit", "/v1/chat/completions", ok, map[string]any{"messages": []map[string]any{{"role": "user", "content": strings.Repeat("a", oaiMaxBody)}}},
+			nil, 413, oaiInvalidRequest, "request_too_large", ""},
 		{"wrong type", "/v1/chat/completions", ok, map[string]any{"messages": "hi"}, nil, 400, oaiInvalidRequest, "", "messages"},
 		{"wrong nested type", "/v1/chat/completions", ok, map[string]any{"messages": []any{map[string]any{"role": 1}}}, nil, 400, oaiInvalidRequest, "", "messages.role"},
 		{"wrong stop", "/v1/chat/completions", ok, map[string]any{"messages": user, "stop": 3}, nil, 400, oaiInvalidRequest, "", "stop"},
@@ -655,6 +660,9 @@ func TestOpenAIErrors(t *testing.T) {
 			&engine.Error{Code: engine.CodeQueueFull, Message: "queue full", Temporary: true}, 429, "requests", "queue_full", ""},
 		{"engine over quota", "/v1/chat/completions", ok, map[string]any{"messages": user, "stream": true},
 			&engine.Error{Code: engine.CodeOverQuota, Message: "over", Temporary: true}, 429, "requests", "rate_limit_exceeded", ""},
+		// The engine's own minute counts tokens: OpenAI's type for that is "tokens".
+		{"engine over quota (tokens per minute)", "/v1/chat/completions", ok, map[string]any{"messages": user},
+			&engine.Error{Code: engine.CodeOverQuota, Reason: engine.ReasonTokensPerMinute, Message: "tokens per minute exceeded", Temporary: true}, 429, "tokens", "rate_limit_exceeded", ""},
 		{"engine stopped", "/v1/chat/completions", ok, map[string]any{"messages": user}, engine.ErrClosed, 503, oaiServerError, "service_unavailable", ""},
 		{"internal", "/v1/chat/completions", ok, map[string]any{"messages": user, "stream": true}, errors.New("secret detail"), 500, oaiServerError, "", ""},
 	}
@@ -670,7 +678,7 @@ func TestOpenAIErrors(t *testing.T) {
 			if strings.Contains(string(body), "secret detail") || strings.Contains(string(body), "gateway.") {
 				t.Errorf("have %s; want internals kept out", body)
 			}
-			if tt.status == 400 && tt.param == "" && tt.name != "not JSON" {
+			if tt.status == 400 && tt.param == "" && !strings.HasPrefix(tt.name, "not JSON") {
 				t.Errorf("the table wants no param for a 400; every refusal of a field names it")
 			}
 			if id := resp.Header.Get("X-Request-Id"); id == "" {
