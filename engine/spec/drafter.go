@@ -1,6 +1,8 @@
 package spec
 
 import (
+	"slices"
+
 	"github.com/specgate/specgate/kernels/sample"
 )
 
@@ -57,58 +59,111 @@ func allowed(mask []uint64, tok int32) bool {
 	return tok >= 0 && w < len(mask) && mask[w]&(1<<(uint(tok)%64)) != 0
 }
 
-// fill builds a tree over shape by asking cands, for each node that has
-// children in the shape, for its ranked candidates. cands(parent, path, k)
-// returns up to k candidate tokens (best first) with their distributions
-// after the path (the committed tokens followed by path); a node whose rank
-// has no candidate is left out with its subtree.
-func fill(t *Tree, shape Shape, cands func(path []int32, k int) ([]int32, [][]float32)) {
+// candFunc returns up to k candidates after path (the tokens below the
+// root), best first, with the drafter's confidence in each (nil when it
+// has none to give) and their draft distributions (nil, or a nil entry:
+// point masses). The slices need only stay valid until the next call.
+type candFunc func(path []int32, k int) (toks []int32, ps []float32, qs [][]float32)
+
+// scoring is what lookup adds to a static placement: a candidate whose
+// chance of being accepted (the product of the calibrated rates along its
+// path) is below floor is dropped before ranks are counted, and the
+// drafted nodes' confidences go to fb for calibration.
+type scoring struct {
+	floor float64
+	cal   *calibration
+	fb    *feedback
+}
+
+// placer fills static shapes: each node of the shape takes the candidate
+// of its rank after its parent's token, and a node whose rank has no
+// candidate is left out with its subtree. Both drafters fill static shapes
+// with it: the draft model along its main chain, lookup with its floor.
+// Its slices are reused from call to call, so a step makes no garbage.
+type placer struct {
+	idx   []int32   // shape node → tree node, -1 when left out
+	score []float64 // tree node → its chance of being accepted (with scoring)
+	want  []int     // most candidates wanted after the root (0) and each shape node (1+i)
+	kids  []placedKids
+	path  []int32
+}
+
+// placedKids are the candidates after one placed node (those that score
+// at least the floor, with scoring), in the drafter's order.
+type placedKids struct {
+	done bool
+	toks []int32
+	ps   []float32
+	qs   [][]float32
+}
+
+// fill builds t (reset first) over sh, asking cands once for the
+// candidates after each placed node that has children in sh. With sc,
+// rank r of a node takes the r-th candidate that scores at least the
+// floor, and sc.fb gets the drafted nodes' confidences (cands must give
+// them); without, rank r takes the r-th candidate.
+func (f *placer) fill(t *Tree, sh Shape, sc *scoring, cands candFunc) {
 	t.Reset()
-	n := shape.Len()
-	// idx maps shape nodes to tree nodes (-1 = left out); kids caches the
-	// candidates after each placed node, computed on first need.
-	idx := make([]int32, n)
-	want := make([]int, n+1) // most children (max rank + 1) under root (0) and each node (1+i)
-	for i, p := range shape.Parent {
-		want[p+1] = max(want[p+1], int(shape.Rank[i])+1)
+	if sc != nil {
+		sc.fb.p = sc.fb.p[:0]
 	}
-	type kidList struct {
-		done bool
-		toks []int32
-		qs   [][]float32
+	f.score = f.score[:0]
+	n := sh.Len()
+	f.idx = slices.Grow(f.idx[:0], n)[:n]
+	f.want = slices.Grow(f.want[:0], n+1)[:n+1]
+	clear(f.want)
+	for i, p := range sh.Parent {
+		f.want[p+1] = max(f.want[p+1], int(sh.Rank[i])+1)
 	}
-	kids := make([]kidList, n+1)
-	var path []int32
+	f.kids = slices.Grow(f.kids[:0], n+1)[:n+1]
+	for i := range f.kids {
+		f.kids[i].done = false
+	}
 	for i := range n {
-		idx[i] = -1
-		p := shape.Parent[i]
-		if p >= 0 && idx[p] < 0 {
+		f.idx[i] = -1
+		p := sh.Parent[i]
+		if p >= 0 && f.idx[p] < 0 {
 			continue
 		}
-		k := &kids[p+1]
-		if !k.done {
-			path = path[:0]
-			for j := p; j >= 0; j = shape.Parent[j] {
-				path = append(path, t.Tokens[idx[j]])
-			}
-			for a, b := 0, len(path)-1; a < b; a, b = a+1, b-1 {
-				path[a], path[b] = path[b], path[a]
-			}
-			k.toks, k.qs = cands(path, want[p+1])
-			k.done = true
+		base := 1.0
+		if sc != nil && p >= 0 {
+			base = f.score[f.idx[p]]
 		}
-		r := int(shape.Rank[i])
+		k := &f.kids[p+1]
+		if !k.done {
+			f.path = f.path[:0]
+			for j := p; j >= 0; j = sh.Parent[j] {
+				f.path = append(f.path, t.Tokens[f.idx[j]])
+			}
+			slices.Reverse(f.path)
+			toks, ps, qs := cands(f.path, f.want[p+1])
+			k.toks, k.ps, k.qs, k.done = k.toks[:0], k.ps[:0], k.qs[:0], true
+			for c, tok := range toks {
+				if sc != nil && !(base*sc.cal.rate(ps[c]) >= sc.floor) {
+					continue
+				}
+				var q []float32
+				if qs != nil {
+					q = qs[c]
+				}
+				k.toks, k.qs = append(k.toks, tok), append(k.qs, q)
+				if ps != nil {
+					k.ps = append(k.ps, ps[c])
+				}
+			}
+		}
+		r := int(sh.Rank[i])
 		if r >= len(k.toks) {
 			continue
 		}
 		parent := int32(-1)
 		if p >= 0 {
-			parent = idx[p]
+			parent = f.idx[p]
 		}
-		var q []float32
-		if k.qs != nil {
-			q = k.qs[r]
+		f.idx[i] = t.Add(k.toks[r], parent, k.qs[r])
+		if sc != nil {
+			f.score = append(f.score, base*sc.cal.rate(k.ps[r]))
+			sc.fb.p = append(sc.fb.p, k.ps[r])
 		}
-		idx[i] = t.Add(k.toks[r], parent, q)
 	}
 }

@@ -49,6 +49,7 @@ type DraftModel struct {
 	grow   []grower   // per slot, for dynamic shapes
 	fb     []feedback // per slot, the last dynamic tree
 	cal    calibration
+	place  placer // static shapes
 
 	// Temperature, when above zero, replaces the request's temperature
 	// for sampled drafting (a hotter draft explores more; the verifier
@@ -241,13 +242,13 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 			d.fed[c.Slot] = d.fed[c.Slot][:len(c.Tokens)]
 			continue
 		}
-		fill(trees[s.ci], c.Shape, func(path []int32, k int) ([]int32, [][]float32) {
+		d.place.fill(trees[s.ci], c.Shape, nil, func(path []int32, k int) ([]int32, []float32, [][]float32) {
 			dep := len(path)
 			if dep >= len(s.toks) || !slices.Equal(path, s.chain[:dep]) {
-				return nil, nil // off the main chain: not drafted
+				return nil, nil, nil // off the main chain: not drafted
 			}
 			toks, qs := s.toks[dep], s.qs[dep]
-			return toks[:min(k, len(toks))], qs
+			return toks[:min(k, len(toks))], nil, qs
 		})
 	}
 	return nil

@@ -1,7 +1,5 @@
 package spec
 
-import "slices"
-
 // NGram is prompt-lookup drafting: the continuations of the longest recent
 // n-gram matches of the context's suffix, found anywhere in the
 // conversation: the session's earlier turns (Context.History) and the
@@ -53,7 +51,7 @@ type NGram struct {
 	slots map[int]*ngramIndex
 	g     grower
 	cal   calibration
-	st    staticFill
+	st    placer
 }
 
 // DefaultNGramMinScore is NGram's default floor on a node's chance of
@@ -117,12 +115,13 @@ func (g *NGram) Propose(ctxs []Context, trees []*Tree) error {
 			g.cal.age()
 		}
 		q := ngramQuery{ix: ix, minN: minN, maxN: maxN, scan: scan, window: g.Window}
-		cands := func(path []int32, k int) ([]int32, []float32) {
+		cands := func(path []int32, k int) ([]int32, []float32, [][]float32) {
 			var mask []uint64
 			if c.Mask != nil {
 				mask = c.Mask(append(c.Tokens[:len(c.Tokens):len(c.Tokens)], path...))
 			}
-			return q.lookup(path, k, mask)
+			toks, ps := q.lookup(path, k, mask)
+			return toks, ps, nil
 		}
 		if c.Shape.Off() {
 			trees[i].Reset()
@@ -133,93 +132,13 @@ func (g *NGram) Propose(ctxs []Context, trees []*Tree) error {
 			sh.MinScore = max(sh.MinScore, floor)
 			g.g.reset(sh)
 			g.g.cal = &g.cal
-			g.g.grow(trees[i], &ix.fb, func(path []int32, k int) ([]int32, []float32, [][]float32) {
-				toks, ps := cands(path, k)
-				return toks, ps, nil
-			})
+			g.g.grow(trees[i], &ix.fb, cands)
 		} else {
-			g.st.fill(trees[i], c.Shape, floor, &g.cal, &ix.fb, cands)
+			g.st.fill(trees[i], c.Shape, &scoring{floor: floor, cal: &g.cal, fb: &ix.fb}, cands)
 		}
 		ix.fb.record(trees[i], c.Tokens)
 	}
 	return nil
-}
-
-// staticFill fills static shapes by score; its slices are reused from
-// call to call.
-type staticFill struct {
-	idx   []int32   // shape node → tree node, -1 when left out
-	score []float64 // tree node → its chance of being accepted
-	want  []int     // most candidates wanted after the root (0) and each shape node (1+i)
-	kids  []staticKids
-	path  []int32
-}
-
-// staticKids are the candidates after one placed node that score at least
-// the floor, in lookup's order, with the drafter's confidence in each.
-type staticKids struct {
-	done bool
-	toks []int32
-	ps   []float32
-}
-
-// fill is fill's (see drafter.go) placement of candidates by rank, with
-// the candidates that would score below floor dropped first: rank r of a
-// node takes the r-th candidate that scores enough. fb gets the drafted
-// nodes' confidences for calibration.
-func (f *staticFill) fill(t *Tree, sh Shape, floor float64, cal *calibration, fb *feedback, cands func(path []int32, k int) ([]int32, []float32)) {
-	t.Reset()
-	fb.p = fb.p[:0]
-	f.score = f.score[:0]
-	n := sh.Len()
-	f.idx = slices.Grow(f.idx[:0], n)[:n]
-	f.want = slices.Grow(f.want[:0], n+1)[:n+1]
-	clear(f.want)
-	for i, p := range sh.Parent {
-		f.want[p+1] = max(f.want[p+1], int(sh.Rank[i])+1)
-	}
-	f.kids = slices.Grow(f.kids[:0], n+1)[:n+1]
-	for i := range f.kids {
-		f.kids[i].done = false
-	}
-	for i := range n {
-		f.idx[i] = -1
-		p := sh.Parent[i]
-		if p >= 0 && f.idx[p] < 0 {
-			continue
-		}
-		base := 1.0
-		if p >= 0 {
-			base = f.score[f.idx[p]]
-		}
-		k := &f.kids[p+1]
-		if !k.done {
-			f.path = f.path[:0]
-			for j := p; j >= 0; j = sh.Parent[j] {
-				f.path = append(f.path, t.Tokens[f.idx[j]])
-			}
-			slices.Reverse(f.path)
-			toks, ps := cands(f.path, f.want[p+1])
-			k.toks, k.ps, k.done = k.toks[:0], k.ps[:0], true
-			for c, tok := range toks {
-				if base*cal.rate(ps[c]) >= floor {
-					k.toks = append(k.toks, tok)
-					k.ps = append(k.ps, ps[c])
-				}
-			}
-		}
-		r := int(sh.Rank[i])
-		if r >= len(k.toks) {
-			continue
-		}
-		parent := int32(-1)
-		if p >= 0 {
-			parent = f.idx[p]
-		}
-		f.idx[i] = t.Add(k.toks[r], parent, nil)
-		f.score = append(f.score, base*cal.rate(k.ps[r]))
-		fb.p = append(fb.p, k.ps[r])
-	}
 }
 
 // ngramIndex is one slot's conversation (history, then tokens) and where

@@ -483,7 +483,7 @@ func (g *grower) next() {
 // children of a path (the tokens below the root) with their probabilities
 // and draft distributions: for drafters that compute one node at a time.
 // fb, when not nil, gets the nodes' probabilities (see emit).
-func (g *grower) grow(t *Tree, fb *feedback, cands func(path []int32, k int) ([]int32, []float32, [][]float32)) {
+func (g *grower) grow(t *Tree, fb *feedback, cands candFunc) {
 	var front, path []int32
 	for {
 		front = g.frontier(front)
