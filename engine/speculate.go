@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -57,7 +58,7 @@ type Speculation struct {
 	// throughput; nil means spec.NewDispatcher(spec.TiersFor(drafter)):
 	// dynamic trees and chains alone, smaller ones as the batch grows, off
 	// in large batches (lookup is offered no large budgets). The engine
-	// owns it from then on.
+	// owns it from then on; Engine.DispatchStats reads what it measured.
 	Dispatcher *spec.Dispatcher
 	// BatchPolicy is the policy of Batch-class requests; nil means
 	// spec.Policy{MaxBatch: 4}: their speculation stops when more than 4
@@ -118,6 +119,38 @@ func newSpecState(m model.Model, o Options, e *Engine) (*specState, error) {
 	}
 	st.step, st.drafter = step, d.Name()
 	return st, nil
+}
+
+// DispatchStats is what the engine's speculation dispatcher has measured
+// for one priority class in the tier that serves a batch size.
+type DispatchStats struct {
+	// Kappa is the fitted cost of a drafted row per sequence, as a share
+	// of a plain step; KappaSteps is how many steps the fit rests on.
+	Kappa      float64
+	KappaSteps int
+	// Shapes are the tier's options, as the dispatcher compares them.
+	Shapes []spec.ShapeStats
+}
+
+// DispatchStats returns what the dispatcher the engine speculates with has
+// measured for class p at batch size batch: the dispatcher Options gave,
+// or the one the engine chose for its drafter. It is read on the step
+// goroutine, so it may be called while requests run. An engine that does
+// not speculate returns the zero value.
+func (e *Engine) DispatchStats(ctx context.Context, p Priority, batch int) (DispatchStats, error) {
+	var ds DispatchStats
+	if p < Standard || p > Batch {
+		return ds, fmt.Errorf("engine: dispatch stats for unknown priority %d", int(p))
+	}
+	err := e.call(ctx, func() {
+		if e.spec == nil {
+			return
+		}
+		d := e.spec.step.Dispatcher()
+		ds.Kappa, ds.KappaSteps = d.ClassKappa(int(p), batch)
+		ds.Shapes = d.ClassStats(int(p), batch)
+	})
+	return ds, err
 }
 
 // policy is s's speculation policy: its class's and its tenant's, either

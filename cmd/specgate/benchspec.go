@@ -157,18 +157,12 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 	plainOpts.Speculation = engine.Speculation{Drafter: engine.DraftOff}
 	b.plainSteps, b.specSteps = &stepTally{}, &stepTally{}
 	plainOpts.Observer, specOpts.Observer = b.plainSteps, b.specSteps
+	// Without --shape the engine picks its own dispatcher for the
+	// drafter, as in serving.
 	specOpts.Speculation = engine.Speculation{Drafter: b.kind, Model: b.draft}
-	// The engine's own default for the drafter: lookup is offered no
-	// large budgets.
-	var d spec.Drafter
-	if b.kind == engine.DraftNGram {
-		d = &spec.NGram{}
-	}
-	disp := spec.NewDispatcher(spec.TiersFor(d))
 	if b.fixed != nil {
-		disp = spec.Fixed(*b.fixed)
+		specOpts.Speculation.Dispatcher = spec.Fixed(*b.fixed)
 	}
-	specOpts.Speculation.Dispatcher = disp
 	// Both engines drive the one target model; they never run at once.
 	plain, err := engine.New(b.target, plainOpts)
 	if err != nil {
@@ -289,9 +283,12 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 			// The engine is idle between runs: what its dispatcher
 			// measured in the tier of this batch size, for reading the
 			// figures above.
-			k, kn := disp.Kappa(n)
-			fmt.Fprintf(os.Stderr, "  b=%d dispatcher (a drafted row costs %.2f of a plain step, fitted over %d steps):", n, k, kn)
-			for _, o := range disp.Stats(n) {
+			ds, err := specE.DispatchStats(ctx, engine.Standard, n)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "  b=%d dispatcher (a drafted row costs %.2f of a plain step, fitted over %d steps):", n, ds.Kappa, ds.KappaSteps)
+			for _, o := range ds.Shapes {
 				fmt.Fprintf(os.Stderr, " %s %d steps %.0f tok/s %.2f acc;", o.Shape, o.Steps, o.TokensPerSec, o.Accepted)
 			}
 			fmt.Fprintln(os.Stderr)

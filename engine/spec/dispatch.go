@@ -1026,8 +1026,11 @@ type ShapeStats struct {
 // Kappa returns class 0's cost of a drafted row per sequence in the tier
 // that serves load, as a share of a plain step (the dispatcher's fit), and
 // how many steps the fit rests on.
-func (d *Dispatcher) Kappa(load int) (float64, int) {
-	t := d.tier(0, load)
+func (d *Dispatcher) Kappa(load int) (float64, int) { return d.ClassKappa(0, load) }
+
+// ClassKappa is Kappa for class.
+func (d *Dispatcher) ClassKappa(class, load int) (float64, int) {
+	t := d.tier(class, load)
 	if t == nil {
 		return 0, 0
 	}
