@@ -82,11 +82,11 @@ func def(d *time.Duration, v time.Duration) {
 }
 
 // Client is the gateway side of the Redis request path: an
-// engine.Generator (with engine.Readier and engine.SessionWarmer), like the
-// in-process engine, so a gateway takes either. Its methods are safe for
-// concurrent use. NewClient starts a heartbeat, a warmth announcer, a
-// refresher of the live engine list and a notification subscriber; Close
-// stops them.
+// engine.Generator (with engine.Readier, engine.SessionWarmer and
+// engine.ModelReporter), like the in-process engine, so a gateway takes
+// either. Its methods are safe for concurrent use. NewClient starts a
+// heartbeat, a warmth announcer, a refresher of the live engine list and a
+// notification subscriber; Close stops them.
 type Client struct {
 	o ClientOptions
 	k keys
@@ -173,6 +173,20 @@ func (c *Client) Engines() []NodeInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]NodeInfo(nil), c.engines...)
+}
+
+// ServedModel returns the model the live engines name in their
+// heartbeats (the first by id, as engines of one deployment serve one
+// model); ok is false while none has.
+func (c *Client) ServedModel() (engine.ModelCard, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.engines {
+		if e.Model != nil {
+			return *e.Model, true
+		}
+	}
+	return engine.ModelCard{}, false
 }
 
 func (c *Client) info() NodeInfo {

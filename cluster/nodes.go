@@ -15,6 +15,8 @@ import (
 	"encoding/hex"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/specgate/specgate/engine"
 )
 
 // NodeInfo is one live process as its heartbeat describes it.
@@ -30,9 +32,12 @@ type NodeInfo struct {
 	// gateways: unbounded).
 	Capacity int `json:"capacity,omitempty"`
 	// FreeKV is an engine's free device KV blocks, -1 when unknown.
-	FreeKV  int       `json:"free_kv_blocks"`
-	Started time.Time `json:"started"`
-	Seen    time.Time `json:"seen"`
+	FreeKV int `json:"free_kv_blocks"`
+	// Model is the model an engine serves (nil for gateways, and for
+	// engines that do not say), so gateways without one can name it.
+	Model   *engine.ModelCard `json:"model,omitempty"`
+	Started time.Time         `json:"started"`
+	Seen    time.Time         `json:"seen"`
 }
 
 // Saturated reports whether an engine has no free slot.

@@ -39,6 +39,9 @@ type EngineOptions struct {
 	Capacity int
 	// FreeKV reports free device KV blocks for the heartbeat (nil: -1).
 	FreeKV func() int
+	// Model is the served model the heartbeat names, for gateways that
+	// have no model of their own (nil: not named).
+	Model *engine.ModelCard
 	// HeartbeatInterval and HeartbeatTTL pace the heartbeat (1s, 5s).
 	HeartbeatInterval time.Duration
 	HeartbeatTTL      time.Duration
@@ -217,7 +220,7 @@ func (w *worker) info() NodeInfo {
 	if w.o.FreeKV != nil {
 		free = w.o.FreeKV()
 	}
-	return NodeInfo{Role: RoleEngine, ID: w.o.ID, Addr: w.o.Addr, Load: n, Capacity: w.o.Capacity, FreeKV: free, Started: started}
+	return NodeInfo{Role: RoleEngine, ID: w.o.ID, Addr: w.o.Addr, Load: n, Capacity: w.o.Capacity, FreeKV: free, Model: w.o.Model, Started: started}
 }
 
 func (w *worker) free() int {

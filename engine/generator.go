@@ -47,6 +47,26 @@ type SessionWarmer interface {
 	SetSessionLive(session string, live bool)
 }
 
+// ModelCard names and describes a served model for clients.
+type ModelCard struct {
+	// Name is the model as clients name it (the OpenAI API's "model").
+	Name string `json:"name"`
+	// Arch is the model family (llama, qwen2, ...).
+	Arch string `json:"arch,omitempty"`
+	// Context is the context length in tokens.
+	Context int `json:"context,omitempty"`
+	// Quantization is the weights' type (Q8_0, F16, ...).
+	Quantization string `json:"quantization,omitempty"`
+}
+
+// ModelReporter is implemented by a Generator whose model is loaded
+// elsewhere (the cluster client: its engines say in their heartbeats), so
+// a process without the model still names it; ok is false while no
+// engine has said.
+type ModelReporter interface {
+	ServedModel() (card ModelCard, ok bool)
+}
+
 // Sampling is a request's sampling parameters (Request.Sample), named
 // here so the engine's callers need no import of kernels/sample.
 type Sampling = sample.Params

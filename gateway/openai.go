@@ -16,7 +16,9 @@ package gateway
 //
 // Differences from OpenAI, all deliberate:
 //   - "model" may be omitted (the served model); another name is 404
-//     model_not_found.
+//     model_not_found. A gateway without a model (--role=gateway) serves
+//     the name its engines report in their heartbeats, and takes any name
+//     until one has.
 //   - "n" (1 to 16) generates that many choices, each its own engine
 //     request; choice i samples with seed+i, so choice 0 is what n=1
 //     gives. best_of, when set, must equal n.
@@ -604,24 +606,25 @@ type oaiResponse struct {
 
 func (s *Server) openaiRoutes(mux *http.ServeMux) {
 	created := s.o.Clock.Now().Unix()
-	model := func() map[string]any {
-		m := map[string]any{"id": s.o.ModelName, "object": "model", "created": created, "owned_by": "specgate"}
+	model := func(info *ModelInfo) map[string]any {
+		m := map[string]any{"id": info.Name, "object": "model", "created": created, "owned_by": "specgate"}
 		// specgate's additions (clients ignore unknown fields): what the
 		// ready frame's model says.
-		if info := s.modelInfo(); info.Arch != "" {
+		if info.Arch != "" {
 			m["arch"], m["context_length"], m["quantization"] = info.Arch, info.Context, info.Quantization
 		}
 		return m
 	}
 	mux.HandleFunc("GET /v1/models", s.oaiAuthed(func(w http.ResponseWriter, r *http.Request, _ Identity) {
-		httpJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{model()}})
+		httpJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{model(s.modelInfo())}})
 	}))
 	mux.HandleFunc("GET /v1/models/{model...}", s.oaiAuthed(func(w http.ResponseWriter, r *http.Request, _ Identity) {
-		if r.PathValue("model") != s.o.ModelName {
+		info := s.modelInfo()
+		if r.PathValue("model") != info.Name {
 			writeOAIError(w, modelNotFound(r.PathValue("model")))
 			return
 		}
-		httpJSON(w, http.StatusOK, model())
+		httpJSON(w, http.StatusOK, model(info))
 	}))
 	mux.HandleFunc("POST /v1/chat/completions", s.oaiAuthed(s.serveChatCompletions))
 	mux.HandleFunc("POST /v1/completions", s.oaiAuthed(s.serveCompletions))
@@ -652,8 +655,17 @@ func (s *Server) oaiAuthed(h func(http.ResponseWriter, *http.Request, Identity))
 	}
 }
 
-func (s *Server) checkModel(name string) *oaiError {
-	if name != "" && name != s.o.ModelName {
+// checkModel checks the body's "model" and sets the name the response
+// gives. Until a gateway without a model has heard its engines name theirs,
+// any name is taken: the engines, once up, run the request.
+func (s *Server) checkModel(c *oaiCall, name string) *oaiError {
+	info, known := s.servedModel()
+	c.model = info.Name
+	switch {
+	case name == "" || name == info.Name:
+	case !known:
+		c.model = name
+	default:
 		return modelNotFound(name)
 	}
 	return nil
@@ -666,7 +678,7 @@ func (s *Server) serveChatCompletions(w http.ResponseWriter, r *http.Request, id
 		return
 	}
 	c := s.newOAICall(id, "chatcmpl-", "chat.completion", "messages", &body.oaiCommon)
-	if err := s.checkModel(body.Model); err != nil {
+	if err := s.checkModel(c, body.Model); err != nil {
 		writeOAIError(w, err)
 		return
 	}
@@ -787,7 +799,7 @@ func (s *Server) serveCompletions(w http.ResponseWriter, r *http.Request, id Ide
 		return
 	}
 	c := s.newOAICall(id, "cmpl-", "text_completion", "prompt", &body.oaiCommon)
-	if err := s.checkModel(body.Model); err != nil {
+	if err := s.checkModel(c, body.Model); err != nil {
 		writeOAIError(w, err)
 		return
 	}
@@ -834,6 +846,7 @@ func (s *Server) serveCompletions(w http.ResponseWriter, r *http.Request, id Ide
 type oaiCall struct {
 	ident        Identity
 	respID       string
+	model        string // the model the response names
 	object       string // "chat.completion" or "text_completion"
 	param        string // the field a context-length error names
 	guidedParam  string // the field the guided constraint came from
@@ -894,8 +907,8 @@ func (s *Server) newOAICall(id Identity, idPrefix, object, param string, common 
 	return c
 }
 
-func (s *Server) fingerprint() string {
-	sum := sha256.Sum256([]byte("specgate\x00" + s.o.ModelName))
+func fingerprint(model string) string {
+	sum := sha256.Sum256([]byte("specgate\x00" + model))
 	return "fp_" + hex.EncodeToString(sum[:5])
 }
 

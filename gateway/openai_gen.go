@@ -268,8 +268,8 @@ func (s *Server) oaiWhole(w http.ResponseWriter, c *oaiCall, events <-chan choic
 		choices[i] = ch
 	}
 	httpJSON(w, http.StatusOK, oaiResponse{
-		ID: c.respID, Object: c.object, Created: c.created, Model: s.o.ModelName,
-		SystemFingerprint: s.fingerprint(), Seed: int64(c.req.Sample.Seed), Choices: choices, Usage: usageOf(finals),
+		ID: c.respID, Object: c.object, Created: c.created, Model: c.model,
+		SystemFingerprint: fingerprint(c.model), Seed: int64(c.req.Sample.Seed), Choices: choices, Usage: usageOf(finals),
 	})
 	return finals
 }
@@ -283,14 +283,14 @@ func (s *Server) oaiStream(w http.ResponseWriter, c *oaiCall, events <-chan choi
 	if !c.chat() {
 		chunkObject = c.object // OpenAI's completion chunks say text_completion
 	}
-	fp := s.fingerprint()
+	fp := fingerprint(c.model)
 	var nullUsage any
 	if c.includeUsage {
 		nullUsage = json.RawMessage("null")
 	}
 	chunk := func(choice oaiChatChoice) oaiResponse {
 		return oaiResponse{
-			ID: c.respID, Object: chunkObject, Created: c.created, Model: s.o.ModelName,
+			ID: c.respID, Object: chunkObject, Created: c.created, Model: c.model,
 			SystemFingerprint: fp, Seed: int64(c.req.Sample.Seed), Choices: []oaiChatChoice{choice}, Usage: nullUsage,
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,6 +88,29 @@ func (e *env) post(path, token string, body any) (*http.Response, []byte) {
 		e.t.Fatal(err)
 	}
 	return resp, data
+}
+
+// get sends a GET with token (none when "") and returns the response
+// with its body read.
+func (e *env) get(path, token string) (*http.Response, []byte) {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, e.http.URL+path, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp, b
 }
 
 // sse splits an event-stream body into its data payloads; it fails on any
@@ -552,19 +576,7 @@ func TestOpenAICompletions(t *testing.T) {
 
 func TestOpenAIModels(t *testing.T) {
 	e := newOAIEnv(t, nil)
-	get := func(path, token string) (*http.Response, []byte) {
-		req, _ := http.NewRequest(http.MethodGet, e.http.URL+path, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, b
-	}
+	get := e.get
 	resp, body := get("/v1/models", e.token("alice"))
 	var list struct {
 		Object string `json:"object"`
@@ -972,5 +984,84 @@ func TestOpenAIDrawnSeedSurvivesJavaScript(t *testing.T) {
 		if uint64(seed) != drawn {
 			t.Fatalf("have seed %d in the response; the engine sampled with %d", seed, drawn)
 		}
+	}
+}
+
+// reportingFake names its model only once told to, as the cluster client
+// does when an engine's heartbeat arrives.
+type reportingFake struct {
+	promptFake
+	mu   sync.Mutex
+	card *engine.ModelCard
+}
+
+func (g *reportingFake) ServedModel() (engine.ModelCard, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.card == nil {
+		return engine.ModelCard{}, false
+	}
+	return *g.card, true
+}
+
+// TestOpenAIModelFromEngines: a gateway without a model of its own names
+// the one its engines report, in /v1/models, responses and ready frames,
+// and refuses other names; before any engine has said, it takes any name
+// rather than refusing the one the engines will serve.
+func TestOpenAIModelFromEngines(t *testing.T) {
+	var g *reportingFake
+	e := newOAIEnv(t, func(o *Options) {
+		o.ModelName = ""
+		g = &reportingFake{promptFake: o.Generator.(promptFake)}
+		o.Generator = g
+	})
+	tok := e.token("alice")
+	user := []map[string]any{{"role": "user", "content": "x"}}
+	modelOf := func(path string, body any) string {
+		t.Helper()
+		resp, b := e.post(path, tok, body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("have %d %s; want 200", resp.StatusCode, b)
+		}
+		m, _ := decodeMap(t, b)["model"].(string)
+		return m
+	}
+	listed := func() map[string]any {
+		t.Helper()
+		resp, b := e.get("/v1/models", tok)
+		var list struct{ Data []map[string]any }
+		if err := json.Unmarshal(b, &list); resp.StatusCode != 200 || err != nil || len(list.Data) != 1 {
+			t.Fatalf("have %d %s; want one model", resp.StatusCode, b)
+		}
+		return list.Data[0]
+	}
+
+	if have := listed()["id"]; have != defaultModelName {
+		t.Errorf("no engine yet: have %v listed; want %s", have, defaultModelName)
+	}
+	if have := modelOf("/v1/chat/completions", map[string]any{"model": "tiny-x", "messages": user}); have != "tiny-x" {
+		t.Errorf("no engine yet: have model %q; want the name asked for taken", have)
+	}
+
+	g.mu.Lock()
+	g.card = &engine.ModelCard{Name: "tiny-x", Arch: "llama", Context: 512, Quantization: "Q8_0"}
+	g.mu.Unlock()
+	if m := listed(); m["id"] != "tiny-x" || m["arch"] != "llama" || m["context_length"] != float64(512) || m["quantization"] != "Q8_0" {
+		t.Errorf("have %v listed; want the engines' model", m)
+	}
+	if resp, b := e.get("/v1/models/tiny-x", tok); resp.StatusCode != 200 {
+		t.Errorf("have %d %s for the engines' model; want 200", resp.StatusCode, b)
+	}
+	for _, body := range []map[string]any{{"model": "tiny-x", "prompt": "a"}, {"prompt": "a"}} {
+		if have := modelOf("/v1/completions", body); have != "tiny-x" {
+			t.Errorf("%v: have model %q; want tiny-x", body, have)
+		}
+	}
+	resp, b := e.post("/v1/chat/completions", tok, map[string]any{"model": "gpt-4o", "messages": user})
+	checkOAIError(t, resp, b, 404, oaiInvalidRequest, "model_not_found", "model")
+
+	c := e.dial(tok, nil)
+	if f := c.read(); f.Type != TypeReady || f.Model == nil || f.Model.Name != "tiny-x" || f.Model.Arch != "llama" {
+		t.Errorf("have ready %+v (model %+v); want the engines' model", f, f.Model)
 	}
 }

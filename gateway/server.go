@@ -122,7 +122,9 @@ type Options struct {
 	SkipMigrate bool
 	// ModelName is the served model's name in the OpenAI-compatible API
 	// (openai.go): /v1/models lists it and requests name it or leave
-	// "model" out ("specgate").
+	// "model" out. Empty: the name the Generator reports when it is an
+	// engine.ModelReporter (the cluster client, from the engines), else
+	// "specgate".
 	ModelName string
 	// Model describes the served model in ready frames and /v1/models
 	// (nil: only ModelName is known).
@@ -154,9 +156,6 @@ func (o *Options) validate() error {
 	}
 	if o.Audience == "" {
 		o.Audience = "specgate"
-	}
-	if o.ModelName == "" {
-		o.ModelName = "specgate"
 	}
 	def(&o.Leeway, 30*time.Second)
 	def(&o.AuthTimeout, 5*time.Second)

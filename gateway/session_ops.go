@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"errors"
+
+	"github.com/specgate/specgate/engine"
 )
 
 // handleSessionChange answers session.update and session.branch with the
@@ -62,15 +64,35 @@ func (s *Server) abortTurn(session, request string) {
 	s.unregisterTurn(session, request)
 }
 
-// modelInfo is the served model's description for ready frames, with the
-// OpenAI name as a fallback.
+// defaultModelName names the model when nothing else does.
+const defaultModelName = "specgate"
+
+// modelInfo is the served model's description for ready frames and the
+// OpenAI API: Options.Model, else Options.ModelName, else what the
+// engines say (engine.ModelReporter: a gateway without a model), else
+// defaultModelName.
 func (s *Server) modelInfo() *ModelInfo {
-	if s.o.Model != nil {
+	m, _ := s.servedModel()
+	return m
+}
+
+// servedModel is modelInfo, and whether the name is known rather than the
+// default a gateway shows before any engine has named its model.
+func (s *Server) servedModel() (*ModelInfo, bool) {
+	if s.o.Model != nil && (s.o.Model.Name != "" || s.o.ModelName != "") {
 		m := *s.o.Model
 		if m.Name == "" {
 			m.Name = s.o.ModelName
 		}
-		return &m
+		return &m, true
 	}
-	return &ModelInfo{Name: s.o.ModelName}
+	if s.o.ModelName != "" {
+		return &ModelInfo{Name: s.o.ModelName}, true
+	}
+	if r, ok := s.o.Generator.(engine.ModelReporter); ok {
+		if c, ok := r.ServedModel(); ok && c.Name != "" {
+			return &ModelInfo{Name: c.Name, Arch: c.Arch, Context: c.Context, Quantization: c.Quantization}, true
+		}
+	}
+	return &ModelInfo{Name: defaultModelName}, false
 }

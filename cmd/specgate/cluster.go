@@ -67,7 +67,7 @@ func newClusterClient(rdb redis.UniversalClient, r *roleFlags, addr string, log 
 
 // runEngineRole serves eng's requests from Redis until ctx ends, with
 // /metrics, /healthz and /readyz on addr.
-func runEngineRole(ctx context.Context, log *slog.Logger, rdb redis.UniversalClient, eng *engine.Engine, probe *cluster.KVProbe, reg *prometheus.Registry, addr string, r *roleFlags) error {
+func runEngineRole(ctx context.Context, log *slog.Logger, rdb redis.UniversalClient, eng *engine.Engine, probe *cluster.KVProbe, card engine.ModelCard, reg *prometheus.Registry, addr string, r *roleFlags) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -92,7 +92,7 @@ func runEngineRole(ctx context.Context, log *slog.Logger, rdb redis.UniversalCli
 	err = cluster.RunEngine(ctx, cluster.EngineOptions{
 		Redis: rdb, ID: *r.instance, Addr: ln.Addr().String(),
 		Engine: eng, Capacity: *r.capacity,
-		FreeKV: probe.Free, ClaimTimeout: *r.claim, Logger: log,
+		FreeKV: probe.Free, Model: &card, ClaimTimeout: *r.claim, Logger: log,
 	})
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

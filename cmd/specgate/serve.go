@@ -124,13 +124,13 @@ func runServe(ctx context.Context, args []string) error {
 			return err
 		}
 		defer closeEngine()
+		card := modelCard(eng.model, *modelPath)
 		if *rf.role == roleEngine {
-			return runEngineRole(ctx, log, rdb, eng.eng, eng.probe, reg, *addr, rf)
+			return runEngineRole(ctx, log, rdb, eng.eng, eng.probe, card, reg, *addr, rf)
 		}
 		gen, notice = eng.eng, n
-		modelName = modelNameOf(eng.model, *modelPath)
-		c := eng.model.Config()
-		modelInfo = &gateway.ModelInfo{Name: modelName, Arch: c.Arch, Context: c.Context, Quantization: c.WeightType.String(), Demo: n != ""}
+		modelName = card.Name
+		modelInfo = &gateway.ModelInfo{Name: card.Name, Arch: card.Arch, Context: card.Context, Quantization: card.Quantization, Demo: n != ""}
 		if f, ok := eng.eng.NativeTools(); ok {
 			toolFormat = &f
 		}
@@ -333,6 +333,13 @@ func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, ln 
 
 // modelNameOf names the served model in the OpenAI API: the file's
 // general.name, else its file name.
+// modelCard describes the served model for clients: a process without the
+// model (--role=gateway) learns it from the engines' heartbeats.
+func modelCard(m model.Model, path string) engine.ModelCard {
+	c := m.Config()
+	return engine.ModelCard{Name: modelNameOf(m, path), Arch: c.Arch, Context: c.Context, Quantization: c.WeightType.String()}
+}
+
 func modelNameOf(m model.Model, path string) string {
 	if n := m.Config().Name; n != "" && n != "llama" {
 		return n

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/specgate/specgate/internal/testredis"
 )
@@ -104,4 +109,99 @@ func TestSplitDeltaCrossesRedisOnce(t *testing.T) {
 		t.Fatalf("split mode gave %q; one process gives %q", content, whole)
 	}
 	t.Logf("%d deltas, each once in Redis, in %s; %d bytes, done %s %+v", n, logKey, len(content), done.FinishReason, done.Usage)
+}
+
+// TestSplitOpenAIAsOneProcess: a gateway without a model serves the
+// OpenAI API as one process does. /v1/models names the engines' model,
+// requests may name it, and a text prompt on /v1/completions (tokenized
+// by the engine) gets the reply one process gives; another model name is
+// 404 model_not_found.
+func TestSplitOpenAIAsOneProcess(t *testing.T) {
+	rs := testredis.Start(t)
+	startServe(t, rs.URL(), "--role", "engine")
+	gw := startServe(t, rs.URL(), "--role", "gateway")
+	tok := tenantToken(t, rs, "alice")
+	rs1 := testredis.Start(t)
+	one := startServe(t, rs1.URL())
+	tok1 := tenantToken(t, rs1, "alice")
+
+	models := func(p *serveProc, tok string) map[string]any {
+		status, body := oaiCall(t, p, tok, http.MethodGet, "/v1/models", nil)
+		var list struct{ Data []map[string]any }
+		if err := json.Unmarshal(body, &list); status != 200 || err != nil || len(list.Data) != 1 {
+			t.Fatalf("have %d %s (%v); want one model", status, body, err)
+		}
+		return list.Data[0]
+	}
+	want := models(one, tok1)
+	name, _ := want["id"].(string)
+	// The gateway learns the model from the engine's heartbeat.
+	deadline := time.Now().Add(20 * time.Second)
+	var have map[string]any
+	for have = models(gw, tok); have["id"] != name && time.Now().Before(deadline); have = models(gw, tok) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, k := range []string{"id", "arch", "context_length", "quantization"} {
+		if have[k] != want[k] {
+			t.Errorf("the gateway lists %s=%v; one process lists %v", k, have[k], want[k])
+		}
+	}
+
+	body := map[string]any{"model": name, "prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}
+	status, split := oaiCall(t, gw, tok, http.MethodPost, "/v1/completions", body)
+	if status != 200 {
+		t.Fatalf("gateway: have %d %s; want 200", status, split)
+	}
+	status, whole := oaiCall(t, one, tok1, http.MethodPost, "/v1/completions", body)
+	if status != 200 {
+		t.Fatalf("one process: have %d %s; want 200", status, whole)
+	}
+	type reply struct {
+		Model   string
+		Choices []struct{ Text string }
+	}
+	var a, b reply
+	if json.Unmarshal(split, &a) != nil || json.Unmarshal(whole, &b) != nil || len(a.Choices) != 1 || len(b.Choices) != 1 {
+		t.Fatalf("have %s and %s; want one choice each", split, whole)
+	}
+	if a.Model != name || a.Choices[0].Text != b.Choices[0].Text || a.Choices[0].Text == "" {
+		t.Fatalf("gateway: model %q text %q; one process: model %q text %q", a.Model, a.Choices[0].Text, b.Model, b.Choices[0].Text)
+	}
+
+	chat := map[string]any{"model": name, "messages": []map[string]any{{"role": "user", "content": "hi"}}, "max_tokens": 4}
+	if status, b := oaiCall(t, gw, tok, http.MethodPost, "/v1/chat/completions", chat); status != 200 {
+		t.Fatalf("chat naming the model: have %d %s; want 200", status, b)
+	}
+	chat["model"] = "gpt-4o"
+	if status, b := oaiCall(t, gw, tok, http.MethodPost, "/v1/chat/completions", chat); status != 404 || !strings.Contains(string(b), `"model_not_found"`) {
+		t.Fatalf("another model: have %d %s; want 404 model_not_found", status, b)
+	}
+}
+
+// oaiCall sends one OpenAI API request to p and returns the status and body.
+func oaiCall(t *testing.T, p *serveProc, tok, method, path string, body any) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, strings.TrimSuffix(p.base, "/")+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
 }
