@@ -51,6 +51,14 @@ type DraftModel struct {
 	cal    calibration
 	place  placer // static shapes
 
+	// Per Propose, reused from call to call so that a step makes no
+	// garbage: the drafting sequences' states (pool[i] for the i-th), and
+	// room for a dynamic node's candidates and for a top-k.
+	pool  []draftSeq
+	seqs  []*draftSeq
+	cands candBuf
+	top   []int32
+
 	// Temperature, when above zero, replaces the request's temperature
 	// for sampled drafting (a hotter draft explores more; the verifier
 	// keeps the output lossless whatever q is).
@@ -129,19 +137,43 @@ type draftSeq struct {
 	rows  []int
 	slot  map[int32]int32
 	fedN  int // tree nodes fed so far (scratch slots used)
+	// bufs[d] holds the candidates after depth d of a static shape's
+	// main chain (toks[d] and qs[d] are in it).
+	bufs []candBuf
+}
+
+// reset readies a pooled s for context ci, keeping its storage.
+func (s *draftSeq) reset(ci int) {
+	s.ci, s.dyn, s.row, s.fedN = ci, nil, -1, 0
+	s.chain, s.want, s.toks, s.qs = s.chain[:0], s.want[:0], s.toks[:0], s.qs[:0]
+	s.front, s.rows = s.front[:0], s.rows[:0]
+	clear(s.slot)
+}
+
+// candBuf is room for one node's candidates.
+type candBuf struct {
+	toks []int32
+	ps   []float32
+	qs   [][]float32
 }
 
 // Propose drafts for every context in one batched forward per depth.
 func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 	d.nq = 0
-	var seqs []*draftSeq
+	if len(d.pool) < len(ctxs) {
+		// Grown before any pointer into it is taken.
+		d.pool = append(d.pool, make([]draftSeq, len(ctxs)-len(d.pool))...)
+	}
+	seqs := d.seqs[:0]
+	defer func() { d.seqs = seqs[:0] }()
 	for i, c := range ctxs {
 		trees[i].Reset()
 		if c.Slot < 0 || c.Slot >= len(d.tables) || len(c.Tokens) == 0 || c.Shape.Off() {
 			continue
 		}
 		d.cal.learn(&d.fb[c.Slot], c.Tokens)
-		s := &draftSeq{ci: i, row: -1}
+		s := &d.pool[len(seqs)]
+		s.reset(i)
 		room := len(d.tables[c.Slot]) * d.bs
 		if c.Shape.Dynamic {
 			// Scratch slots for every node the growth may feed.
@@ -155,9 +187,12 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 			if !d.tree {
 				g.expand = 1 // a chain runs with causal attention
 			}
-			s.dyn, s.slot = g, map[int32]int32{}
+			s.dyn = g
+			if s.slot == nil {
+				s.slot = map[int32]int32{}
+			}
 		} else {
-			s.want = mainWant(c.Shape)
+			s.want = mainWant(c.Shape, s.want)
 			if len(c.Tokens)+len(s.want) > room {
 				continue // no room: no drafts for this one
 			}
@@ -215,7 +250,7 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 				for k, node := range s.front {
 					logits := d.logits[s.rows[k]*d.vocab : (s.rows[k]+1)*d.vocab]
 					d.path = g.path(node, d.path)
-					toks, ps, qs := d.candidates(c, d.history(c, d.path), logits, g.sh.Width, true)
+					toks, ps, qs := d.candidates(c, d.history(c, d.path), logits, g.sh.Width, true, &d.cands)
 					g.add(node, toks, ps, qs)
 				}
 				g.next()
@@ -225,7 +260,10 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 				continue
 			}
 			logits := d.logits[s.row*d.vocab : (s.row+1)*d.vocab]
-			toks, _, qs := d.candidates(c, d.history(c, s.chain), logits, s.want[depth], false)
+			if len(s.bufs) <= depth {
+				s.bufs = append(s.bufs, candBuf{})
+			}
+			toks, _, qs := d.candidates(c, d.history(c, s.chain), logits, s.want[depth], false, &s.bufs[depth])
 			s.toks, s.qs = append(s.toks, toks), append(s.qs, qs)
 			if len(toks) > 0 && depth+1 < len(s.want) {
 				s.chain = append(s.chain, toks[0])
@@ -255,9 +293,9 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 }
 
 // mainWant is how many candidates a static shape wants after each depth
-// of its main chain (index 0: after the root).
-func mainWant(s Shape) []int {
-	var want []int
+// of its main chain (index 0: after the root), in dst's storage.
+func mainWant(s Shape, dst []int) []int {
+	want := dst[:0]
 	for j := 0; j < s.Len(); j++ {
 		dep := int(s.Depth[j])
 		if dep-1 > len(want) {
@@ -395,8 +433,9 @@ func (d *DraftModel) history(c Context, path []int32) []int32 {
 // and the draft path) from the draft's logits, with their probabilities
 // under the draft when wantP: the top k for greedy requests (q nil), for
 // sampled ones a draw from the processed draft distribution and then its
-// most likely others. It reads logits without copying them.
-func (d *DraftModel) candidates(c Context, hist []int32, logits []float32, k int, wantP bool) ([]int32, []float32, [][]float32) {
+// most likely others. It reads logits without copying them; what it
+// returns is in buf's storage, valid until buf's next use.
+func (d *DraftModel) candidates(c Context, hist []int32, logits []float32, k int, wantP bool, buf *candBuf) ([]int32, []float32, [][]float32) {
 	if k <= 0 {
 		return nil, nil, nil
 	}
@@ -408,13 +447,16 @@ func (d *DraftModel) candidates(c Context, hist []int32, logits []float32, k int
 		// Greedy: rank by the draft's raw (masked) logits. The target
 		// applies the request's penalties when it verifies; drafts need
 		// only be likely, not exact.
-		toks := topK(logits, mask, k, nil)
+		toks := topK(logits, mask, k, buf.toks)
+		buf.toks = toks
 		var ps []float32
 		if wantP && len(toks) > 0 {
 			lse := logSumExp(logits, mask, logits[toks[0]])
+			ps = buf.ps[:0]
 			for _, t := range toks {
 				ps = append(ps, float32(math.Exp(float64(logits[t])-lse)))
 			}
+			buf.ps = ps
 		}
 		return toks, ps, nil
 	}
@@ -429,9 +471,10 @@ func (d *DraftModel) candidates(c Context, hist []int32, logits []float32, k int
 	if q[first] <= 0 {
 		return nil, nil, nil
 	}
-	toks, ps, qs := []int32{first}, []float32{q[first]}, [][]float32{q}
+	toks, ps, qs := append(buf.toks[:0], first), append(buf.ps[:0], q[first]), append(buf.qs[:0], q)
 	if k > 1 {
-		for _, t := range topK(q, nil, k, nil) {
+		d.top = topK(q, nil, k, d.top)
+		for _, t := range d.top {
 			if len(toks) == k || q[t] <= 0 {
 				break
 			}
@@ -440,6 +483,7 @@ func (d *DraftModel) candidates(c Context, hist []int32, logits []float32, k int
 			}
 		}
 	}
+	buf.toks, buf.ps, buf.qs = toks, ps, qs
 	return toks, ps, qs
 }
 
