@@ -249,7 +249,7 @@ func (d *DraftModel) Propose(ctxs []Context, trees []*Tree) error {
 				g := s.dyn
 				for k, node := range s.front {
 					logits := d.logits[s.rows[k]*d.vocab : (s.rows[k]+1)*d.vocab]
-					d.path = g.path(node, d.path)
+					d.path = g.pathOf(node, d.path)
 					toks, ps, qs := d.candidates(c, d.history(c, d.path), logits, g.sh.Width, true, &d.cands)
 					g.add(node, toks, ps, qs)
 				}

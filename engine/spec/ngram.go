@@ -52,6 +52,7 @@ type NGram struct {
 	g     grower
 	cal   calibration
 	st    placer
+	ctx   []int32 // a node's context for Mask, reused
 }
 
 // DefaultNGramMinScore is NGram's default floor on a node's chance of
@@ -118,7 +119,8 @@ func (g *NGram) Propose(ctxs []Context, trees []*Tree) error {
 		cands := func(path []int32, k int) ([]int32, []float32, [][]float32) {
 			var mask []uint64
 			if c.Mask != nil {
-				mask = c.Mask(append(c.Tokens[:len(c.Tokens):len(c.Tokens)], path...))
+				g.ctx = append(append(g.ctx[:0], c.Tokens...), path...)
+				mask = c.Mask(g.ctx)
 			}
 			toks, ps := q.lookup(path, k, mask)
 			return toks, ps, nil
@@ -147,9 +149,10 @@ type ngramIndex struct {
 	hay []int32
 	at  map[int32][]int32 // ascending positions of each token in hay
 	fb  feedback          // the last dynamic tree, for calibration
-	// hits is lookup's room for the occurrences it finds, reused from
-	// node to node.
-	hits []ngramHit
+	// hits is lookup's room for the occurrences it finds and cands for
+	// the candidates it returns, reused from node to node.
+	hits  []ngramHit
+	cands candBuf
 }
 
 // sync makes the index hold history followed by tokens, keeping what it
@@ -208,7 +211,7 @@ type ngramHit struct {
 // lookup returns up to k distinct tokens that followed earlier occurrences
 // of the suffix of the conversation followed by path, for n from maxN down
 // to minN, most recent occurrence first, skipping tokens mask forbids, and
-// their confidences.
+// their confidences, in the index's storage: valid until its next lookup.
 func (q ngramQuery) lookup(path []int32, k int, mask []uint64) ([]int32, []float32) {
 	hay := q.ix.hay
 	h := len(hay)
@@ -259,8 +262,8 @@ func (q ngramQuery) lookup(path []int32, k int, mask []uint64) ([]int32, []float
 		scanned++
 		try(e)
 	}
-	var toks []int32
-	var ps []float32
+	toks, ps := q.ix.cands.toks[:0], q.ix.cands.ps[:0]
+	defer func() { q.ix.cands.toks, q.ix.cands.ps = toks, ps }()
 	for n := min(q.maxN, L-1); n >= q.minN && len(toks) < k; n-- {
 		total := 0
 		for _, x := range hits {

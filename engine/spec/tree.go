@@ -379,6 +379,8 @@ type grower struct {
 	depth int // layers added so far
 	pick  []int32
 	kids  [][]int32
+	// grow's frontier and path, reused from tree to tree.
+	front, path []int32
 }
 
 type gnode struct {
@@ -484,15 +486,14 @@ func (g *grower) next() {
 // and draft distributions: for drafters that compute one node at a time.
 // fb, when not nil, gets the nodes' probabilities (see emit).
 func (g *grower) grow(t *Tree, fb *feedback, cands candFunc) {
-	var front, path []int32
 	for {
-		front = g.frontier(front)
-		if len(front) == 0 {
+		g.front = g.frontier(g.front)
+		if len(g.front) == 0 {
 			break
 		}
-		for _, node := range front {
-			path = g.path(node, path)
-			toks, ps, qs := cands(path, g.sh.Width)
+		for _, node := range g.front {
+			g.path = g.pathOf(node, g.path)
+			toks, ps, qs := cands(g.path, g.sh.Width)
 			g.add(node, toks, ps, qs)
 		}
 		g.next()
@@ -500,8 +501,9 @@ func (g *grower) grow(t *Tree, fb *feedback, cands candFunc) {
 	g.emit(t, fb)
 }
 
-// path writes node's tokens from the first below the root to node itself.
-func (g *grower) path(node int32, dst []int32) []int32 {
+// pathOf writes node's tokens from the first below the root to node
+// itself.
+func (g *grower) pathOf(node int32, dst []int32) []int32 {
 	dst = dst[:0]
 	for j := node; j >= 0; j = g.nodes[j].parent {
 		dst = append(dst, g.nodes[j].tok)
@@ -541,17 +543,19 @@ func (g *grower) emit(t *Tree, fb *feedback) {
 	if fb != nil {
 		fb.p = fb.p[:0]
 	}
-	var walk func(node, parent int32)
-	walk = func(node, parent int32) {
-		for _, c := range g.kids[node+1] {
-			idx := t.Add(g.nodes[c].tok, parent, g.nodes[c].q)
-			if fb != nil {
-				fb.p = append(fb.p, g.nodes[c].p)
-			}
-			walk(c, idx)
+	g.walk(t, fb, -1, -1)
+}
+
+// walk adds node's kept children (node -1: the root's) under tree node
+// parent, each followed by its own, depth first.
+func (g *grower) walk(t *Tree, fb *feedback, node, parent int32) {
+	for _, c := range g.kids[node+1] {
+		idx := t.Add(g.nodes[c].tok, parent, g.nodes[c].q)
+		if fb != nil {
+			fb.p = append(fb.p, g.nodes[c].p)
 		}
+		g.walk(t, fb, c, idx)
 	}
-	walk(-1, -1)
 }
 
 // calBuckets is how finely a calibration splits the probability range.

@@ -86,3 +86,30 @@ func TestDraftModelNoGarbage(t *testing.T) {
 		}
 	}
 }
+
+// TestNGramNoGarbage: once warm, lookup drafts a step without allocating,
+// in static and dynamic shapes, guided requests included (a node's
+// context for the mask is built in reused storage).
+func TestNGramNoGarbage(t *testing.T) {
+	hist := []int32{1, 7, 8, 9, 10, 11, 12, 2, 7, 8, 9, 10, 11, 12, 3, 7, 8, 9, 13, 14}
+	all := []uint64{^uint64(0)}
+	g := &NGram{}
+	for _, sh := range []Shape{Chain(4), Wide, Bushy, Dynamic(8), Dynamic(16)} {
+		ctxs := []Context{
+			{Slot: 0, Tokens: []int32{4, 5, 7, 8}, History: hist, Shape: sh},
+			{Slot: 1, Tokens: []int32{3, 7, 8}, History: hist, Shape: sh, Mask: func([]int32) []uint64 { return all }},
+		}
+		trees := []*Tree{{}, {}}
+		if err := g.Propose(ctxs, trees); err != nil {
+			t.Fatal(err)
+		}
+		for i, tr := range trees {
+			if tr.Len() == 0 {
+				t.Fatalf("%s: context %d: no drafts", sh.Name, i)
+			}
+		}
+		if a := testing.AllocsPerRun(20, func() { g.Propose(ctxs, trees) }); a != 0 {
+			t.Errorf("%s: %.1f allocations per Propose; want none", sh.Name, a)
+		}
+	}
+}
