@@ -34,8 +34,9 @@ package gateway
 //   - tools and tool_choice (none, auto, required, a named function) and
 //     parallel_tool_calls: see openai_tools.go. Calls stream as
 //     tool_calls deltas, one whole call per delta.
-//   - echo and suffix are refused with 400 rather than silently ignored.
-//     Other unknown fields are ignored, as OpenAI does.
+//   - echo, suffix, logit_bias and the deprecated functions are refused
+//     with 400 rather than silently ignored (empty, they ask for nothing
+//     and pass). Other unknown fields are ignored, as OpenAI does.
 //   - "user", when set, becomes the engine request's session key, so one
 //     end user's calls (each resending the conversation) share a cache
 //     affinity; the JWT's sub stays the user that quotas and logs name.
@@ -316,6 +317,8 @@ type oaiCommon struct {
 	User             string   `json:"user"`
 	// Logprobs is a bool in chat and a count in completions.
 	Logprobs json.RawMessage `json:"logprobs"`
+	// LogitBias is not supported; decoded to refuse it by name.
+	LogitBias map[string]float64 `json:"logit_bias"`
 	// Extensions, named as vLLM names them.
 	TopK              *int     `json:"top_k"`
 	MinP              *float64 `json:"min_p"`
@@ -335,10 +338,12 @@ type chatCompletionRequest struct {
 			Schema json.RawMessage `json:"schema"`
 		} `json:"json_schema"`
 	} `json:"response_format"`
-	TopLogprobs       *int            `json:"top_logprobs"`
-	Tools             []oaiTool       `json:"tools"`
-	ToolChoice        json.RawMessage `json:"tool_choice"`
-	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+	TopLogprobs *int      `json:"top_logprobs"`
+	Tools       []oaiTool `json:"tools"`
+	// Functions is the deprecated forerunner of tools, not supported.
+	Functions         []json.RawMessage `json:"functions"`
+	ToolChoice        json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls *bool             `json:"parallel_tool_calls"`
 }
 
 type completionRequest struct {
@@ -445,6 +450,9 @@ func (c *oaiCommon) engineParams(req *engine.Request, tenantClass string) *oaiEr
 	}
 	if len(c.User) > oaiMaxUser {
 		return oaiInvalid("user", fmt.Sprintf("user is %d bytes; want at most %d", len(c.User), oaiMaxUser))
+	}
+	if len(c.LogitBias) > 0 {
+		return oaiInvalid("logit_bias", "logit_bias is not supported")
 	}
 	if len(c.Stop) > MaxStops {
 		return oaiInvalid("stop", fmt.Sprintf("%d stop sequences; want at most %d", len(c.Stop), MaxStops))
@@ -707,6 +715,10 @@ func (s *Server) serveChatCompletions(w http.ResponseWriter, r *http.Request, id
 			return
 		}
 		c.req.TopLogprobs = *body.TopLogprobs
+	}
+	if len(body.Functions) > 0 {
+		writeOAIError(w, oaiInvalid("functions", "functions (deprecated) is not supported; use tools"))
+		return
 	}
 	plan, oe := planTools(body.Tools, body.ToolChoice, body.ParallelToolCalls, s.o.ToolFormat)
 	if oe != nil {

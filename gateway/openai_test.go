@@ -294,6 +294,9 @@ func TestOpenAIRequestMapping(t *testing.T) {
 				}
 				return ""
 			}},
+		// Empty, they ask for nothing: SDKs and proxies send them so.
+		{"empty logit_bias and functions", map[string]any{"messages": user, "logit_bias": map[string]any{}, "functions": []any{}, "function_call": nil},
+			func(r engine.Request) string { return "" }},
 		{"user is the session key", map[string]any{"messages": user, "user": "end-user-7"},
 			func(r engine.Request) string {
 				if r.Session != "openai:end-user-7" || r.User != "alice" {
@@ -658,6 +661,11 @@ func TestOpenAIErrors(t *testing.T) {
 		{"no prompt", "/v1/completions", ok, map[string]any{}, nil, 400, oaiInvalidRequest, "", "prompt"},
 		{"two prompts", "/v1/completions", ok, map[string]any{"prompt": []string{"a", "b"}}, nil, 400, oaiInvalidRequest, "", "prompt"},
 		{"echo", "/v1/completions", ok, map[string]any{"prompt": "a", "echo": true}, nil, 400, oaiInvalidRequest, "", "echo"},
+		// Fields that change the output are refused rather than ignored.
+		{"logit_bias", "/v1/chat/completions", ok, map[string]any{"messages": user, "logit_bias": map[string]any{"50256": -100}}, nil, 400, oaiInvalidRequest, "", "logit_bias"},
+		{"logit_bias (completions)", "/v1/completions", ok, map[string]any{"prompt": "a", "logit_bias": map[string]any{"7": 5}}, nil, 400, oaiInvalidRequest, "", "logit_bias"},
+		{"logit_bias not a map", "/v1/chat/completions", ok, map[string]any{"messages": user, "logit_bias": []int{1}}, nil, 400, oaiInvalidRequest, "", "logit_bias"},
+		{"functions (deprecated)", "/v1/chat/completions", ok, map[string]any{"messages": user, "functions": []map[string]any{{"name": "f"}}}, nil, 400, oaiInvalidRequest, "", "functions"},
 		{"context too long", "/v1/chat/completions", ok, map[string]any{"messages": user},
 			&engine.Error{Code: engine.CodeContextTooLong, Message: "prompt of 9000 tokens exceeds 2048"}, 400, oaiInvalidRequest, "context_length_exceeded", "messages"},
 		{"context too long (prompt)", "/v1/completions", ok, map[string]any{"prompt": "x"},
