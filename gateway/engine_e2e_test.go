@@ -75,7 +75,8 @@ func TestRealModelEndToEnd(t *testing.T) {
 }
 
 // TestRealModelSeedIsDrawnAndReported: sampled chats without a seed differ,
-// done reports the seed each drew, and sending it back gives the same reply.
+// done reports the seed each drew, exact in a double as a browser reads
+// it, and sending it back gives the same reply.
 func TestRealModelSeedIsDrawnAndReported(t *testing.T) {
 	_, eng := storiesEngine(t)
 	e := newEnv(t, nil, "", func(o *Options) { o.Generator = eng })
@@ -94,6 +95,9 @@ func TestRealModelSeedIsDrawnAndReported(t *testing.T) {
 	t2, d2 := chat("b", sampled)
 	if d1.Stats.Seed == 0 || d2.Stats.Seed == 0 || d1.Stats.Seed == d2.Stats.Seed {
 		t.Fatalf("have seeds %d and %d; want two fresh nonzero seeds", d1.Stats.Seed, d2.Stats.Seed)
+	}
+	if d1.Stats.Seed >= 1<<53 || d2.Stats.Seed >= 1<<53 {
+		t.Errorf("have seeds %d and %d; want them under 2^53, so JavaScript reads them exactly", d1.Stats.Seed, d2.Stats.Seed)
 	}
 	if t1 == t2 {
 		t.Errorf("have the same reply %q twice without a seed; want them to differ", t1)

@@ -32,11 +32,13 @@ func samplingParams(p *ChatParams) engine.Sampling {
 	return sp
 }
 
-// freshSeed draws a nonzero sampling seed.
+// freshSeed draws a nonzero sampling seed of 53 bits: replies report it
+// to be sent back, and clients that read JSON numbers as doubles
+// (browsers, JavaScript's SDKs) hold 53 bits exactly.
 func freshSeed() uint64 {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail
-	return max(binary.LittleEndian.Uint64(b[:]), 1)
+	return max(binary.LittleEndian.Uint64(b[:])&(1<<53-1), 1)
 }
 
 // guidedParams maps the grammar fields; nil when none is set.

@@ -80,7 +80,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -501,11 +500,7 @@ func (c *oaiCommon) engineParams(req *engine.Request, tenantClass string) *oaiEr
 		p.Seed = uint64(*c.Seed) // OpenAI seeds are signed; keep every bit
 	} else {
 		// OpenAI's sampling differs from call to call unless seeded.
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		// 53 bits, so that the seed the response reports survives
-		// clients that read JSON numbers as doubles (JavaScript's SDK).
-		p.Seed = binary.LittleEndian.Uint64(b[:]) & (1<<53 - 1)
+		p.Seed = freshSeed()
 	}
 	req.Sample = p
 	req.Stop = c.Stop
