@@ -55,9 +55,9 @@ func newDeltaBatcher(w *worker) *deltaBatcher {
 
 // do runs script sc with keys and args in the next round and returns
 // its reply, or ctx's error when ctx ends first. The append may still
-// land then: logAppendScript skips a seq the log holds, so its retry is
-// safe; appendScript's retry may write an entry twice, as it may after
-// any write whose answer was lost.
+// land then: both scripts skip a delta whose seq Redis holds, so a
+// delta's retry is safe; appendScript's other entries (accepted) may be
+// written twice, which their readers allow.
 func (b *deltaBatcher) do(ctx context.Context, sc *redis.Script, keys []string, args []any) (int64, error) {
 	a := &deltaAppend{sc: sc, keys: keys, args: args, done: make(chan struct{})}
 	b.mu.Lock()

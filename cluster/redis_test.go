@@ -140,42 +140,51 @@ func TestFencing(t *testing.T) {
 		}
 		return res
 	}
-	appendAs := func(fence int64, last bool) int64 {
-		fin := "0"
-		if last {
-			fin = "1"
+	// appendAs appends delta seq, or the final when seq is 0.
+	appendAs := func(fence int64, seq int) int64 {
+		fin, fields := "0", []any{"k", kindDelta, "s", seq, "x", "a", "t", "1"}
+		if seq == 0 {
+			fin, fields = "1", []any{"k", kindFinal, "j", "{}"}
 		}
-		n, err := appendScript.Run(ctx, rdb, []string{k.req(rk), k.out(rk)}, fence, fin, 60000, "", rk, "k", kindDelta, "s", "1", "x", "a", "t", "1").Int64()
+		args := append([]any{fence, fin, 60000, "", rk, seq}, fields...)
+		n, err := appendScript.Run(ctx, rdb, []string{k.req(rk), k.out(rk)}, args...).Int64()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
+	xlen := func() int64 { return rdb.XLen(ctx, k.out(rk)).Val() }
 	steps := []struct {
 		name string
 		do   func() int64
 		want int64
+		len  int64 // output entries after the step
 	}{
-		{"a acquires", func() int64 { return acquire("a")[0] }, 1},
-		{"a appends", func() int64 { return appendAs(1, false) }, appendOK},
-		{"b takes over", func() int64 { return acquire("b")[0] }, 2},
-		{"zombie a is fenced", func() int64 { return appendAs(1, false) }, appendFenced},
-		{"b appends", func() int64 { return appendAs(2, false) }, appendOK},
+		{"a acquires", func() int64 { return acquire("a")[0] }, 1, 0},
+		{"a appends", func() int64 { return appendAs(1, 1) }, appendOK, 1},
+		{"b takes over", func() int64 { return acquire("b")[0] }, 2, 1},
+		{"zombie a is fenced", func() int64 { return appendAs(1, 2) }, appendFenced, 1},
+		{"b appends", func() int64 { return appendAs(2, 2) }, appendOK, 2},
+		// A retry of an append whose answer was lost (the primary
+		// failed over after replicating it) must not repeat the delta.
+		{"b's retry is not written twice", func() int64 { return appendAs(2, 2) }, appendOK, 2},
+		{"nor an older delta", func() int64 { return appendAs(2, 1) }, appendOK, 2},
 		{"cancel flag is reported", func() int64 {
 			rdb.HSet(ctx, k.req(rk), "cancel", "1")
-			return appendAs(2, false)
-		}, appendCancelled},
-		{"b ends it", func() int64 { return appendAs(2, true) }, appendCancelled},
-		{"nothing after the end", func() int64 { return appendAs(2, false) }, appendDone},
-		{"a done request is not acquired", func() int64 { return acquire("c")[0] }, appendDone},
+			return appendAs(2, 3)
+		}, appendCancelled, 3},
+		{"cancel flag is reported on a retry", func() int64 { return appendAs(2, 3) }, appendCancelled, 3},
+		{"b ends it", func() int64 { return appendAs(2, 0) }, appendCancelled, 4},
+		{"nothing after the end", func() int64 { return appendAs(2, 4) }, appendDone, 4},
+		{"a done request is not acquired", func() int64 { return acquire("c")[0] }, appendDone, 4},
 	}
 	for _, s := range steps {
 		if have := s.do(); have != s.want {
 			t.Fatalf("%s: have %d; want %d", s.name, have, s.want)
 		}
-	}
-	if n := rdb.XLen(ctx, k.out(rk)).Val(); n != 4 {
-		t.Fatalf("have %d output entries; want 4, the accepted writes", n)
+		if n := xlen(); n != s.len {
+			t.Fatalf("%s: have %d output entries; want %d", s.name, n, s.len)
+		}
 	}
 }
 

@@ -474,11 +474,17 @@ func (e *lostError) Unwrap() error { return errStop }
 // appendEntry appends fields to j's output under fence; last marks the
 // final entry. It reports whether the request's cancel flag is set.
 func (w *worker) appendEntry(runCtx context.Context, j *job, fence int64, last bool, fields ...any) (cancelled bool, err error) {
+	return w.appendOut(runCtx, j, fence, last, 0, fields...)
+}
+
+// appendOut is appendEntry for delta seq (0: not a delta), whose retry
+// does not write it twice.
+func (w *worker) appendOut(runCtx context.Context, j *job, fence int64, last bool, seq int, fields ...any) (cancelled bool, err error) {
 	fin := "0"
 	if last {
 		fin = "1"
 	}
-	args := append([]any{fence, fin, w.o.OutTTL.Milliseconds(), w.k.gatewayChan(""), j.rk}, fields...)
+	args := append([]any{fence, fin, w.o.OutTTL.Milliseconds(), w.k.gatewayChan(""), j.rk, seq}, fields...)
 	err = w.retry(runCtx, "appending output", func(ctx context.Context) error {
 		n, err := w.deltas.do(ctx, appendScript, []string{j.rec, j.out}, args)
 		if err != nil {
@@ -745,7 +751,7 @@ func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Eve
 				seq++
 			}
 		} else {
-			cancelled, err = w.appendEntry(runCtx, j, fence, false, fields...)
+			cancelled, err = w.appendOut(runCtx, j, fence, false, pend.Seq, fields...)
 		}
 		if err != nil {
 			return err
