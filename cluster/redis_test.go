@@ -392,14 +392,16 @@ func TestRedisOutage(t *testing.T) {
 		text += ev.Text
 	}
 	srv.Kill()
-	start := time.Now()
 	_, err = c.Submit(ctx, engine.Request{ID: "r2", Tenant: "acme", Session: "s2", MaxTokens: 5})
 	var ue *UnavailableError
 	if !errors.As(err, &ue) || !errors.Is(err, engine.ErrClosed) {
 		t.Fatalf("have %v; want an *UnavailableError that is engine.ErrClosed", err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("have the refusal after %v; want it at once", d)
+	// At once: refused by the failed write, not after waiting out
+	// PlaceTimeout for an engine. Said by the cause, not by a clock,
+	// which a loaded machine stretches.
+	if ue.Reason != "cannot queue the request" || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("have %v; want the refusal of the write that queues the request", err)
 	}
 	time.Sleep(1500 * time.Millisecond)
 	srv.Restart()
