@@ -115,8 +115,11 @@ func TestSplitTakeoverStoresLongReply(t *testing.T) {
 		t.Fatalf("attached=%v err=%v", attached, err)
 	}
 	m := waitReply(t, e, sid, "r1")
-	time.Sleep(time.Second) // the engine finishes
+	// The done record follows the stored reply (persist): wait for it.
 	tail, _ := e.srv.log.last(ctx, sid, "r1")
+	for end := time.Now().Add(10 * time.Second); (tail == nil || tail.Done == nil) && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		tail, _ = e.srv.log.last(ctx, sid, "r1")
+	}
 	if want := words(1, n); m.Partial || m.Content != want || tail == nil || tail.Done == nil {
 		t.Fatalf("stored (partial=%v, interrupted=%q, error=%q) %d bytes; the generation is %d bytes; the log ends with %+v",
 			m.Partial, m.Interrupted, m.Error, len(m.Content), len(want), tail)
