@@ -309,11 +309,19 @@ func TestDraftReports(t *testing.T) {
 		streams = append(streams, s)
 	}
 	drive(t, e, clk, time.Millisecond, 1000)
-	completion := 0
+	completion, drafted, accepted := 0, 0, 0
 	for _, s := range streams {
-		completion += collect(t, s).final.Usage.CompletionTokens
+		f := collect(t, s).final
+		completion += f.Usage.CompletionTokens
+		drafted += f.Stats.Drafted
+		accepted += f.Stats.Accepted
 	}
 	d := dt.drafts["ngram"]
+	// The requests' own counts (done.stats, the OpenAI usage) are the
+	// reports' (the metrics), the step that ends a request included.
+	if drafted != d.Drafted || accepted != d.Accepted {
+		t.Errorf("have %d drafted, %d accepted in the finals; the step reports say %d and %d", drafted, accepted, d.Drafted, d.Accepted)
+	}
 	if len(dt.drafts) != 1 || d.Drafts == 0 || d.Accepted == 0 || d.Accepted > d.Drafted || d.Drafted > 4*d.Drafts {
 		t.Errorf("have drafts %+v; want n-gram drafts of at most 4 tokens, some accepted", dt.drafts)
 	}

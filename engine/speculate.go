@@ -301,10 +301,13 @@ func (h specHost) Commit(i int, path, toks []int32) (took, held int) {
 	}
 	// The root and the accepted path now hold their K/V.
 	s.kv = len(s.sp.Tokens) + len(path)
+	// Counted before accept, which sends the final (with the request's
+	// stats) when a token ends the request.
+	drafted := s.sp.Tree().Len()
+	s.drafted += drafted
+	s.draftPath = len(path)
 	took = e.accept(s, toks, now)
-	s.drafted += s.sp.Tree().Len()
-	s.acceptedDrafts += min(len(path), took)
-	e.report.drafted(e.spec.drafter, s.sp.Tree().Len(), min(len(path), took))
+	e.report.drafted(e.spec.drafter, drafted, min(len(path), took))
 	if e.seqs[s.req.ID] != s {
 		return took, -1
 	}

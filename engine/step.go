@@ -401,6 +401,8 @@ func (e *Engine) mask(s *sequence) []uint64 {
 // text, and one delta for them all. It stops early, dropping the rest,
 // when a token ends the request; it reports how many it took.
 func (e *Engine) accept(s *sequence, toks []int32, now time.Time) int {
+	path := s.draftPath
+	s.draftPath = 0
 	if len(toks) == 0 {
 		return 0
 	}
@@ -420,6 +422,9 @@ func (e *Engine) accept(s *sequence, toks []int32, now time.Time) int {
 	s.last = now
 	for i, tok := range toks {
 		s.committed++
+		if i < path {
+			s.acceptedDrafts++
+		}
 		if !e.take(s, tok, now) {
 			return i + 1
 		}
