@@ -1,6 +1,9 @@
 package cluster
 
 import (
+	"context"
+	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -94,8 +97,30 @@ func TestSessionWarmthPerGateway(t *testing.T) {
 	if got, ok := next(3 * time.Second); !ok || got != (warmCall{"s1", true}) {
 		t.Fatalf("have %+v (%v); want s1 live", got, ok)
 	}
+	// b's word must reach the engine before a's idle: once it is
+	// published, the engine, subscribed to the same channel, reads it
+	// before anything published later.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ps := rdb.Subscribe(ctx, newKeys(prefix).warmth())
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
 	b.SetSessionLive("s1", true)
-	time.Sleep(300 * time.Millisecond) // b's word reaches the engine
+	for {
+		msg, err := ps.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatalf("b's word on s1 was not published: %v", err)
+		}
+		var m warmthMsg
+		if err := json.Unmarshal([]byte(msg.Payload), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Gateway == b.ID() && slices.Contains(m.Live, "s1") {
+			break
+		}
+	}
 	a.SetSessionLive("s1", false)
 	// Past the heartbeat TTL too: b keeps announcing it.
 	if got, ok := next(time.Second); ok {
