@@ -515,7 +515,7 @@ type Stream struct {
 
 	// Owned by the reader.
 	last    string // id of the last output entry read
-	lastSeq int    // seq of the last log entry read
+	lastSeq int    // seq of the last delta read (log or output)
 	// drained: the last read took entries and everything there was;
 	// the next read waits for the engine's word that more came.
 	drained     bool
@@ -573,6 +573,16 @@ func (s *Stream) fetch(ctx context.Context) error {
 			return &decodeError{err}
 		}
 		s.last = m.ID
+		if e.Kind == kindDelta {
+			if e.Event.Seq <= s.lastSeq {
+				// A second copy: the engine's append reached the
+				// primary, which this read saw, and the primary
+				// failed over before its replica held it, so the
+				// engine's retry wrote it again. Seqs only grow.
+				continue
+			}
+			s.lastSeq = e.Event.Seq
+		}
 		s.buf = append(s.buf, e)
 	}
 	if len(msgs) > 0 {

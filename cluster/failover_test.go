@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/internal/testredis"
 )
@@ -63,5 +65,41 @@ func TestClusterPrimaryFailoverMidStream(t *testing.T) {
 	}
 	if !killed || text != fakeText(1, n) || final == nil || final.FinishReason != engine.FinishLength {
 		t.Fatalf("have %q, %+v; want %q and length", text, final, fakeText(1, n))
+	}
+}
+
+// TestStreamSkipsARepeatedDelta: an output stream that holds a delta
+// twice, as a failover leaves it when the gateway read the engine's
+// append on the primary before the replica held it (the engine's retry
+// writes it again on the promoted replica), is read with each delta once.
+func TestStreamSkipsARepeatedDelta(t *testing.T) {
+	rdb := testredis.Client(t)
+	prefix := testredis.Prefix(t)
+	c := fastClient(t, rdb, prefix)
+	ctx := context.Background()
+	const rk = "r1#0a1b2c"
+	rec, out := newKeys(prefix).forRequest(rk, "")
+	if err := rdb.HSet(ctx, rec, "fence", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	add := func(fields ...any) {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: out, Values: fields}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("k", kindAccepted, "e", "e1", "f", 1)
+	add("k", kindDelta, "s", 1, "x", "one ", "t", "1")
+	add("k", kindDelta, "s", 2, "x", "two ", "t", "2")
+	add("k", kindDelta, "s", 2, "x", "two ", "t", "2")
+	add("k", kindAccepted, "e", "e1", "f", 1)
+	add("k", kindDelta, "s", 4, "x", "three four", "t", "3,4")
+	add("k", kindFinal, "j", `{"reason":"length"}`)
+	ev, err := c.Attach(ctx, rk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, final := readAll(t, ev.(*Stream))
+	if text != "one two three four" || final == nil || final.FinishReason != engine.FinishLength {
+		t.Fatalf("have %q, %+v; want each delta once and the final", text, final)
 	}
 }
