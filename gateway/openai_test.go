@@ -70,11 +70,27 @@ func (e *env) post(path, token string, body any) (*http.Response, []byte) {
 			e.t.Fatal(err)
 		}
 	}
-	req, err := http.NewRequest(http.MethodPost, e.http.URL+path, bytes.NewReader(b))
+	return e.send(http.MethodPost, path, token, bytes.NewReader(b))
+}
+
+// get sends a GET with token (none when "") and returns the response
+// with its body read.
+func (e *env) get(path, token string) (*http.Response, []byte) {
+	e.t.Helper()
+	return e.send(http.MethodGet, path, token, nil)
+}
+
+// send makes one request with token (none when "") and a JSON body when
+// body is not nil, and returns the response with its body read.
+func (e *env) send(method, path, token string, body io.Reader) (*http.Response, []byte) {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.http.URL+path, body)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -88,29 +104,6 @@ func (e *env) post(path, token string, body any) (*http.Response, []byte) {
 		e.t.Fatal(err)
 	}
 	return resp, data
-}
-
-// get sends a GET with token (none when "") and returns the response
-// with its body read.
-func (e *env) get(path, token string) (*http.Response, []byte) {
-	e.t.Helper()
-	req, err := http.NewRequest(http.MethodGet, e.http.URL+path, nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return resp, b
 }
 
 // sse splits an event-stream body into its data payloads; it fails on any
