@@ -79,3 +79,38 @@ func TestDispatchStats(t *testing.T) {
 		})
 	}
 }
+
+// TestCallGivenUpSharesNothing: a caller whose context has ended returns
+// at once with ctx's error and the zero value, while the step goroutine
+// may run the queued read later; run with -race, a result handed back
+// through memory both sides touch is reported.
+func TestCallGivenUpSharesNothing(t *testing.T) {
+	m := loadStories(t)
+	e, err := engine.New(m, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A request keeps the step goroutine busy while the reads queue.
+	go func() {
+		_, _, _, _ = generate(ctx, e, engine.Request{ID: "busy", Prompt: m.Tokenizer().Encode(repeatPrompts[0]), MaxTokens: 48})
+	}()
+	gone, stop := context.WithCancel(ctx)
+	stop()
+	for range 50 {
+		if ds, err := e.DispatchStats(gone, engine.Standard, 1); err == nil && ds.Shapes == nil {
+			t.Fatal("DispatchStats with an ended context: have no error and no result")
+		} else if err != nil && (ds.Shapes != nil || ds.KappaSteps != 0) {
+			t.Fatalf("DispatchStats gave up with %v yet returned %+v", err, ds)
+		}
+		if c, err := e.Counters(gone); err != nil && c.Steps != 0 {
+			t.Fatalf("Counters gave up with %v yet returned %+v", err, c)
+		}
+	}
+	// The queued reads run before the engine is idle again.
+	if _, err := e.Counters(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -288,24 +288,26 @@ func (e *Engine) SetSessionLive(session string, live bool) {
 // from any goroutine and waits for the step goroutine (at most one step),
 // ctx or Close.
 func (e *Engine) Counters(ctx context.Context) (Counters, error) {
-	var c Counters
-	err := e.call(ctx, func() { c = e.counters() })
-	return c, err
+	return call(e, ctx, e.counters)
 }
 
-// call runs fn on the step goroutine and waits for it, ctx or Close.
-func (e *Engine) call(ctx context.Context, fn func()) error {
-	done := make(chan struct{})
-	if err := e.send(op{fn: func() { fn(); close(done) }}); err != nil {
-		return err
+// call runs fn on e's step goroutine and waits for its result, ctx or
+// Close. The result travels through a channel rather than a variable the
+// caller reads: a caller that gives up (ctx) returns while fn may still
+// run later, and must not share memory with it.
+func call[T any](e *Engine, ctx context.Context, fn func() T) (T, error) {
+	res := make(chan T, 1)
+	var zero T
+	if err := e.send(op{fn: func() { res <- fn() }}); err != nil {
+		return zero, err
 	}
 	select {
-	case <-done:
-		return nil
+	case v := <-res:
+		return v, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return zero, ctx.Err()
 	case <-e.done:
-		return ErrClosed
+		return zero, ErrClosed
 	}
 }
 

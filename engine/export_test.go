@@ -6,9 +6,11 @@ import "context"
 // the host tier (dropping what does not fit), as if the device had run
 // short: benchmarks measure promotion with it.
 func (e *Engine) DemotePrefixes(ctx context.Context) error {
-	return e.call(ctx, func() {
+	_, err := call(e, ctx, func() struct{} {
 		if e.cache != nil {
 			e.cache.EvictDevice(e.o.KVBlocks)
 		}
+		return struct{}{}
 	})
+	return err
 }

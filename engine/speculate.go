@@ -138,19 +138,19 @@ type DispatchStats struct {
 // goroutine, so it may be called while requests run. An engine that does
 // not speculate returns the zero value.
 func (e *Engine) DispatchStats(ctx context.Context, p Priority, batch int) (DispatchStats, error) {
-	var ds DispatchStats
 	if p < Standard || p > Batch {
-		return ds, fmt.Errorf("engine: dispatch stats for unknown priority %d", int(p))
+		return DispatchStats{}, fmt.Errorf("engine: dispatch stats for unknown priority %d", int(p))
 	}
-	err := e.call(ctx, func() {
+	return call(e, ctx, func() DispatchStats {
+		var ds DispatchStats
 		if e.spec == nil {
-			return
+			return ds
 		}
 		d := e.spec.step.Dispatcher()
 		ds.Kappa, ds.KappaSteps = d.ClassKappa(int(p), batch)
 		ds.Shapes = d.ClassStats(int(p), batch)
+		return ds
 	})
-	return ds, err
 }
 
 // policy is s's speculation policy: its class's and its tenant's, either
