@@ -1066,3 +1066,19 @@ func TestOpenAIModelFromEngines(t *testing.T) {
 		t.Errorf("have ready %+v (model %+v); want the engines' model", f, f.Model)
 	}
 }
+
+// TestOpenAIDefaultModelName: a server with no model name and a generator
+// that cannot report one (an embedded engine, say) serves the default
+// name and refuses others, as the API documents; only a generator that
+// reports its model may leave the name open until it does.
+func TestOpenAIDefaultModelName(t *testing.T) {
+	e := newOAIEnv(t, func(o *Options) { o.ModelName = "" })
+	tok := e.token("alice")
+	user := []map[string]any{{"role": "user", "content": "x"}}
+	resp, b := e.post("/v1/chat/completions", tok, map[string]any{"model": "gpt-4o", "messages": user})
+	checkOAIError(t, resp, b, 404, oaiInvalidRequest, "model_not_found", "model")
+	resp, b = e.post("/v1/chat/completions", tok, map[string]any{"model": defaultModelName, "messages": user})
+	if resp.StatusCode != 200 {
+		t.Fatalf("have %d %s for %s; want 200", resp.StatusCode, b, defaultModelName)
+	}
+}

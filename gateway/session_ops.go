@@ -77,7 +77,9 @@ func (s *Server) modelInfo() *ModelInfo {
 }
 
 // servedModel is modelInfo, and whether the name is known rather than the
-// default a gateway shows before any engine has named its model.
+// default a gateway shows before any engine has named its model (only a
+// generator that reports its model, engine.ModelReporter, leaves it
+// unknown; any other serves defaultModelName and refuses other names).
 func (s *Server) servedModel() (*ModelInfo, bool) {
 	if s.o.Model != nil && (s.o.Model.Name != "" || s.o.ModelName != "") {
 		m := *s.o.Model
@@ -89,10 +91,14 @@ func (s *Server) servedModel() (*ModelInfo, bool) {
 	if s.o.ModelName != "" {
 		return &ModelInfo{Name: s.o.ModelName}, true
 	}
-	if r, ok := s.o.Generator.(engine.ModelReporter); ok {
-		if c, ok := r.ServedModel(); ok && c.Name != "" {
-			return &ModelInfo{Name: c.Name, Arch: c.Arch, Context: c.Context, Quantization: c.Quantization}, true
-		}
+	r, ok := s.o.Generator.(engine.ModelReporter)
+	if !ok {
+		// Nothing will ever name another model: the default is the
+		// name, and another is refused as the API documents.
+		return &ModelInfo{Name: defaultModelName}, true
+	}
+	if c, ok := r.ServedModel(); ok && c.Name != "" {
+		return &ModelInfo{Name: c.Name, Arch: c.Arch, Context: c.Context, Quantization: c.Quantization}, true
 	}
 	return &ModelInfo{Name: defaultModelName}, false
 }
