@@ -35,8 +35,9 @@ package gateway
 //     parallel_tool_calls: see openai_tools.go. Calls stream as
 //     tool_calls deltas, one whole call per delta.
 //   - echo, suffix, logit_bias and the deprecated functions are refused
-//     with 400 rather than silently ignored (empty, they ask for nothing
-//     and pass). Other unknown fields are ignored, as OpenAI does.
+//     with 400 rather than silently ignored (empty, or a logit_bias of only
+//     zeros, they ask for nothing and pass). Other unknown fields are
+//     ignored, as OpenAI does.
 //   - "user", when set, becomes the engine request's session key, so one
 //     end user's calls (each resending the conversation) share a cache
 //     affinity; the JWT's sub stays the user that quotas and logs name.
@@ -450,8 +451,12 @@ func (c *oaiCommon) engineParams(req *engine.Request, tenantClass string) *oaiEr
 	if len(c.User) > oaiMaxUser {
 		return oaiInvalid("user", fmt.Sprintf("user is %d bytes; want at most %d", len(c.User), oaiMaxUser))
 	}
-	if len(c.LogitBias) > 0 {
-		return oaiInvalid("logit_bias", "logit_bias is not supported")
+	for _, b := range c.LogitBias {
+		if b != 0 {
+			// A bias of zero asks for nothing; any other would be
+			// ignored, so it is refused by name.
+			return oaiInvalid("logit_bias", "logit_bias is not supported")
+		}
 	}
 	if len(c.Stop) > MaxStops {
 		return oaiInvalid("stop", fmt.Sprintf("%d stop sequences; want at most %d", len(c.Stop), MaxStops))

@@ -290,6 +290,8 @@ func TestOpenAIRequestMapping(t *testing.T) {
 		// Empty, they ask for nothing: SDKs and proxies send them so.
 		{"empty logit_bias and functions", map[string]any{"messages": user, "logit_bias": map[string]any{}, "functions": []any{}, "function_call": nil},
 			func(r engine.Request) string { return "" }},
+		{"zero logit_bias", map[string]any{"messages": user, "logit_bias": map[string]any{"7": 0, "9": 0.0}},
+			func(r engine.Request) string { return "" }},
 		{"user is the session key", map[string]any{"messages": user, "user": "end-user-7"},
 			func(r engine.Request) string {
 				if r.Session != "openai:end-user-7" || r.User != "alice" {

@@ -331,8 +331,6 @@ func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, ln 
 	return errors.Join(herr, gerr)
 }
 
-// modelNameOf names the served model in the OpenAI API: the file's
-// general.name, else its file name.
 // modelCard describes the served model for clients: a process without the
 // model (--role=gateway) learns it from the engines' heartbeats.
 func modelCard(m model.Model, path string) engine.ModelCard {
@@ -340,6 +338,8 @@ func modelCard(m model.Model, path string) engine.ModelCard {
 	return engine.ModelCard{Name: modelNameOf(m, path), Arch: c.Arch, Context: c.Context, Quantization: c.WeightType.String()}
 }
 
+// modelNameOf names the served model in the OpenAI API: the file's
+// general.name, else its file name.
 func modelNameOf(m model.Model, path string) string {
 	if n := m.Config().Name; n != "" && n != "llama" {
 		return n
