@@ -516,6 +516,7 @@ type Stream struct {
 	// Owned by the reader.
 	last    string // id of the last output entry read
 	lastSeq int    // seq of the last delta read (log or output)
+	lastOut int    // outOrder of the last output delta read
 	// drained: the last read took entries and everything there was;
 	// the next read waits for the engine's word that more came.
 	drained     bool
@@ -574,12 +575,14 @@ func (s *Stream) fetch(ctx context.Context) error {
 		}
 		s.last = m.ID
 		if e.Kind == kindDelta {
-			if e.Event.Seq <= s.lastSeq {
+			if o := outOrder(e.Event.Seq, len(e.Event.Tokens)); o <= s.lastOut {
 				// A second copy: the engine's append reached the
 				// primary, which this read saw, and the primary
 				// failed over before its replica held it, so the
-				// engine's retry wrote it again. Seqs only grow.
+				// engine's retry wrote it again. Orders only grow.
 				continue
+			} else {
+				s.lastOut = o
 			}
 			s.lastSeq = e.Event.Seq
 		}

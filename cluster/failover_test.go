@@ -103,3 +103,51 @@ func TestStreamSkipsARepeatedDelta(t *testing.T) {
 		t.Fatalf("have %q, %+v; want each delta once and the final", text, final)
 	}
 }
+
+// scriptEngine plays one fixed list of events for every request.
+type scriptEngine []engine.Event
+
+func (g scriptEngine) Generate(ctx context.Context, r engine.Request) (engine.Events, error) {
+	return &scriptEvents{evs: g}, nil
+}
+
+func (g scriptEngine) Cancel(string) {}
+
+type scriptEvents struct {
+	evs []engine.Event
+	at  int
+}
+
+func (s *scriptEvents) Recv(ctx context.Context) (engine.Event, error) {
+	if s.at == len(s.evs) {
+		return engine.Event{}, io.EOF
+	}
+	s.at++
+	return s.evs[s.at-1], nil
+}
+
+// TestTextAfterTheLastTokenArrives: text that comes after the last token
+// with that token's Seq (the detokenizer's flush of an unfinished
+// character at the end) reaches the client; the output's repeat check
+// must not take it for a second copy of the token's delta.
+func TestTextAfterTheLastTokenArrives(t *testing.T) {
+	rdb := testredis.Client(t)
+	prefix := testredis.Prefix(t)
+	startEngine(t, fastEngine(rdb, prefix, "e1", scriptEngine{
+		{Seq: 1, Tokens: []int32{7}, Text: "a"},
+		{Seq: 2, Tokens: []int32{200}},
+		{Seq: 2, Text: "\uFFFD"},
+		{Final: &engine.Final{FinishReason: engine.FinishLength}},
+	}))
+	c := fastClient(t, rdb, prefix)
+	waitEngines(t, c, 1)
+	s, err := c.Submit(context.Background(), engine.Request{ID: "r1", Tenant: "acme", Session: "s", MaxTokens: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, final := readAll(t, s)
+	if text != "a\uFFFD" || final == nil || final.FinishReason != engine.FinishLength {
+		t.Fatalf("have %q, %+v; want %q and the final", text, final, "a\uFFFD")
+	}
+	waitPending(t, rdb, prefix)
+}

@@ -109,22 +109,22 @@ return {f, redis.call('HEXISTS', KEYS[1], 'cancel')}
 // KEYS[1], only while ARGV[1] is the request's fence and it is not done.
 // It notifies the gateway the request's record names ("gw": the one that
 // submitted it, or the one that attached to it since, Client.Attach).
-// A delta carries its seq (ARGV[6], "0" for other entries): one whose seq
-// is not above the last the record holds is a retry of an append that
-// reached Redis though its answer was lost (a primary that failed over
-// after replicating it), and is not written again. The record and the
-// entry change in one script, so a replica holds both or neither.
+// A delta carries its order (ARGV[6], outOrder; "0" for other entries):
+// one whose order is not above the last the record holds is a retry of an
+// append that reached Redis though its answer was lost (a primary that
+// failed over after replicating it), and is not written again. The record
+// and the entry change in one script, so a replica holds both or neither.
 // ARGV: fence, "1" when the entry is the last one, TTL in ms, the gateway
-// channels' prefix, the notification payload, the delta's seq, then
+// channels' prefix, the notification payload, the delta's order, then
 // field/value pairs.
 var appendScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return -1 end
 if redis.call('HEXISTS', KEYS[1], 'done') == 1 then return -2 end
-local seq = tonumber(ARGV[6])
-if seq > 0 and seq <= tonumber(redis.call('HGET', KEYS[1], 'seq') or '0') then
+local order = tonumber(ARGV[6])
+if order > 0 and order <= tonumber(redis.call('HGET', KEYS[1], 'order') or '0') then
   return redis.call('HEXISTS', KEYS[1], 'cancel')
 end
-if seq > 0 then redis.call('HSET', KEYS[1], 'seq', ARGV[6]) end
+if order > 0 then redis.call('HSET', KEYS[1], 'order', ARGV[6]) end
 redis.call('XADD', KEYS[2], '*', unpack(ARGV, 7))
 if ARGV[2] == '1' then redis.call('HSET', KEYS[1], 'done', '1') end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])

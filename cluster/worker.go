@@ -477,14 +477,14 @@ func (w *worker) appendEntry(runCtx context.Context, j *job, fence int64, last b
 	return w.appendOut(runCtx, j, fence, last, 0, fields...)
 }
 
-// appendOut is appendEntry for delta seq (0: not a delta), whose retry
-// does not write it twice.
-func (w *worker) appendOut(runCtx context.Context, j *job, fence int64, last bool, seq int, fields ...any) (cancelled bool, err error) {
+// appendOut is appendEntry for a delta of order key order (outOrder; 0:
+// not a delta), whose retry does not write it twice.
+func (w *worker) appendOut(runCtx context.Context, j *job, fence int64, last bool, order int, fields ...any) (cancelled bool, err error) {
 	fin := "0"
 	if last {
 		fin = "1"
 	}
-	args := append([]any{fence, fin, w.o.OutTTL.Milliseconds(), w.k.gatewayChan(""), j.rk, seq}, fields...)
+	args := append([]any{fence, fin, w.o.OutTTL.Milliseconds(), w.k.gatewayChan(""), j.rk, order}, fields...)
 	err = w.retry(runCtx, "appending output", func(ctx context.Context) error {
 		n, err := w.deltas.do(ctx, appendScript, []string{j.rec, j.out}, args)
 		if err != nil {
@@ -706,6 +706,21 @@ func (w *worker) run(runCtx context.Context, j *job) {
 	w.pump(runCtx, j, fence, st, len(gen), seq)
 }
 
+// outOrder is an output delta's place in its stream, which a retried
+// append and a reader both compare with the last one's: the delta's Seq
+// (tokens generated so far, raised by every delta with tokens), doubled,
+// plus one for a delta without tokens. Only a request's last delta can
+// be one (pump holds text without tokens until tokens come), and it can
+// share its Seq with the delta before it (text the detokenizer flushes
+// at the end): the order still grows where Seq alone would call it a
+// repeat and drop the text.
+func outOrder(seq, tokens int) int {
+	if tokens == 0 {
+		return 2*seq + 1
+	}
+	return 2 * seq
+}
+
 // pump copies the engine's events to the output stream, or to the stream
 // log, whose deltas after seq it numbers. Text that comes without tokens
 // (held back for a stop string) waits for them, so every written delta
@@ -751,7 +766,7 @@ func (w *worker) pump(runCtx context.Context, j *job, fence int64, st engine.Eve
 				seq++
 			}
 		} else {
-			cancelled, err = w.appendOut(runCtx, j, fence, false, pend.Seq, fields...)
+			cancelled, err = w.appendOut(runCtx, j, fence, false, outOrder(pend.Seq, len(pend.Tokens)), fields...)
 		}
 		if err != nil {
 			return err
