@@ -392,7 +392,9 @@ func TestRedisOutage(t *testing.T) {
 		text += ev.Text
 	}
 	srv.Kill()
+	t0 := time.Now()
 	_, err = c.Submit(ctx, engine.Request{ID: "r2", Tenant: "acme", Session: "s2", MaxTokens: 5})
+	took := time.Since(t0)
 	var ue *UnavailableError
 	if !errors.As(err, &ue) || !errors.Is(err, engine.ErrClosed) {
 		t.Fatalf("have %v; want an *UnavailableError that is engine.ErrClosed", err)
@@ -402,6 +404,12 @@ func TestRedisOutage(t *testing.T) {
 	// which a loaded machine stretches.
 	if ue.Reason != "cannot queue the request" || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("have %v; want the refusal of the write that queues the request", err)
+	}
+	// A bound far above a loaded machine's delays still tells a refusal
+	// from a write retried until a timeout (the engines' RetryTimeout is
+	// 20 s here).
+	if took > 10*time.Second {
+		t.Fatalf("refused after %v; want it without retrying the write", took)
 	}
 	time.Sleep(1500 * time.Millisecond)
 	srv.Restart()
