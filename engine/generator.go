@@ -15,7 +15,9 @@ import (
 
 // Events is one request's events: deltas (numbered from 1 by Seq; after a
 // failover they continue after Request.Generated), then one Event carrying
-// Final, then io.EOF. Recv is for one goroutine at a time; it blocks until
+// Final, then io.EOF. Seq counts the tokens generated so far: it never
+// falls, and a delta with text but no tokens keeps the Seq of the one
+// before it. Recv is for one goroutine at a time; it blocks until
 // an event is ready or ctx ends (then ctx's error, and the stream stays
 // usable).
 type Events interface {
