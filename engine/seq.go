@@ -64,11 +64,6 @@ type sequence struct {
 	// drafted and acceptedDrafts count draft tokens verified and taken:
 	// Stats.Drafted and Stats.Accepted.
 	drafted, acceptedDrafts int
-	// draftPath is how many of the tokens the next accept is given are
-	// accepted drafts: accept counts them as it takes them, since a
-	// token that ends the request sends the final, stats and all, from
-	// inside it.
-	draftPath int
 
 	submitted, scheduled, first, last time.Time
 	inter                             []time.Duration

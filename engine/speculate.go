@@ -305,8 +305,7 @@ func (h specHost) Commit(i int, path, toks []int32) (took, held int) {
 	// stats) when a token ends the request.
 	drafted := s.sp.Tree().Len()
 	s.drafted += drafted
-	s.draftPath = len(path)
-	took = e.accept(s, toks, now)
+	took = e.accept(s, toks, len(path), now)
 	e.report.drafted(e.spec.drafter, drafted, min(len(path), took))
 	if e.seqs[s.req.ID] != s {
 		return took, -1

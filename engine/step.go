@@ -266,7 +266,7 @@ func (e *Engine) commit(p *stepPlan, now time.Time) {
 		if s.req.Logprobs {
 			s.nextLP = e.logprobs(e.logits.hostRow(r.Row), tok, s.req.TopLogprobs)
 		}
-		e.accept(s, []int32{tok}, now)
+		e.accept(s, []int32{tok}, 0, now)
 	}
 	clear(reqs) // drop the borrowed masks and histories
 	e.logits.reqs = reqs[:0]
@@ -398,11 +398,11 @@ func (e *Engine) mask(s *sequence) []uint64 {
 }
 
 // accept takes the tokens one step produced for s, in order: stop checks,
-// text, and one delta for them all. It stops early, dropping the rest,
-// when a token ends the request; it reports how many it took.
-func (e *Engine) accept(s *sequence, toks []int32, now time.Time) int {
-	path := s.draftPath
-	s.draftPath = 0
+// text, and one delta for them all; the first drafted of them are
+// accepted drafts (counted before a token that ends the request sends the
+// final with its stats). It stops early, dropping the rest, when a token
+// ends the request; it reports how many it took.
+func (e *Engine) accept(s *sequence, toks []int32, drafted int, now time.Time) int {
 	if len(toks) == 0 {
 		return 0
 	}
@@ -422,7 +422,7 @@ func (e *Engine) accept(s *sequence, toks []int32, now time.Time) int {
 	s.last = now
 	for i, tok := range toks {
 		s.committed++
-		if i < path {
+		if i < drafted {
 			s.acceptedDrafts++
 		}
 		if !e.take(s, tok, now) {
