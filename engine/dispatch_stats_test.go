@@ -94,8 +94,15 @@ func TestCallGivenUpSharesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// A request keeps the step goroutine busy while the reads queue.
+	busy := make(chan error, 1)
 	go func() {
-		_, _, _, _ = generate(ctx, e, engine.Request{ID: "busy", Prompt: m.Tokenizer().Encode(repeatPrompts[0]), MaxTokens: 48})
+		_, _, _, err := generate(ctx, e, engine.Request{ID: "busy", Prompt: m.Tokenizer().Encode(repeatPrompts[0]), MaxTokens: 48})
+		busy <- err
+	}()
+	defer func() {
+		if err := <-busy; err != nil {
+			t.Errorf("the busy request: %v", err)
+		}
 	}()
 	gone, stop := context.WithCancel(ctx)
 	stop()
