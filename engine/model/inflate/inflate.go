@@ -10,10 +10,23 @@
 // layers) are zero, so nothing they compute reaches the residual stream.
 // The RMSNorm weights are scaled by sqrt(d/D) and the norm epsilon by d/D
 // (d the source width, D the new one), so a norm over the padded stream
-// gives the source's values. The head width, RoPE and vocabulary stay the
-// source's, so the source (or a quantization of it) drafts for the result
-// with the same tokenizer. Every added weight is read by every forward
-// pass, as a real model's would be.
+// gives the source's values. The vocabulary stays the source's, so the
+// source (or a quantization of it) drafts for the result with the same
+// tokenizer. Every added weight is read by every forward pass, as a real
+// model's would be.
+//
+// The heads are widened to a real model's width (Options.HeadDim): a
+// stand-in with the source's tiny heads would spend its attention on
+// per-head work (a softmax per head and position) that a weight-bound
+// model of its width does not. Each source head sits in the first heads of
+// the target, its RoPE pair j (dimensions 2j, 2j+1) at target pair j·H/h
+// (H the target head width, h the source's), whose frequency
+// base^(-2(jH/h)/H) is the source pair's base^(-2j/h); the other query and
+// key dimensions are zero, and the query rows are scaled by sqrt(H/h) so
+// that q·k/sqrt(H) is the source's q·k/sqrt(h). RoPE rotates the whole
+// widened head, as llama.cpp requires of a llama file. A source value
+// head's dimensions come first in its target head; the rest are added
+// units like the added heads'.
 //
 // Options.Noise puts seeded random values into the otherwise-zero output
 // projections, so the output moves away from the source's by a controlled
@@ -44,8 +57,14 @@ type Options struct {
 	// source's blocks come first, the added ones after them.
 	Layers int
 	// Dim is the residual width; zero means 1024. It must be a multiple
-	// of the source's head width times its query heads per KV head.
+	// of the head width times the source's query heads per KV head, and
+	// hold at least the source's heads.
 	Dim int
+	// HeadDim is the width of a head; zero means 64. It must be a
+	// multiple of the source's head width. The target has Dim/HeadDim
+	// heads with the source's query heads per KV head, so the KV width
+	// (Dim divided by that ratio) does not depend on it.
+	HeadDim int
 	// FFN is the SwiGLU hidden width; zero means 2816.
 	FFN int
 	// Type is the type of the weight matrices (token embedding and output
@@ -66,23 +85,24 @@ type Options struct {
 
 // Defaults for the zero Options.
 const (
-	DefaultLayers = 8
-	DefaultDim    = 1024
-	DefaultFFN    = 2816
+	DefaultLayers  = 8
+	DefaultDim     = 1024
+	DefaultFFN     = 2816
+	DefaultHeadDim = 64
 )
 
 // shape is the source's and the target's dimensions.
 type shape struct {
 	layers, dim, ffn, heads, kvHeads, headDim, vocab int // the target's
-	sLayers, sDim, sFFN, sHeads, sKVHeads            int // the source's
+	sLayers, sDim, sFFN, sHeads, sKVHeads, sHeadDim  int // the source's
 	tied                                             bool
 	eps                                              float64 // the source's
 }
 
 func (s shape) qw() int   { return s.heads * s.headDim }
 func (s shape) kvw() int  { return s.kvHeads * s.headDim }
-func (s shape) sqw() int  { return s.sHeads * s.headDim }
-func (s shape) skvw() int { return s.sKVHeads * s.headDim }
+func (s shape) sqw() int  { return s.sHeads * s.sHeadDim }
+func (s shape) skvw() int { return s.sKVHeads * s.sHeadDim }
 
 // normScale is sqrt(d/D): a norm over the padded stream divides by an RMS
 // that is sqrt(d/D) times the source's.
@@ -122,9 +142,20 @@ func newShape(src *gguf.File, o *Options) (shape, error) {
 	if s.sDim%s.sHeads != 0 {
 		return shape{}, bad("source width %d is not a whole number of %d heads", s.sDim, s.sHeads)
 	}
-	s.headDim = s.sDim / s.sHeads
-	if v, ok := src.Uint("llama.attention.key_length"); ok && int(v) != s.headDim {
+	s.sHeadDim = s.sDim / s.sHeads
+	if v, ok := src.Uint("llama.attention.key_length"); ok && int(v) != s.sHeadDim {
 		return shape{}, bad("source head width %d differs from its width per head", v)
+	}
+	// The widened heads keep the source's RoPE frequencies only if the
+	// source rotates its whole head with the plain llama frequencies.
+	if v, ok := src.Uint("llama.rope.dimension_count"); ok && int(v) != s.sHeadDim {
+		return shape{}, bad("source rotates %d of its head's %d dimensions", v, s.sHeadDim)
+	}
+	if _, ok := src.Tensor("rope_freqs.weight"); ok {
+		return shape{}, bad("source has RoPE frequency factors (rope_freqs.weight)")
+	}
+	if s.sHeadDim%2 != 0 {
+		return shape{}, bad("source head width %d is odd", s.sHeadDim)
 	}
 	s.eps = 1e-5
 	if v, ok := src.Float("llama.attention.layer_norm_rms_epsilon"); ok {
@@ -146,15 +177,20 @@ func newShape(src *gguf.File, o *Options) (shape, error) {
 	def(&o.Layers, DefaultLayers)
 	def(&o.Dim, DefaultDim)
 	def(&o.FFN, DefaultFFN)
-	s.layers, s.dim, s.ffn = o.Layers, o.Dim, o.FFN
+	def(&o.HeadDim, DefaultHeadDim)
+	s.layers, s.dim, s.ffn, s.headDim = o.Layers, o.Dim, o.FFN, o.HeadDim
 	group := s.sHeads / s.sKVHeads
 	switch {
 	case s.layers < s.sLayers || s.dim < s.sDim || s.ffn < s.sFFN:
 		return shape{}, bad("target %d layers, width %d, FFN %d is smaller than the source's %d, %d, %d", s.layers, s.dim, s.ffn, s.sLayers, s.sDim, s.sFFN)
 	case s.layers > 1<<10 || s.dim > 1<<16 || s.ffn > 1<<18:
 		return shape{}, bad("target %d layers, width %d, FFN %d is implausibly large", s.layers, s.dim, s.ffn)
+	case s.headDim <= 0 || s.headDim%s.sHeadDim != 0 || s.headDim > 1<<10:
+		return shape{}, bad("head width %d is not a multiple of the source's %d up to 1024", s.headDim, s.sHeadDim)
 	case s.dim%(s.headDim*group) != 0:
 		return shape{}, bad("width %d is not a multiple of the head width %d times %d query heads per KV head", s.dim, s.headDim, group)
+	case s.dim/s.headDim < s.sHeads:
+		return shape{}, bad("width %d holds %d heads of %d, fewer than the source's %d", s.dim, s.dim/s.headDim, s.headDim, s.sHeads)
 	case math.IsNaN(o.Noise) || o.Noise < 0 || o.Noise > 100:
 		return shape{}, bad("noise %v is not in [0, 100]", o.Noise)
 	}
@@ -238,6 +274,7 @@ var ownKeys = map[string]bool{
 	"llama.attention.key_length":             true,
 	"llama.attention.value_length":           true,
 	"llama.attention.layer_norm_rms_epsilon": true,
+	"llama.rope.dimension_count":             true,
 }
 
 // NewWriter returns a gguf.Writer holding the inflated model; its tensors
@@ -260,8 +297,8 @@ func NewWriter(src *gguf.File, o Options) (*gguf.Writer, error) {
 	name, _ := src.String("general.name")
 	w.SetString("general.name", name+"-inflated")
 	w.SetString("general.description", fmt.Sprintf(
-		"NOT A TRAINED MODEL: %s (%d layers, width %d) padded with zero-output heads, units and layers to %d layers, width %d, FFN %d, noise %g; it computes the source's function up to that noise",
-		name, s.sLayers, s.sDim, s.layers, s.dim, s.ffn, o.Noise))
+		"NOT A TRAINED MODEL: %s (%d layers, width %d, %d heads of %d) padded with zero-output heads, units and layers to %d layers, width %d (%d heads of %d, %d KV heads), FFN %d, noise %g; it computes the source's function up to that noise",
+		name, s.sLayers, s.sDim, s.sHeads, s.sHeadDim, s.layers, s.dim, s.heads, s.headDim, s.kvHeads, s.ffn, o.Noise))
 	w.SetUint32("general.file_type", gguf.FileType(o.Type))
 	if o.Type.BlockElems() > 1 {
 		w.SetUint32("general.quantization_version", 2)
@@ -271,6 +308,9 @@ func NewWriter(src *gguf.File, o Options) (*gguf.Writer, error) {
 	w.SetUint32("llama.feed_forward_length", uint32(s.ffn))
 	w.SetUint32("llama.attention.head_count", uint32(s.heads))
 	w.SetUint32("llama.attention.head_count_kv", uint32(s.kvHeads))
+	w.SetUint32("llama.attention.key_length", uint32(s.headDim))
+	w.SetUint32("llama.attention.value_length", uint32(s.headDim))
+	w.SetUint32("llama.rope.dimension_count", uint32(s.headDim))
 	w.SetFloat32("llama.attention.layer_norm_rms_epsilon", float32(s.eps*float64(s.sDim)/float64(s.dim)))
 
 	for i, t := range s.tensors() {
@@ -327,18 +367,61 @@ func (b *builder) source(name string) ([]float32, int, int, error) {
 	return vals, ti.Rows(), ti.Cols(), nil
 }
 
-// region says how to make one target tensor from its source: the source
-// block sits at rows [0, sRows), cols [0, sCols); rows at or past readRow
-// are added units, drawn at random with readStd; columns at or past
-// noiseCol are output paths of added units, drawn with the noise's spread
-// in the rows of the source's channels. Everything else is zero: the
-// padding channels stay zero, so the norms' RMS sees only the source's
-// channels and the noise moves them alone.
+// region says how to make one target tensor from its source. A target
+// row whose rowSrc is a source row takes, in each column whose colSrc is a
+// source column, that source value times scale. Rows marked read are
+// added units, drawn at random with readStd; columns marked noise are
+// output paths of added units, drawn with the noise's spread in the rows
+// of the source's channels. Everything else is zero: the padding channels
+// stay zero, so the norms' RMS sees only the source's channels and the
+// noise moves them alone; so do the widened source heads' added query and
+// key dimensions, so their scores are the source's.
 type region struct {
-	sRows, sCols int
-	readRow      int
-	readStd      float64
-	noiseCol     int
+	sCols          int     // the source's row length
+	rowSrc, colSrc []int32 // target row/column → source's, or -1
+	read, noise    []bool  // by row, by column
+	readStd        float64
+	scale          float32
+}
+
+// identity maps the first sn of n indices to themselves.
+func identity(n, sn int) []int32 {
+	m := make([]int32, n)
+	for i := range m {
+		m[i] = -1
+		if i < sn {
+			m[i] = int32(i)
+		}
+	}
+	return m
+}
+
+// headMap maps n target indices, heads of the target width, to the source's
+// sHeads heads of its width: source dimension d of a head sits at target
+// dimension d, or with rope at the dimension of the target RoPE pair that
+// turns at the same frequency.
+func (s shape) headMap(n, sHeads int, rope bool) []int32 {
+	m := identity(n, 0)
+	stride := s.headDim / s.sHeadDim
+	for h := range sHeads {
+		for d := range s.sHeadDim {
+			td := d
+			if rope {
+				td = d/2*2*stride + d%2
+			}
+			m[h*s.headDim+td] = int32(h*s.sHeadDim + d)
+		}
+	}
+	return m
+}
+
+// unmapped marks the indices m maps to no source index, from index from on.
+func unmapped(m []int32, from int) []bool {
+	b := make([]bool, len(m))
+	for i := from; i < len(m); i++ {
+		b[i] = m[i] < 0
+	}
+	return b
 }
 
 func (b *builder) region() (region, error) {
@@ -351,35 +434,56 @@ func (b *builder) region() (region, error) {
 	// Added heads and units read the normalised stream, whose source
 	// channels are about 1 each: a spread of 1/sqrt(d) keeps their
 	// activations about 1 too.
-	read := 1 / math.Sqrt(float64(s.sDim))
-	none := region{readRow: t.rows, noiseCol: t.cols}
+	r := region{sCols: s.sDim, readStd: 1 / math.Sqrt(float64(s.sDim)), scale: 1}
+	r.colSrc = identity(t.cols, s.sDim)
+	r.noise = make([]bool, t.cols)
 	switch kind {
-	case "attn_q.weight":
-		none.sRows, none.sCols, none.readRow, none.readStd = s.sqw(), s.sDim, s.sqw(), read
-	case "attn_k.weight", "attn_v.weight":
-		none.sRows, none.sCols, none.readRow, none.readStd = s.skvw(), s.sDim, s.skvw(), read
+	case "attn_q.weight", "attn_k.weight":
+		sHeads := s.sHeads
+		if kind == "attn_q.weight" {
+			r.scale = float32(math.Sqrt(float64(s.headDim) / float64(s.sHeadDim)))
+		} else {
+			sHeads = s.sKVHeads
+		}
+		r.rowSrc = s.headMap(t.rows, sHeads, true)
+		// The source heads' added dimensions stay zero; the added
+		// heads are drawn.
+		r.read = unmapped(r.rowSrc, sHeads*s.headDim)
+	case "attn_v.weight":
+		r.rowSrc = s.headMap(t.rows, s.sKVHeads, false)
+		r.read = unmapped(r.rowSrc, 0)
 	case "ffn_gate.weight", "ffn_up.weight":
-		none.sRows, none.sCols, none.readRow, none.readStd = s.sFFN, s.sDim, s.sFFN, read
+		r.rowSrc = identity(t.rows, s.sFFN)
+		r.read = unmapped(r.rowSrc, 0)
 	case "attn_output.weight":
-		none.sRows, none.sCols, none.noiseCol = s.sDim, s.sqw(), s.sqw()
+		r.sCols = s.sqw()
+		r.rowSrc, r.colSrc = identity(t.rows, s.sDim), s.headMap(t.cols, s.sHeads, false)
+		r.noise = unmapped(r.colSrc, 0)
 	case "ffn_down.weight":
-		none.sRows, none.sCols, none.noiseCol = s.sDim, s.sFFN, s.sFFN
+		r.sCols = s.sFFN
+		r.rowSrc, r.colSrc = identity(t.rows, s.sDim), identity(t.cols, s.sFFN)
+		r.noise = unmapped(r.colSrc, 0)
 	case "token_embd.weight", "output.weight":
-		none.sRows, none.sCols = s.vocab, s.sDim
+		r.rowSrc = identity(t.rows, s.vocab)
 	default:
 		return region{}, fmt.Errorf("no rule for tensor %s", t.name)
+	}
+	if r.read == nil {
+		r.read = make([]bool, t.rows)
 	}
 	if added {
 		// A whole added layer: everything it reads is drawn, everything
 		// it writes is noise.
-		none.sRows, none.sCols = 0, 0
-		if none.readStd != 0 {
-			none.readRow = 0
-		} else {
-			none.noiseCol = 0
+		r.rowSrc = identity(t.rows, 0)
+		readLayer := kind != "attn_output.weight" && kind != "ffn_down.weight"
+		for i := range r.read {
+			r.read[i] = readLayer
+		}
+		for j := range r.noise {
+			r.noise[j] = !readLayer
 		}
 	}
-	return none, nil
+	return r, nil
 }
 
 // rowChunk is how many rows one draw task covers.
@@ -409,13 +513,13 @@ func (b *builder) fill(dst []byte, dt kernels.DType) error {
 		return err
 	}
 	var src []float32
-	if r.sRows > 0 {
+	if sRows := mapped(r.rowSrc); sRows > 0 {
 		var sr, sc int
 		if src, sr, sc, err = b.source(t.name); err != nil {
 			return err
 		}
-		if src == nil || sr != r.sRows || sc != r.sCols {
-			return fmt.Errorf("source tensor %s is %d×%d, want %d×%d", t.name, sr, sc, r.sRows, r.sCols)
+		if src == nil || sr != sRows || sc != r.sCols {
+			return fmt.Errorf("source tensor %s is %d×%d, want %d×%d", t.name, sr, sc, sRows, r.sCols)
 		}
 	}
 	noiseStd := b.noise / math.Sqrt(float64(t.cols))
@@ -424,13 +528,14 @@ func (b *builder) fill(dst []byte, dt kernels.DType) error {
 		for i := range len(c.Vals) / t.cols {
 			row := c.Row + i
 			out := c.Vals[i*t.cols : (i+1)*t.cols]
+			sr := int(r.rowSrc[row])
 			for j := range out {
 				switch {
-				case row < r.sRows && j < r.sCols:
-					out[j] = src[row*r.sCols+j]
-				case row >= r.readRow:
+				case sr >= 0 && r.colSrc[j] >= 0:
+					out[j] = src[sr*r.sCols+int(r.colSrc[j])] * r.scale
+				case r.read[row]:
 					out[j] = uniform(rng, r.readStd)
-				case j >= r.noiseCol && row < s.sDim && noiseStd > 0:
+				case r.noise[j] && row < s.sDim && noiseStd > 0:
 					out[j] = uniform(rng, noiseStd)
 				default:
 					out[j] = 0
@@ -438,6 +543,17 @@ func (b *builder) fill(dst []byte, dt kernels.DType) error {
 			}
 		}
 	})
+}
+
+// mapped is how many of m's indices map to a source index.
+func mapped(m []int32) int {
+	n := 0
+	for _, v := range m {
+		if v >= 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // uniform draws from a uniform distribution with standard deviation std.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"math"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -22,8 +23,14 @@ import (
 )
 
 // small is a shape that keeps the tests fast while adding every kind of
-// thing an inflation adds: width, heads and KV heads, units and layers.
-var small = inflate.Options{Layers: 7, Dim: 128, FFN: 256}
+// thing an inflation adds: width, head width, heads and KV heads, units
+// and layers. At the default head width of 64 the source's 8 heads need a
+// width of 512; 640 adds two heads and a KV head.
+var small = inflate.Options{Layers: 6, Dim: 640, FFN: 256}
+
+// oldLayout keeps the source's head width of 8, as the stand-in did
+// before its heads were widened.
+var oldLayout = inflate.Options{Layers: 7, Dim: 128, FFN: 256, HeadDim: 8}
 
 var prompts = []string{
 	"Once upon a time, there was a little girl named Lily.",
@@ -87,6 +94,29 @@ func greedy(t *testing.T, m model.Loaded, prompt []int32, n int) []int32 {
 	return out
 }
 
+// maxLogitDiff decodes ids in one batch on both models and returns the
+// largest difference between their logits at the last position.
+func maxLogitDiff(t *testing.T, m, ref model.Loaded, ids []int32) float64 {
+	t.Helper()
+	last := func(m model.Loaded) []float32 {
+		s, err := model.NewSequences(m, 1, len(ids))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := s.Step([][]int32{ids})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	a, b := last(m), last(ref)
+	d := 0.0
+	for i := range a {
+		d = max(d, math.Abs(float64(a[i]-b[i])))
+	}
+	return d
+}
+
 func encode(m model.Loaded) [][]int32 {
 	var ps [][]int32
 	for _, p := range prompts {
@@ -96,20 +126,29 @@ func encode(m model.Loaded) [][]int32 {
 }
 
 // At noise zero the inflated model is the source's function: its greedy
-// continuations are the source's, token for token.
+// continuations are the source's, token for token, and its logits the
+// source's up to rounding, whatever the head width (the widened heads'
+// RoPE pairs turn at the source's frequencies).
 func TestNoiseZeroKeepsGreedyOutput(t *testing.T) {
 	src := openSource(t, testmodels.Stories260K)
 	ref := load(t, testmodels.Path(t, testmodels.Stories260K))
-	for _, o := range []inflate.Options{small, {Layers: 5, Dim: 64 * 3, FFN: 172 + 20}} {
+	for _, o := range []inflate.Options{small, oldLayout, {Layers: 5, Dim: 16 * 5 * 2, FFN: 172 + 20, HeadDim: 16}} {
 		m := inflated(t, src, o)
 		c := m.Config()
-		if c.Layers != o.Layers || c.Dim != o.Dim || c.FFN != o.FFN || c.HeadDim != 8 || c.Heads != o.Dim/8 || c.KVHeads != o.Dim/16 {
-			t.Fatalf("have config %+v; want %d layers, width %d, FFN %d, heads of 8, 2 per KV head", c, o.Layers, o.Dim, o.FFN)
+		hd := o.HeadDim
+		if hd == 0 {
+			hd = inflate.DefaultHeadDim
+		}
+		if c.Layers != o.Layers || c.Dim != o.Dim || c.FFN != o.FFN || c.HeadDim != hd || c.Heads != o.Dim/hd || c.KVHeads != o.Dim/hd/2 {
+			t.Fatalf("have config %+v; want %d layers, width %d, FFN %d, heads of %d, 2 per KV head", c, o.Layers, o.Dim, o.FFN, hd)
 		}
 		for i, p := range encode(ref) {
 			have, want := greedy(t, m, p, 40), greedy(t, ref, p, 40)
 			if !slices.Equal(have, want) {
 				t.Errorf("%+v prompt %d: have %v; want %v", o, i, have, want)
+			}
+			if d := maxLogitDiff(t, m, ref, append(p, want...)); d > 1e-3 {
+				t.Errorf("%+v prompt %d: logits differ from the source's by up to %g; want rounding (at most 1e-3)", o, i, d)
 			}
 		}
 		a, err := inflate.MeasureAgreement(m, ref, encode(ref), 32)
@@ -237,6 +276,19 @@ func TestMetadataSaysItIsNotTrained(t *testing.T) {
 	if n, err := inflate.Params(src, inflate.Options{}); err != nil || n < 90e6 || n > 110e6 {
 		t.Errorf("default shape: %d parameters (%v); want about 100M", n, err)
 	}
+	// llama.cpp refuses a llama file whose RoPE does not turn the whole
+	// head; the head width and the KV width are the ones asked for.
+	for k, want := range map[string]uint64{
+		"llama.rope.dimension_count":    64,
+		"llama.attention.key_length":    64,
+		"llama.attention.value_length":  64,
+		"llama.attention.head_count":    10,
+		"llama.attention.head_count_kv": 5,
+	} {
+		if have, _ := f.Uint(k); have != want {
+			t.Errorf("%s = %d; want %d", k, have, want)
+		}
+	}
 }
 
 func equalValues(a, b any) bool {
@@ -260,9 +312,12 @@ func TestBadOptions(t *testing.T) {
 	}{
 		{"fewer layers", inflate.Options{Layers: 4}, "smaller than the source"},
 		{"narrower", inflate.Options{Dim: 32}, "smaller than the source"},
-		{"width not whole head groups", inflate.Options{Dim: 136}, "not a multiple of the head width"},
+		{"width not whole head groups", inflate.Options{Dim: 136, HeadDim: 8}, "not a multiple of the head width"},
+		{"fewer heads than the source", inflate.Options{Dim: 384}, "fewer than the source's 8"},
+		{"head width not the source's multiple", inflate.Options{HeadDim: 12}, "not a multiple of the source's 8"},
+		{"negative head width", inflate.Options{HeadDim: -8}, "head width -8"},
 		{"negative noise", inflate.Options{Noise: -1}, "noise"},
-		{"quantized widths", inflate.Options{Dim: 144, FFN: 256, Type: kernels.Q8_0}, "multiples of 32"},
+		{"quantized widths", inflate.Options{Dim: 144, FFN: 256, HeadDim: 8, Type: kernels.Q8_0}, "multiples of 32"},
 		{"type nothing writes", inflate.Options{Type: kernels.DType(200)}, "cannot be written"},
 	}
 	for _, tt := range tests {
