@@ -13,7 +13,7 @@ import (
 func TestMkmodelFrom(t *testing.T) {
 	src := testmodels.Path(t, testmodels.Stories260K)
 	out := filepath.Join(t.TempDir(), "inflated.gguf")
-	args := []string{"--from", src, "--out", out, "--type", "q8_0", "--layers", "6", "--dim", "128", "--ffn", "192", "--noise", "0.1"}
+	args := []string{"--from", src, "--out", out, "--type", "q8_0", "--layers", "6", "--dim", "128", "--ffn", "192", "--head-dim", "16", "--noise", "0.1"}
 	if err := runMkmodel(context.Background(), args); err != nil {
 		t.Fatal(err)
 	}
@@ -24,6 +24,9 @@ func TestMkmodelFrom(t *testing.T) {
 	defer f.Close()
 	if n, _ := f.Uint("llama.embedding_length"); n != 128 {
 		t.Errorf("have width %d; want 128", n)
+	}
+	if n, _ := f.Uint("llama.attention.key_length"); n != 16 {
+		t.Errorf("have head width %d; want 16", n)
 	}
 	if d, _ := f.String("general.description"); !strings.Contains(d, "NOT A TRAINED MODEL") || !strings.Contains(d, "noise 0.1") {
 		t.Errorf("description %q does not say what the file is", d)
@@ -37,6 +40,7 @@ func TestMkmodelFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--out", out, "--noise", "0.1"}, "--noise needs --from"},
+		{[]string{"--out", out, "--head-dim", "64"}, "--head-dim needs --from"},
 		{[]string{"--out", out, "--from", "src.gguf", "--heads", "4"}, "--heads does not apply to --from"},
 		{[]string{"--out", out, "--from", filepath.Join(t.TempDir(), "missing.gguf")}, "--from"},
 		{[]string{"--out", out, "--type", "q3"}, "unknown weight type"},
