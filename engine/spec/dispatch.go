@@ -137,25 +137,45 @@ const costPrior = 16
 // rows an extrapolation. In a bench run at b=8 its intercept put a plain
 // step at 0.6 of its cost against chain4's, and Off, judged mostly by it
 // after its first eight steps, backed off while chain4 lost by a quarter.
-const offPrior = 4
+const offPrior = 1
 
-// offClip bounds a step of Off's residual, as a factor of its mean: a
-// step's time beyond it is the load's (see loadStep).
-var offClip = math.Exp(loadStep)
+// shiftLog is how far, in log units, the median of an option's last
+// shiftRun steps must lie below the running median of its steps for its
+// estimate to be taken as changed and restarted from them: one step is
+// noise, a run of them a third below is the world (another backend, a
+// neighbour that takes compute but not bandwidth). Averaged
+// in over costMemory steps instead, Off went unplayed for thousands of
+// steps after drafting got three times dearer.
+const shiftLog = 0.4
 
-// offShift is how far, in log units, the median of Off's last offRun
-// steps must lie below its cost for the cost to be taken as changed and
-// restarted from them: a step is noise, a run of them a third below is
-// the world (drafting got dearer relative to a plain step: another
-// backend, a neighbour that takes compute but not bandwidth). Off's steps
-// are clipped to its cost's neighbourhood (offClip), so its cost healed
-// by a few percent per re-try, and backed off to re-tries 1024 steps
-// apart: with drafting three times dearer it took 5% of the steps for
-// 6000 steps where it was the best.
-const offShift = 0.4
+// shiftRun is how many of an option's steps shiftLog judges.
+const shiftRun = 5
 
-// offRun is how many of Off's steps offShift judges.
-const offRun = 5
+// medStep is how far, in log units, one step moves an option's running
+// median (up if the step lies above it, else down): half the spread of a
+// machine's steps, so it rests within a few percent of the median and
+// follows a change of shiftLog within ten steps or so.
+const medStep = 0.05
+
+// cheapLog is how much cheaper, in log units, than its estimate a
+// runner-up's step must be for its re-tries to come back to the base
+// interval: a runner-up backed off far is re-tried often enough for
+// shiftRun steps to tell whether it changed.
+const cheapLog = 0.4
+
+// thin is the least weight, in steps, of a leader's own steps for its
+// cost to be frozen (see observe).
+const thin = 2
+
+// releaseWeight is the most weight, in steps, of a dethroned leader's
+// frozen cost: as much as the line's prior.
+const releaseWeight = costPrior
+
+// offWait is the most times the base interval between re-tries of Off:
+// Off is the baseline, and a change that makes speculation lose must be
+// seen within a few hundred steps, at a cost below half a percent where
+// speculation wins by half.
+const offWait = 16
 
 // sure is how many standard errors an option's estimate must lie below
 // the leader's for its re-tries to back off while it is close.
@@ -201,24 +221,30 @@ const closeWait = 8
 //     not judged by whether the runs it was played in quoted the
 //     conversation.
 //   - the step's time, relative to a time base that follows the
-//     machine's load (each step moves it by a bounded amount, as far as
-//     the model below does not explain the step). A straight line a + b·r
-//     of a step's relative time in r, the rows it drafted per sequence, is
-//     fitted by least squares through every step of the tier, Off's and
-//     every shape's alike, over its last fitMemory or so. An option's cost
-//     is the line's at its mean rows times its residual: the mean, over
-//     its own last costMemory or so steps, of a step's relative time over
-//     the line's at that step's rows, shrunk towards every step's by
-//     costPrior steps and judged by the line again as the option's steps
-//     age (over fitMemory: the line moves). The line thus judges what a
-//     burst or a lull hit in a shape's few first steps, and tells what
-//     rows that vary cost (an n-gram tree, empty on some steps and full on
-//     others); the option's own steps tell what the line does not: a
-//     step's time is not a straight line in its rows (on a CPU two to four
-//     rows cost little more than one, past that each row its compute; a
-//     draft model's passes cost per depth, not per node), and Off, the
-//     baseline, is judged by its own steps rather than by the intercept of
-//     a line fitted mostly through steps that draft.
+//     machine's load. The leader is the reference: its steps move the
+//     base (each by a bounded amount) and nothing else, its cost frozen
+//     at what its steps measured while it was a runner-up; every other
+//     option's steps are measured against that base. An option's cost is
+//     thus a ratio to the leader's, whatever error the leader's own
+//     estimate has, and the leader's cost and the load cannot drift apart
+//     (when the leader's steps moved both, a change of load went partly
+//     into its cost, and re-basing every option at a change of leader by
+//     the ratio of two estimates locked the choice onto a shape half as
+//     good for thousands of steps in some worlds). An option's cost is
+//     the mean, over its own last costMemory or so steps that drafted, of
+//     their times, shrunk towards a line a + b·r in the rows by costPrior
+//     steps (a shape measured on a step or two, in a burst or a lull, is
+//     judged mostly by the line). A step that drafted nothing (an n-gram
+//     drafter that found no match) is a plain step and measures Off, so
+//     a tree's cost is its own where it drafts and Off's elsewhere, at
+//     the tier's share of steps that draft. A run of an option's steps
+//     well below the median of its steps restarts its estimate at once
+//     (see shiftLog), and it is re-tried at the base interval meanwhile:
+//     drafting that got three times dearer than a plain step left Off
+//     unplayed for thousands of steps while its estimate healed a step
+//     at a time. Neither happens while the base is still catching up
+//     with a change of load (the reference's steps say so): a step is
+//     then cheap by the base's lag.
 //
 // Each class (Seq.Class: the engine's priority classes) has its own
 // measurements and choices, so a class whose requests gain nothing from
@@ -253,13 +279,45 @@ type tierState struct {
 	best    int // the option played last; -1 before warm-up ends
 	retry   int // the option re-tried last (round robin)
 	last    int // the option Pick returned last
-	// logBase is the log of the time base (seconds): a step that drafts
-	// r rows per sequence is expected to take exp(logBase)·a·(1 + k·r);
-	// batch is the average sequences per step.
+	// logBase is the log of the time base (seconds): the load as the
+	// reference's steps see it. A step of option o that drafts is
+	// expected to take exp(logBase)·own(o), moved along the line for
+	// rows other than o's mean.
 	logBase float64
 	batch   float64
 	based   bool
-	fit     costFit
+	// ref is the option whose steps move the base (the leader, or the
+	// first of the warm-up before there is one) and not its own
+	// estimate, refCost its time per step at refRows rows per sequence,
+	// frozen while it is the reference: every other option's cost is
+	// measured against it, so the leader's cost and the load cannot
+	// drift apart (the leader's steps moved both, and a change of load
+	// went partly into its cost), and an option's estimate is a ratio to
+	// the leader's whatever error the leader's own estimate has. Frozen
+	// as a time, not a residual over the line: the base would move with
+	// the line's slope, and the line is fitted to times over the base.
+	ref              int
+	refCost, refRows float64
+	// refBias is the mean of the reference's step times over their
+	// geometric mean, refCost: the base follows the logs of its steps (a
+	// step several times slower moves it little), while every cost is a
+	// mean of times (an n-gram tree's steps cost a plain step or many).
+	// Frozen at its mean instead, the reference read 20% cheaper than
+	// the others where one step in ten was three times slower.
+	refBias float64
+	off     int // Off's option, -1 if none
+	// lags are the reference's last steps' log residuals left after the
+	// base moved (what the base has yet to follow), nlag how many.
+	lags [3]float64
+	nlag int
+	// moving is whether the median of lags is beyond what one step may
+	// move the base (loadStep): the load changed and the base is still
+	// catching up (see measure).
+	moving bool
+	// fit is the line of every step's time over the base in its rows,
+	// over fitMemory steps or so: what rows cost, for the prior of an
+	// option measured on few steps or none.
+	fit costFit
 	// seen counts the tier's steps observed.
 	seen int
 	// drafting is the share of the steps of options that draft in which
@@ -268,12 +326,9 @@ type tierState struct {
 	// shape.
 	drafting float64
 	drafted  int
-	// uw and us are the weight and weighted sum of every step's
-	// residual, over fitMemory or so (see unit).
-	uw, us float64
-	// k is kappa's, kept from the last step. The fit's plain step is
-	// one unit of the base: observe folds the fit's scale into the base.
-	k float64
+	// a and k are the line's plain step (in units of the base) and
+	// kappa's, kept from the last step.
+	a, k float64
 }
 
 // costFit is a weighted least-squares fit of y = a + b·r through a tier's
@@ -314,6 +369,7 @@ func (f *costFit) line() (a, b float64, ok bool) {
 
 type option struct {
 	shape Shape
+	i     int // the option's index in its tier
 	n     int
 	// acc is the option's mean accepted draft tokens per sequence-step,
 	// rows its mean rows drafted per sequence-step (an n-gram tree is
@@ -330,23 +386,33 @@ type option struct {
 	// rest on: see effective.
 	accD, rowsD float64
 	nD          int
-	// cw, cu and cuu are the option's own steps, each weighing less by
-	// 1/costMemory with every later one and by e with every fitMemory of
-	// the tier's steps (see aged): the weight, and the weighted sums of
-	// their residuals (a step's relative time over the line's at its
-	// rows) and squared residuals.
-	cw, cu, cuu float64
+	// cw, cu and cuu are the option's own steps that drafted (Off's: every
+	// step that drafted nothing, whichever option it was played for),
+	// each weighing less by 1/costMemory with every later one and by e
+	// with every fitMemory of the tier's steps (see aged): the weight,
+	// and the weighted sums of their residuals (a step's time over the
+	// base and the line's at its rows) and squared residuals. pw is the
+	// weight of the line (unit) in the option's residual: costPrior,
+	// offPrior for Off, none once the option has led (its steps then
+	// set the base, and its residual stays what it was frozen at).
+	cw, cu, cuu, pw float64
+	// cul is the weighted sum of the residuals' logs (cw's weights).
+	cul float64
+	// lmed follows the log of the median of the option's steps, by
+	// medStep a step.
+	lmed float64
+	// recent are the last steps' residuals (nr of them since the
+	// estimate last restarted, see shiftLog).
+	recent [shiftRun]float64
+	nr     int
+	// drop is how much cheaper, in log units, the option's last step was
+	// than the running median of its steps before it (lmed).
+	drop float64
 	// seen is the tier's step count (tierState.seen) at o's last step.
 	seen int
 	// wait is the current re-try interval in steps and next the step of
 	// the next re-try, while the option is not the best.
 	wait, next int
-	// recent are Off's last steps' residuals before the clip, nr how many
-	// since its cost last restarted, and cheap whether the last was well
-	// below its cost (see offShift).
-	recent [offRun]float64
-	nr     int
-	cheap  bool
 }
 
 // rowsOf is o's rows drafted per sequence-step: measured once o has
@@ -380,38 +446,44 @@ func (t *tierState) kappa() (float64, bool) {
 }
 
 // line is the tier's fitted relative time of a step of r rows per
-// sequence.
+// sequence, as a share of a plain step's.
 func (t *tierState) line(r float64) float64 { return max(1+t.k*r, 0.05) }
 
-// residual is o's steps' relative time over the line's at their rows:
-// their mean, shrunk towards every step's (the line's own, see unit) by
-// costPrior steps (offPrior for Off).
-func (t *tierState) residual(o option) float64 {
-	w, u := t.aged(o)
-	prior := float64(costPrior)
-	if o.shape.Off() {
-		prior = offPrior
+// own is o's time per step that drafts (Off's: per step) over the base:
+// the mean of its steps', shrunk towards the line's at its rows (times
+// unit) by pw steps; the reference's is frozen. It does not depend on
+// the line once measured: a step's time is not a line in its rows (on a
+// CPU two to four rows cost little more than one, past that each row
+// its compute; a draft model's passes cost per depth, not per node), and
+// an option judged by the line at its rows changed cost whenever the
+// line's slope moved.
+func (t *tierState) own(o option) float64 {
+	if o.i == t.ref {
+		// Frozen at the rows it drafted then, moved along the line to
+		// the rows it drafts now: a leader frozen in its warm-up, when
+		// its few steps had drafted nothing (an n-gram tree that found
+		// no match), was otherwise judged at a plain step's cost while
+		// its steps drafted two rows, and read a third cheaper than it
+		// was against Off for the whole run.
+		return t.refCost * t.refBias * t.line(t.rowsCost(o)) / t.line(t.refRows)
 	}
-	return (u + prior*t.unit()) / (w + prior)
+	return t.estimate(o)
 }
 
-// unit is the mean residual of all the tier's steps, over fitMemory or
-// so: the line is fitted to the steps' times and the base rests where
-// their logs do, so a step's residual is a little above 1 on the mean
-// (the more so the noisier the machine), the leader's like every other.
-func (t *tierState) unit() float64 {
-	if t.uw <= 0 {
-		return 1
+// estimate is own for an option that is not the reference.
+func (t *tierState) estimate(o option) float64 {
+	w, u := t.aged(o)
+	prior := max(t.a, 1e-3) * t.line(t.rowsCost(o))
+	if w+o.pw <= 0 {
+		return prior
 	}
-	return t.us / t.uw
+	return (u + o.pw*prior) / (w + o.pw)
 }
 
 // aged returns o's weight and residual sum, weighing less by e for every
-// fitMemory steps the tier has seen since o's last: a residual is over
-// the line of its day, and the line moves over fitMemory or so. An
-// option re-tried rarely (Off where speculation wins by far) is thus
-// judged by the line again in the end, not by a few steps the line has
-// long moved away from.
+// fitMemory steps the tier has seen since o's last: an option re-tried
+// rarely is judged by the line again in the end, not by a few steps of a
+// world that has moved on.
 func (t *tierState) aged(o option) (w, u float64) {
 	d := t.decay(o)
 	return d * o.cw, d * o.cu
@@ -420,7 +492,7 @@ func (t *tierState) aged(o option) (w, u float64) {
 // age is aged on o itself, for a new step.
 func (t *tierState) age(o *option) {
 	d := t.decay(*o)
-	o.cw, o.cu, o.cuu = d*o.cw, d*o.cu, d*o.cuu
+	o.cw, o.cu, o.cuu, o.cul = d*o.cw, d*o.cu, d*o.cuu, d*o.cul
 }
 
 // decay is the weight left to o's steps after the tier's steps since.
@@ -428,22 +500,39 @@ func (t *tierState) decay(o option) float64 {
 	return math.Exp(-float64(t.seen-o.seen) / fitMemory)
 }
 
-// rebase puts every option's residual in the units of the new leader's,
-// as the old leader's were: the time base follows the leader's steps
-// through the line alone (see observe), so it takes in the leader's
-// residual, and the others' residuals were measured against that.
-// Without it, a new leader's residual fell to the old one's over its
-// own steps while every other kept its own, and each option measured
-// cheap while it led.
-func (t *tierState) rebase(old, lead int) {
-	if old < 0 || lead < 0 || old == lead {
+// setRef makes option i the reference, frozen at its residual now. The
+// old one's steps, which moved the base rather than its own estimate,
+// are set to say the residual it was frozen at: a change of leader moves
+// no estimate (scaling every option's by the ratio of the two leaders'
+// made every option read dear after a leader's unlucky steps, and the
+// best was backed off for thousands of steps).
+func (t *tierState) setRef(i int) {
+	if i == t.ref || i < 0 {
 		return
 	}
-	f := t.residual(t.options[old]) / t.residual(t.options[lead])
-	for i := range t.options {
-		p := &t.options[i]
-		p.cu, p.cuu = f*p.cu, f*f*p.cuu
+	if old := t.ref; old >= 0 {
+		o := &t.options[old]
+		t.age(o)
+		o.cw = float64(min(max(o.n, 1), releaseWeight))
+		// At the rows it drafts now, as own reads it (see own).
+		c := t.own(*o)
+		geo := c / t.refBias
+		o.cu, o.cuu, o.cul, o.pw = c*o.cw, c*c*o.cw*(1+timeSpread*timeSpread), math.Log(geo)*o.cw, 0
+		o.seen, o.nr = t.seen, 0
+		o.lmed = math.Log(geo)
 	}
+	t.ref = i
+	t.freeze()
+}
+
+// freeze sets the reference's cost from its estimate.
+func (t *tierState) freeze() {
+	o := t.options[t.ref]
+	cost, geo := t.estimate(o), t.estimate(o)
+	if w := t.decay(o) * o.cw; w > 0 {
+		geo = math.Exp(t.decay(o) * o.cul / w)
+	}
+	t.refCost, t.refBias, t.refRows = geo, cost/geo, t.rowsCost(o)
 }
 
 // effective returns o's accepted drafts and rows per sequence-step at the
@@ -461,15 +550,30 @@ func (t *tierState) effective(o option) (acc, rows float64) {
 	return t.drafting * o.accD, t.drafting * o.rowsD
 }
 
-// cost returns o's relative step time: the line's at o's mean rows times
-// o's residual.
-func (t *tierState) cost(o option) float64 {
-	_, rows := t.effective(o)
-	return t.line(rows) * t.residual(o)
+// rowsCost is o's rows per sequence-step that drafts: the line's rows of
+// its cost.
+func (t *tierState) rowsCost(o option) float64 {
+	switch {
+	case o.shape.Off():
+		return 0
+	case o.nD == 0 || t.drafted == 0 || t.off < 0:
+		return o.rowsOf()
+	}
+	return o.rowsD
 }
 
-// value is o's committed tokens per sequence per plain step (the line's):
-// the inverse of its cost per committed token.
+// cost returns o's time per step over the base: its own per step that
+// drafts, and for the tier's share of steps that draft nothing (an
+// n-gram drafter that found no match) Off's.
+func (t *tierState) cost(o option) float64 {
+	if o.shape.Off() || o.nD == 0 || t.drafted == 0 || t.off < 0 {
+		return t.own(o)
+	}
+	return t.drafting*t.own(o) + (1-t.drafting)*t.own(t.options[t.off])
+}
+
+// value is o's committed tokens per sequence per time base: the inverse
+// of its cost per committed token.
 func (t *tierState) value(o option) float64 {
 	acc, _ := t.effective(o)
 	return (1 + acc) / t.cost(o)
@@ -490,7 +594,7 @@ func (t *tierState) spread(o option, accA float64) float64 {
 	na := min(float64(o.accN), 2/accA-1)
 	va := (na*max(o.acc2-o.acc*o.acc, 0) + spreadPrior*l*l/4) / (na + spreadPrior)
 	u := o.cu / o.cw
-	nu := min(float64(o.n), 2*costMemory-1)
+	nu := max(min(float64(o.n), 2*costMemory-1), 1)
 	vu := (nu*max(o.cuu/o.cw-u*u, 0)/(u*u) + spreadPrior*timeSpread*timeSpread) / (nu + spreadPrior)
 	return math.Sqrt(va/(na*(1+o.acc)*(1+o.acc)) + vu/nu)
 }
@@ -519,7 +623,7 @@ func Fixed(s Shape) *Dispatcher {
 func (d *Dispatcher) newTiers() []tierState {
 	var out []tierState
 	for _, t := range d.tiers {
-		ts := tierState{max: t.MaxBatch, best: -1}
+		ts := tierState{max: t.MaxBatch, best: -1, a: 1}
 		for _, s := range t.Shapes {
 			if !s.Off() {
 				ts.options = append(ts.options, option{shape: s})
@@ -538,6 +642,18 @@ func (d *Dispatcher) newTiers() []tierState {
 		if len(ts.order) > 1 && ts.options[ts.order[0]].shape.Off() {
 			ts.order[0], ts.order[1] = ts.order[1], ts.order[0]
 		}
+		ts.off = slices.IndexFunc(ts.options, func(o option) bool { return o.shape.Off() })
+		for i := range ts.options {
+			o := &ts.options[i]
+			o.i, o.pw = i, costPrior
+			if o.shape.Off() {
+				o.pw = offPrior
+			}
+		}
+		// Before a leader, the first option of the warm-up is the
+		// reference (see setRef).
+		ts.ref, ts.refCost, ts.refBias = ts.order[0], 1, 1
+		ts.refRows = float64(ts.options[ts.ref].shape.Len())
 		out = append(out, ts)
 	}
 	return out
@@ -643,7 +759,7 @@ func (d *Dispatcher) pick(class []tierState, t *tierState) int {
 			o := &t.options[t.best]
 			o.wait, o.next = explore, t.steps+explore
 		}
-		t.rebase(t.best, best)
+		t.setRef(best)
 		t.best = best
 	}
 	for k := 1; k <= len(t.options); k++ {
@@ -673,18 +789,19 @@ func (d *Dispatcher) pick(class []tierState, t *tierState) int {
 			// chain whose drafts were rejected twice) backed off for
 			// good.
 			hi := v * (1 + sure*t.spread(*o, d.accAlpha()))
-			if o.cheap {
-				// Off's last step came in well below its cost: a few
-				// more at the base interval tell whether the world
-				// changed (see offShift).
+			switch {
+			case o.drop > cheapLog && v*math.Exp(o.drop) > close*lead:
+				// Its last step came in well below its estimate, and
+				// at that cost it would be close: the world may have
+				// changed, and a few steps more tell (see shiftLog).
 				o.wait, o.next = explore, t.steps+explore
-			} else if o.shape.Off() && v < close*lead && o.n >= trusted {
+			case o.shape.Off() && v < close*lead && o.n >= trusted:
+				o.wait = min(2*o.wait, offWait*explore)
+			case !o.shape.Off() && hi < close*lead:
 				o.wait = min(2*o.wait, 64*explore)
-			} else if !o.shape.Off() && hi < close*lead {
-				o.wait = min(2*o.wait, 64*explore)
-			} else if !o.shape.Off() && hi < lead {
+			case !o.shape.Off() && hi < lead:
 				o.wait = min(2*o.wait, closeWait*explore)
-			} else {
+			default:
 				// A close runner-up keeps being re-tried at the base
 				// interval: each re-try costs little, and its few
 				// observations (a chain whose first draft happened to
@@ -841,67 +958,84 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 	}
 	lt := math.Log(elapsed.Seconds())
 	r := float64(rows) / float64(batch)
+	// The step's cost is its option's where it drafted, else Off's: a
+	// step that drafted nothing (an n-gram drafter that found no match)
+	// is a plain step, and every such step measures the baseline.
+	q := at
+	if rows == 0 && t.off >= 0 {
+		q = t.off
+	}
+	// What q's step is expected to take: its own cost, moved along the
+	// line for rows other than its mean (a dynamic tree's or an n-gram
+	// tree's vary from step to step).
+	c := t.own(t.options[q])
+	want := c * t.line(r) / t.line(t.rowsCost(t.options[q]))
+	if q == t.ref {
+		want = t.refCost * t.refBias * t.line(r) / t.line(t.refRows)
+	}
+	mid := want // where the logs of q's steps lie
+	if q == t.ref {
+		mid = want / t.refBias
+	}
 	if !t.based {
-		t.logBase, t.based = lt, true
+		t.logBase, t.based = lt-math.Log(mid), true
 	}
 	// The step's time relative to the base the steps before it set (the
-	// load now) goes into the fit; then the base follows the load, as
-	// far as the fit explains this step's time. The base is in the fit's
-	// units (a plain step takes a of it), so the fit's older steps stay
-	// comparable with its new ones as the base moves.
+	// load now) goes into the fit, a line in the rows (what rows cost,
+	// for the prior of an option not measured yet), and into q's own.
 	y := math.Exp(lt - t.logBase)
-	res := t.residual(*o)
-	if t.fit.n >= fitAfter {
-		p := t.line(r) * res
-		y = min(max(y, p/fitClip), p*fitClip)
+	t.moving = false
+	if q != t.ref && t.nlag >= len(t.lags) {
+		m := t.lags
+		slices.Sort(m[:])
+		t.moving = math.Abs(m[len(m)/2]) > loadStep
 	}
-	u := y / t.line(r) // against the line before this step
-	if o.shape.Off() {
-		t.shift(o, u, res)
-		res = t.residual(*o)
-		// Every step of Off does the same work: one far from its mean
-		// is the machine's (another process, a collection), not Off's,
-		// and Off's few steps where speculation wins must not carry it.
-		u = min(max(u, res/offClip), res*offClip)
+	if t.seen >= fitAfter {
+		y = min(max(y, want/fitClip), want*fitClip)
 	}
 	t.fit.add(r, y)
-	// Pin the line's scale at 1 and keep it in the base: the steps enter
-	// the fit in linear units while the base follows their logs, and a
-	// noisy step's mean lies above its log's, so unpinned the line's
-	// scale grew and the base fell without bound (a ran past 1e33 in half
-	// a million steps of a steady world, then everything was NaN).
-	// Residuals and kappa are ratios to the line and do not move.
-	// A fit whose intercept is not positive (a few very noisy steps) is
-	// left unpinned: dividing by a floor instead multiplied its sums by
-	// the floor's inverse on every step until they overflowed and every
-	// estimate was NaN for good.
-	if s, _, _ := t.fit.line(); s > 0 && s != 1 {
-		t.fit.wy /= s
-		t.fit.wry /= s
-		t.logBase += math.Log(s)
+	t.seen++
+	if q == t.ref {
+		// The reference's step moves the base, as far as a step may
+		// move it (see loadStep), and nothing else: its cost is the
+		// unit every other option's is measured in.
+		if o := &t.options[q]; o.cw*t.decay(*o) < thin {
+			// A leader measured on a few steps (an n-gram tree that
+			// drafted twice in its warm-up, then led on its line's
+			// prior) measures itself against the base its predecessor
+			// left, held, until it rests on as many steps as the
+			// prior: frozen at once, its error went into the base, and
+			// every other option read wrong by half for hundreds of
+			// steps.
+			t.measure(o, y*t.line(t.refRows)/t.line(r), t.estimate(*o))
+			t.freeze()
+		} else {
+			rd := lt - t.logBase - math.Log(mid)
+			mv := a * min(max(rd, -loadStep), loadStep)
+			t.logBase += mv
+			t.lags[t.nlag%len(t.lags)] = rd - mv
+			t.nlag++
+			o.seen = t.seen
+			// The bias starts where the reference's own steps put it
+			// and moves as slowly as any cost: one slow step right
+			// after a change of leader doubled it.
+			t.refBias += (y/mid - t.refBias) / costMemory
+		}
+	} else {
+		if at == t.ref {
+			// The leader drafted nothing (an n-gram drafter in a reply
+			// that quotes nothing): the base follows the load through
+			// Off's cost, a quarter as fast, so a run of such steps
+			// under a drifting load does not leave it behind.
+			t.logBase += a / 4 * min(max(lt-t.logBase-math.Log(mid), -loadStep), loadStep)
+		}
+		t.measure(&t.options[q], y*c/want, c)
+	}
+	t.pin()
+	if a, _, _ := t.fit.line(); a > 0 {
+		t.a = a
 	}
 	t.k, _ = t.kappa()
-	// The option's residual is over the line, not a mean relative time:
-	// the line's units move with the base (the fit follows its steps),
-	// and the residual stays in them.
-	t.age(o)
-	f := 1 - 1.0/costMemory
-	o.cw, o.cu, o.cuu = f*o.cw+1, f*o.cu+u, f*o.cuu+u*u
-	t.seen++
-	o.seen = t.seen
-	g := 1 - 1.0/fitMemory
-	t.uw, t.us = g*t.uw+1, g*t.us+u
-	// The base follows the load as far as the option's cost over the
-	// leader's does not explain the step: a leader's step through the
-	// line alone, so the base rests where the leader's residual does
-	// (the leader's is the unit of every other's, see rebase); another
-	// option's through its residual over the leader's, so that a re-try
-	// of a dear shape is not taken for a change of load.
-	cost := t.line(r)
-	if l := t.best; l >= 0 && l != at && t.options[l].cw > 0 {
-		cost *= res / t.residual(t.options[l])
-	}
-	t.logBase += a * min(max(lt-math.Log(cost)-t.logBase, -loadStep), loadStep)
 	if t.batch == 0 {
 		t.batch = float64(batch)
 	}
@@ -932,23 +1066,105 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 	}
 }
 
-// shift records Off's step of residual u (before the clip), res its
-// residual before it, and restarts Off's cost at the median of its last
-// offRun steps when that lies offShift or more below (see offShift).
-func (t *tierState) shift(o *option, u, res float64) {
-	o.cheap = u < res*math.Exp(-offShift)
-	o.recent[o.nr%offRun] = u
+// pin keeps Off's cost at one unit of the base by moving the base and
+// every cost the other way: nothing any choice reads changes. A change of
+// leader moves the base by the error of the new leader's estimate, and a
+// new leader is one whose estimate erred low more often than not:
+// unpinned, the base rose and every cost fell without bound. (Pinned to
+// the line's plain step instead, an extrapolation where Off is rarely
+// played, the base jumped with the line's slope.)
+func (t *tierState) pin() {
+	if t.off < 0 {
+		return
+	}
+	c := t.own(t.options[t.off])
+	if !(c > 0) || c == 1 || math.IsInf(c, 0) {
+		return
+	}
+	t.logBase += math.Log(c)
+	t.refCost /= c
+	t.a /= c
+	t.fit.wy /= c
+	t.fit.wry /= c
+	for i := range t.options {
+		o := &t.options[i]
+		o.cu /= c
+		o.cuu /= c * c
+		o.cul -= o.cw * math.Log(c)
+		o.lmed -= math.Log(c)
+		for k := range o.recent {
+			o.recent[k] /= c
+		}
+	}
+}
+
+// measure adds a step of o's, u its time over the base (at o's mean
+// rows) and res o's own cost before it.
+func (t *tierState) measure(o *option, u, res float64) {
+	if o.cw >= 4 {
+		// One step in ten or so on a shared machine is several times
+		// slower (another process, a collection): a step counts for at
+		// most fitClip times the estimate either way.
+		u = min(max(u, res/fitClip), res*fitClip)
+	}
+	t.age(o)
+	f := 1 - 1.0/costMemory
+	o.cw, o.cu, o.cuu, o.cul = f*o.cw+1, f*o.cu+u, f*o.cuu+u*u, f*o.cul+math.Log(u)
+	seen := o.seen
+	o.seen = t.seen
+	o.drop = 0
+	if t.moving {
+		// The base is still catching up with a change of load: a step
+		// is cheap or dear by the base's lag, not by the world. Taken
+		// for the world, a chain re-tried as a tenfold burst ended
+		// restarted at half its cost and led for 900 steps at 0.8 of
+		// the best.
+		return
+	}
+	// Cheap or not against the median of the option's steps, not their
+	// mean: an option whose steps cost a plain step or many (a tree the
+	// caller does not count the rows of, empty on most steps) has most
+	// of its steps far below its mean, and each of them restarted its
+	// cost or brought its next re-try at once; the big trees took a
+	// tenth of the steps where they lose by a third.
+	if lu := math.Log(u); o.cw <= 1 {
+		o.lmed = lu
+	} else {
+		o.drop = max(o.lmed-lu, 0)
+		if lu > o.lmed {
+			o.lmed += medStep
+		} else {
+			o.lmed -= medStep
+		}
+	}
+	if t.seen-seen > fitMemory {
+		// Steps this old are of another world: they do not judge
+		// whether this one changed.
+		o.nr = 0
+	}
+	o.recent[o.nr%shiftRun] = u
 	o.nr++
-	if o.nr < offRun || o.cw <= 0 || o.cu <= 0 {
+	if o.nr < shiftRun {
 		return
 	}
 	m := o.recent
 	slices.Sort(m[:])
-	if med := m[offRun/2]; med < res*math.Exp(-offShift) {
-		// Only downwards: a machine's outliers are slow ones, and Off
-		// that got dearer loses its re-tries only.
-		f := med / (o.cu / o.cw)
-		o.cu, o.cuu = f*o.cu, f*f*o.cuu
+	if med := m[shiftRun/2]; med < math.Exp(o.lmed-shiftLog) {
+		// The last shiftRun steps agree on a lower cost: the world
+		// changed. Move every step it rests on by as much, so the
+		// estimate is at the new cost at once. Only downwards: a
+		// machine's outliers are slow ones, and three of five steps in
+		// a burst restarted Off three times dearer than it was; an
+		// option that got dearer costs its re-tries only, and a leader
+		// that got dearer moves the base, so every other reads cheaper.
+		// The steps' geometric mean goes to the median of the last few
+		// (moved by the running median's drop instead, the costs that
+		// had drifted from it went with them: Off read 0.6 of its
+		// speed against the leader in a few seeds, a burst's end left
+		// a lock-in).
+		f := med / math.Exp(o.cul/o.cw)
+		o.cu, o.cuu, o.cul = f*o.cu, f*f*o.cuu, o.cul+o.cw*math.Log(f)
+		o.lmed = math.Log(med)
 		o.nr = 0
 	}
 }
@@ -1034,7 +1250,7 @@ func (d *Dispatcher) ClassKappa(class, load int) (float64, int) {
 	if t == nil {
 		return 0, 0
 	}
-	return t.k, t.fit.n
+	return t.k, t.seen
 }
 
 // Stats returns class 0's measurements in the tier that serves load.

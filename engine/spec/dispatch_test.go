@@ -478,7 +478,18 @@ func TestDispatcherSettles(t *testing.T) {
 			// at all costs the draft's eight passes: every shape loses
 			// to Off by 9% or more; dynamic trees fill half of their
 			// budget on average.
-			name: "b8 every shape loses to off", batch: 8, fill: 1, lossy: 0.04, most: 0.05, want: 0.99,
+			//
+			// Held to 0.05 of the steps lost while the leader's own steps
+			// moved both its cost and the base (it read 0.021 over 32
+			// seeds). With the leader the frozen reference, chain2 (0.91
+			// of Off) takes the lead now and then on an estimate from a
+			// few re-tries that erred low, and its frozen cost heals only
+			// as fast as Off's re-tries move Off's: 0.066 over 32 seeds,
+			// 0.076 over these eight, for 0.992 of the best value (0.997
+			// before). The price of the reference that keeps the b=1
+			// tier from locking onto a shape half as good
+			// (TestDispatcherLoadChanges).
+			name: "b8 every shape loses to off", batch: 8, fill: 1, lossy: 0.04, most: 0.09, want: 0.99,
 			world: map[string]shape{"off": {0, 1}, "chain2": {0.6, 2.15}, "chain4": {0.6, 2.9}, "dyn4": {0.68, 3.0}, "dyn8": {0.6, 4}},
 		},
 	} {
@@ -627,9 +638,10 @@ func TestDispatcherFollowsTraffic(t *testing.T) {
 		// each, 1024 steps apart: 0.754 of the best value. Now a re-try
 		// well below its cost brings the next at once, and a run of them
 		// restarts it (0.869: the first re-try after the change may
-		// still be up to 1024 steps away).
+		// still be up to 1024 steps away). With Off the unit of every
+		// cost and re-tried every 256 steps at least (offWait): 0.950.
 		{name: "drafting gets three times dearer", change: map[string]shape{"chain2": {0.8, 3.9}, "chain3": {0.8, 3.96}, "chain4": {0.8, 4.5}, "dyn4": {0.8, 4.38},
-			"dyn8": {0.7, 6.6}, "bushy16": {0.75, 9.6}, "dyn16": {0.6, 10.8}, "dyn32": {0.55, 18}}, want: 0.85},
+			"dyn8": {0.7, 6.6}, "bushy16": {0.75, 9.6}, "dyn16": {0.6, 10.8}, "dyn32": {0.55, 18}}, want: 0.93},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const seeds, steps, before = 8, 5000, 2000
@@ -680,6 +692,95 @@ func TestDispatcherFollowsTraffic(t *testing.T) {
 				t.Errorf("have %.3f of the best value after the change; want ≥ %.3f", mean, tc.want)
 			}
 			t.Logf("%.3f of the best value after the change", mean)
+		})
+	}
+}
+
+// TestDispatcherLoadChanges: a dispatcher that settled keeps playing near
+// the best shape through a steady run, a burst of load and a lasting fall
+// of load, in every one of many seeds: a lock-in shows in one seed in ten
+// or in eighty, so eight say little. The b=1 world of
+// TestDispatcherFollowsTraffic; the value played over the 3000 steps after
+// step 2000, its mean and its worst seed. Before, the leader's own steps
+// moved both its cost and the base, a cost was the line's at the option's
+// rows times a residual (a line whose slope drifted below zero made dyn32
+// read nearly free), and a change of leader re-based every option by the
+// ratio of two estimates: over these 80 seeds the worst read 0.756
+// (stationary), 0.896 with 11 seeds below 0.93 (10x load for 100 steps)
+// and 0.661 (load x0.2 for good); now 0.965, 0.931 and 0.942.
+func TestDispatcherLoadChanges(t *testing.T) {
+	cost := map[string]float64{"off": 1, "chain2": 1.3, "chain3": 1.32, "chain4": 1.5, "dyn4": 1.46,
+		"dyn8": 2.2, "bushy16": 3.2, "dyn16": 3.6, "dyn32": 6}
+	p := map[string]float64{"off": 0, "chain2": 0.8, "chain3": 0.8, "chain4": 0.8, "dyn4": 0.8,
+		"dyn8": 0.7, "bushy16": 0.75, "dyn16": 0.6, "dyn32": 0.55}
+	value := func(s Shape) float64 {
+		tok, q := 0.0, 1.0
+		for range min(s.Len(), s.MaxDepth) {
+			q *= p[s.Name]
+			tok += q
+		}
+		return (1 + tok) / cost[s.Name]
+	}
+	top := 0.0
+	for _, s := range append(DefaultTiers()[0].Shapes, Off) {
+		top = max(top, value(s))
+	}
+	for _, tc := range []struct {
+		name  string
+		load  func(step int) float64
+		mean  float64 // the least mean share of the best value
+		worst float64 // the least share in any seed
+	}{
+		{"stationary", func(int) float64 { return 1 }, 0.97, 0.93},
+		{"10x load for 100 steps", func(i int) float64 {
+			if i >= 2000 && i < 2100 {
+				return 10
+			}
+			return 1
+		}, 0.97, 0.93},
+		{"load falls to a fifth", func(i int) float64 {
+			if i >= 2000 {
+				return 0.2
+			}
+			return 1
+		}, 0.97, 0.93},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const seeds, steps, from = 80, 5000, 2000
+			mean, worst, bad := 0.0, 1.0, 0
+			for seed := range uint64(seeds) {
+				r := rand.New(rand.NewPCG(seed, 7))
+				d := NewDispatcher(nil)
+				got := 0.0
+				for i := range steps {
+					s := d.Pick(1)
+					if i >= from {
+						got += value(s) / top / (steps - from)
+					}
+					a := 0
+					for a < min(s.Len(), s.MaxDepth) && r.Float64() < p[s.Name] {
+						a++
+					}
+					f := math.Exp(0.1 * r.NormFloat64())
+					if r.Float64() < 1.0/12 {
+						f *= 3
+					}
+					f *= tc.load(i)
+					d.ObserveRows(0, 1, 1, s, 1+a, s.Len(), time.Duration(f*cost[s.Name]*float64(time.Millisecond)))
+					d.ObserveNested(0, 1, s, []int{a}, []int{s.Len()})
+				}
+				mean += got / seeds
+				if got < worst {
+					worst = got
+				}
+				if got < tc.worst {
+					bad++
+				}
+			}
+			if mean < tc.mean || worst < tc.worst {
+				t.Errorf("have %.3f of the best value on the mean, %.3f in the worst of %d seeds (%d below %.2f); want ≥ %.2f and ≥ %.2f", mean, worst, seeds, bad, tc.worst, tc.mean, tc.worst)
+			}
+			t.Logf("%.3f of the best value on the mean, %.3f in the worst seed", mean, worst)
 		})
 	}
 }
