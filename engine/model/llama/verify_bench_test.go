@@ -19,8 +19,8 @@ import (
 // after it, every row's logits wanted, at verifyCtx positions of context,
 // against a plain step (k = 0) of the same sequence. The model is random,
 // in the shape `specgate mkmodel`'s defaults give the inflated speculation
-// target (about 95M parameters of Q8_0, 8 layers, 128 query heads of 8
-// over 64 kv heads, an F16 cache), so a step reads about 100 MB of weights:
+// target (about 95M parameters of Q8_0, 8 layers, 16 query heads of 64
+// over 8 kv heads, an F16 cache), so a step reads about 100 MB of weights:
 // the weight-bound case speculation is for. Each iteration runs a plain
 // step and a k-row one, in turn, on one worker thread; x-plain is the
 // median over iterations of the k-row step's process CPU time over the
@@ -30,7 +30,7 @@ import (
 //	go test -run '^$' -bench VerifyStep -benchtime 40x ./engine/model/llama
 func BenchmarkVerifyStep(b *testing.B) {
 	const verifyCtx = 450
-	path := synth.Setup(b, synth.Options{Seed: 11, Layers: 8, Dim: 1024, Heads: 128, KVHeads: 64, FFN: 2816,
+	path := synth.Setup(b, synth.Options{Seed: 11, Layers: 8, Dim: 1024, Heads: 16, KVHeads: 8, FFN: 2816,
 		Vocab: 512, Context: 1024, Type: kernels.Q8_0})
 	be, err := kernels.Open("cpu", kernels.Options{Threads: 1})
 	if err != nil {
