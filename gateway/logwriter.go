@@ -217,6 +217,9 @@ type logWriter struct {
 	log *slog.Logger
 	// timeout bounds one round's writes.
 	timeout time.Duration
+	// hold is sentWait; tests that must tell the watchdog's release from
+	// the write's on a busy machine widen it before the first push.
+	hold time.Duration
 
 	mu    sync.Mutex // protects dirty and live
 	dirty map[*logQueue]bool
@@ -232,7 +235,7 @@ type logWriter struct {
 }
 
 func newLogWriter(l *streamLog, log *slog.Logger, timeout time.Duration) *logWriter {
-	w := &logWriter{l: l, log: log, timeout: timeout, dirty: map[*logQueue]bool{}, live: map[*logQueue]bool{},
+	w := &logWriter{l: l, log: log, timeout: timeout, hold: sentWait, dirty: map[*logQueue]bool{}, live: map[*logQueue]bool{},
 		wake: make(chan struct{}, 1), slots: make(chan struct{}, logRounds)}
 	w.watchdog = time.AfterFunc(time.Hour, w.watch)
 	w.watchdog.Stop()
@@ -285,7 +288,7 @@ func (w *logWriter) push(q *logQueue, e logEntry) {
 	q.mu.Unlock()
 	w.mark(q)
 	if first && w.watching.CompareAndSwap(false, true) {
-		w.watchdog.Reset(sentWait)
+		w.watchdog.Reset(w.hold)
 	}
 }
 
@@ -302,7 +305,7 @@ func (w *logWriter) watch() {
 	for q := range w.live {
 		q.mu.Lock()
 		if len(q.held) > 0 {
-			if left := sentWait - now.Sub(q.heldAt); left <= 0 {
+			if left := w.hold - now.Sub(q.heldAt); left <= 0 {
 				late = append(late, q)
 			} else if next < 0 || left < next {
 				next = left
@@ -322,7 +325,7 @@ func (w *logWriter) watch() {
 // settle returns once every delta pushed to q went to the client, waiting
 // at most sentWait for the last ones' appends to go out.
 func (w *logWriter) settle(q *logQueue) {
-	t := time.NewTimer(sentWait)
+	t := time.NewTimer(w.hold)
 	defer t.Stop()
 	for {
 		q.mu.Lock()

@@ -22,13 +22,61 @@ import (
 	"github.com/specgate/specgate/internal/testredis"
 )
 
+// pauseWrites makes rs take no writes until the returned resume is called
+// (at the latest by the test's cleanup). The pause's own timeout is only a
+// safety net: a test that ends it itself after the event it checks makes
+// "before Redis takes writes again" an ordering, not a race against a
+// clock that a busy machine can lose.
+func pauseWrites(t *testing.T, rs *testredis.Server) (resume func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rs.Client().Do(ctx, "client", "pause", pauseCap.Milliseconds(), "write").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := rs.Client().Do(ctx, "client", "unpause").Err(); err != nil {
+				t.Errorf("client unpause: %v", err)
+			}
+		})
+	}
+	t.Cleanup(resume)
+	return resume
+}
+
+// pauseCap bounds a pauseWrites pause that its test never ended.
+const pauseCap = 30 * time.Second
+
+// patientClient is a client of rs whose reads outlast pauseCap: a
+// command that Redis holds during a pause is answered after it, not
+// given up (the log writer's client copies these options).
+func patientClient(t *testing.T, rs *testredis.Server) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr(), ReadTimeout: pauseCap + 5*time.Second, MaxRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// widenHold sets w's sentWait before any push: long enough that a writer
+// starved by a busy machine is not overtaken by the watchdog, so a test
+// can tell a release by the append's write from one by the watchdog.
+func widenHold(w *logWriter, d time.Duration) {
+	w.mu.Lock() // the turns read hold after locking w.mu
+	w.hold = d
+	w.mu.Unlock()
+}
+
 // TestDeltaNeverWaitsForTheLog pauses every write on a private Redis in
 // the middle of a reply: the deltas still reach the client at once (the
-// log is appended after the socket write, not before), and once writes
+// log is appended after the socket write, not before), the done waits for
+// Redis to take writes again (it reports the reply stored), and once they
 // resume the log holds every delta, so a resume from any offset is exact.
 func TestDeltaNeverWaitsForTheLog(t *testing.T) {
 	rs := testredis.Start(t)
-	e := newEnv(t, rs.Client(), "", nil)
+	e := newEnv(t, patientClient(t, rs), "", func(o *Options) { o.PersistTimeout = pauseCap })
 	e.gen.gate = make(chan struct{}, 100)
 	c := e.login("alice")
 	sid := c.createSession("paused")
@@ -40,29 +88,37 @@ func TestDeltaNeverWaitsForTheLog(t *testing.T) {
 	if f := c.read(); f.Type != TypeDelta || f.Seq != 1 {
 		t.Fatalf("have %+v; want delta 1", f)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	const pause = 2 * time.Second
-	if err := rs.Client().Do(ctx, "client", "pause", pause.Milliseconds(), "write").Err(); err != nil {
-		t.Fatal(err)
-	}
-	paused := time.Now()
+	resume := pauseWrites(t, rs)
 	for seq := 2; seq <= len(words); seq++ {
 		e.gen.gate <- struct{}{}
-		f, err := c.tryRead(time.Second)
+		f, err := c.tryRead(3 * time.Second)
 		if err != nil || f.Type != TypeDelta || f.Seq != seq || f.Text != words[seq-1] {
 			t.Fatalf("delta %d while Redis takes no writes: have %+v, %v", seq, f, err)
 		}
 	}
-	if waited := time.Since(paused); waited >= pause {
-		t.Fatalf("the deltas took %v, past the %v pause: they waited for the log", waited, pause)
+	// Every delta came while Redis took no writes. The done must not: it
+	// is read on its own while the test waits long enough for a done that
+	// skips the store to show, then lets Redis take writes.
+	type arrival struct {
+		f   ServerFrame
+		err error
+		at  time.Time
 	}
+	got := make(chan arrival, 1)
 	e.gen.gate <- struct{}{}
-	if f := c.read(); f.Type != TypeDone || f.FinishReason != engine.FinishStop {
-		t.Fatalf("have %+v; want done with finish_reason stop", f)
+	go func() {
+		f, err := c.tryRead(pauseCap)
+		got <- arrival{f, err, time.Now()}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	resuming := time.Now()
+	resume()
+	a := <-got
+	if a.err != nil || a.f.Type != TypeDone || a.f.FinishReason != engine.FinishStop {
+		t.Fatalf("have %+v, %v; want done with finish_reason stop", a.f, a.err)
 	}
-	if time.Since(paused) < pause {
-		t.Fatal("done came before Redis took writes again: it cannot have been stored")
+	if a.at.Before(resuming) {
+		t.Fatalf("done came %v before Redis took writes again: it cannot have been stored", resuming.Sub(a.at))
 	}
 
 	for _, after := range []int{0, 3, len(words)} {
@@ -82,36 +138,34 @@ func TestDeltaNeverWaitsForTheLog(t *testing.T) {
 // Redis executes no writes at all; the append lands once they resume.
 func TestLogWriterSeesAppendsGoOut(t *testing.T) {
 	rs := testredis.Start(t)
-	e := newEnv(t, rs.Client(), "", nil)
+	// The round's own timeout outlasts the pause too: only Redis's answer
+	// ends it.
+	e := newEnv(t, patientClient(t, rs), "", func(o *Options) { o.WriteTimeout = pauseCap + 5*time.Second })
+	widenHold(e.srv.logw, pauseCap)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// Shorter than the test client's read timeout, which the log
-	// writer's client copies.
-	const pause = 700 * time.Millisecond
-	if err := rs.Client().Do(ctx, "client", "pause", pause.Milliseconds(), "write").Err(); err != nil {
-		t.Fatal(err)
-	}
-	paused := time.Now()
+	resume := pauseWrites(t, rs)
 	sink := make(deltaChan, 1)
 	q := e.srv.logw.queue("s_sent", "r1", sink)
 	defer e.srv.logw.end(q)
 	e.srv.logw.push(q, logEntry{Seq: 1, Text: "one"})
 	select {
 	case <-sink:
-	case <-time.After(pause / 2):
+	case <-time.After(5 * time.Second):
 		t.Fatal("the delta was not released while Redis paused writes")
 	}
-	if time.Since(paused) >= pause {
-		t.Fatal("reported after the pause: Redis's answer, not the write, was waited for")
-	}
-	// The watchdog also releases a held delta, after sentWait, and stalls
-	// its queue: a release by the write leaves the queue running.
+	// Redis still takes no writes, so the round cannot have its answer
+	// yet, nor can the watchdog have fired: the release was the write's.
 	q.mu.Lock()
-	stalled := q.stalled
+	inflight, stalled := q.inflight, q.stalled
 	q.mu.Unlock()
+	if !inflight {
+		t.Fatal("released once the round ended: Redis's answer, not the write, was waited for")
+	}
 	if stalled {
 		t.Fatal("the delta was released by the watchdog, not by its append's write")
 	}
+	resume()
 	if !e.srv.logw.flush(ctx, q) {
 		t.Fatal("the append did not land once Redis took writes again")
 	}
