@@ -168,8 +168,14 @@ const cheapLog = 0.4
 const thin = 2
 
 // releaseWeight is the most weight, in steps, of a dethroned leader's
-// frozen cost: as much as the line's prior.
-const releaseWeight = costPrior
+// frozen cost. A runner-up whose estimate erred low takes the lead and
+// freezes that error as the reference; the dethroned leader, re-tried in
+// the new base, shows it, but only once its first re-tries outweigh the
+// frozen cost it carries. At the line's prior (16) that took a dozen
+// re-tries at b=8 and a shape at 0.81 of Off's speed led for hundreds of
+// steps; at 4 a few re-tries correct it, and the lock-in worlds
+// (TestDispatcherLoadChanges) read the same.
+const releaseWeight = 4
 
 // offWait is the most times the base interval between re-tries of Off:
 // Off is the baseline, and a change that makes speculation lose must be
@@ -392,7 +398,7 @@ type option struct {
 	// with every fitMemory of the tier's steps (see aged): the weight,
 	// and the weighted sums of their residuals (a step's time over the
 	// base and the line's at its rows) and squared residuals. pw is the
-	// weight of the line (unit) in the option's residual: costPrior,
+	// weight of the line's prior in the option's residual: costPrior,
 	// offPrior for Off, none once the option has led (its steps then
 	// set the base, and its residual stays what it was frozen at).
 	cw, cu, cuu, pw float64
@@ -522,6 +528,9 @@ func (t *tierState) setRef(i int) {
 		o.lmed = math.Log(geo)
 	}
 	t.ref = i
+	// lags are the reference's: the old one's say nothing of how far
+	// the base is behind the new one's steps.
+	t.nlag = 0
 	t.freeze()
 }
 

@@ -297,7 +297,7 @@ func TestDispatcherCostPerToken(t *testing.T) {
 			}
 		}
 		// 0.965: over 32 seeds the dispatcher reads the same as before
-		// Off's cost could restart (see offShift), 0.97 or more in each
+		// an option's cost could restart (see shiftLog), 0.97 or more in each
 		// case; over these 8, per-row cost 0.40 reads 0.9699, this
 		// world's load wandering far enough in 80 steps to restart it.
 		if mean < 0.965 {
