@@ -16,10 +16,10 @@ import (
 // defaultInflateNoise is --noise for --from: the perturbation at which
 // stories260K, drafting for its default Q8_0 inflation (heads of 64), has
 // about 77% of its greedy tokens accepted position by position (mkmodel
-// measures and prints that rate; 74.6% at 0.13, 79.9% at 0.115, 81.6% at
-// 0.11) and about 60% of the tokens it proposes in speculation's chains
-// accepted (a chain stops at its first miss; bench --spec prints that
-// one). The heads of 8 the stand-in had before took 0.13 for 79%; a
+// measures and prints that rate; 76.8% at 0.12, 74.6% at 0.13, 79.9% at
+// 0.115, 81.6% at 0.11) and about 60% of the tokens it proposes in
+// speculation's chains accepted (a chain stops at its first miss; bench
+// --spec prints that one). The heads of 8 the stand-in had before took 0.13 for 79%; a
 // noisier target drafts below the 60-80% a well-aligned small sibling
 // gives.
 const defaultInflateNoise = 0.12
@@ -41,7 +41,8 @@ With --from: an inflated copy of SRC (a llama model), about 100M parameters
 by default, for measuring speculative decoding where a step is bound by
 reading weights. It is NOT a trained model: it computes SRC's function
 (padded widths, and heads, units and layers whose outputs are zero) up to a
-controlled perturbation (--noise; 0 keeps SRC's greedy output). Its heads
+controlled perturbation (--noise; 0 keeps SRC's greedy output at F32/F16,
+and up to requantization at a quantized type). Its heads
 are a real model's width (--head-dim, 64 by default; from stories260K: 16 heads
 of 64 sharing 8 KV heads), SRC's heads padded to it with their RoPE
 frequencies kept. SRC, or a quantization of it, is its natural draft;

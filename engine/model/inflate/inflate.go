@@ -154,6 +154,14 @@ func newShape(src *gguf.File, o *Options) (shape, error) {
 	if _, ok := src.Tensor("rope_freqs.weight"); ok {
 		return shape{}, bad("source has RoPE frequency factors (rope_freqs.weight)")
 	}
+	// Linear scaling divides every frequency alike; YaRN and the others
+	// shape theirs by the pair's place in a head of a given width, which
+	// a pair moved into a wider head does not keep.
+	switch t, _ := src.String("llama.rope.scaling.type"); t {
+	case "", "none", "linear":
+	default:
+		return shape{}, bad("source's RoPE scaling %q depends on the head width", t)
+	}
 	if s.sHeadDim%2 != 0 {
 		return shape{}, bad("source head width %d is odd", s.sHeadDim)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"maps"
 	"math"
 	"path/filepath"
 	"runtime"
@@ -162,10 +163,12 @@ func TestNoiseZeroKeepsGreedyOutput(t *testing.T) {
 }
 
 // At Q8_0 the inflated model's own rounding differs from the source file's
-// in one place: the source keeps ffn_down in F16 (172 columns are no whole
+// in two places: the source keeps ffn_down in F16 (172 columns are no whole
 // number of 32-element blocks) while the padded target stores it as Q8_0
-// like every other matrix. Its greedy tokens still follow the Q8_0
-// source's at almost every position.
+// like every other matrix, and a widened head puts each source head's
+// columns of attn_output in blocks of their own (a source block held
+// several heads), so those are quantized anew. Its greedy tokens still
+// follow the Q8_0 source's at almost every position.
 func TestNoiseZeroQ8_0FollowsTheQ8_0Source(t *testing.T) {
 	src := openSource(t, testmodels.Stories260KQ8_0)
 	ref := load(t, testmodels.Path(t, testmodels.Stories260KQ8_0))
@@ -323,6 +326,53 @@ func TestBadOptions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := inflate.NewWriter(src, tt.o)
+			if !errors.Is(err, inflate.ErrOptions) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("have %v; want an ErrOptions containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// Sources whose RoPE a widened head cannot keep are refused before any
+// tensor is read.
+func TestBadSources(t *testing.T) {
+	tests := []struct {
+		name string
+		keys map[string]any
+		want string
+	}{
+		{"partial rotation", map[string]any{"llama.rope.dimension_count": uint32(4)}, "rotates 4 of its head's 8"},
+		{"YaRN", map[string]any{"llama.rope.scaling.type": "yarn"}, `scaling "yarn"`},
+		{"odd heads", map[string]any{"llama.embedding_length": uint32(56), "llama.attention.head_count": uint32(8), "llama.attention.head_count_kv": uint32(8)}, "odd"},
+		{"not llama", map[string]any{"general.architecture": "gemma2"}, "not llama"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := &gguf.Writer{}
+			base := map[string]any{
+				"general.architecture":          "llama",
+				"llama.block_count":             uint32(5),
+				"llama.embedding_length":        uint32(64),
+				"llama.feed_forward_length":     uint32(172),
+				"llama.attention.head_count":    uint32(8),
+				"llama.attention.head_count_kv": uint32(4),
+			}
+			maps.Copy(base, tt.keys)
+			for k, v := range base {
+				if err := w.Set(k, v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			path := filepath.Join(t.TempDir(), "src.gguf")
+			if err := w.WriteFile(path); err != nil {
+				t.Fatal(err)
+			}
+			src, err := gguf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			_, err = inflate.NewWriter(src, inflate.Options{})
 			if !errors.Is(err, inflate.ErrOptions) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("have %v; want an ErrOptions containing %q", err, tt.want)
 			}
