@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/specgate/specgate/internal/testredis"
 )
 
@@ -24,6 +26,19 @@ type warmCall struct {
 
 func (e warmEngine) SetSessionLive(s string, live bool) { e.calls <- warmCall{s, live} }
 
+// warmTTL is the engine's heartbeat TTL in the warmth tests: a session
+// whose word the engine has not heard for this long goes idle. 15 of the
+// gateways' 100 ms announcements, not fastEngine's 4: an announcer a busy
+// machine delays a few hundred ms must not let a live session lapse,
+// and a test that checks a session stays live past the TTL waits longer.
+const warmTTL = 1500 * time.Millisecond
+
+func warmEngineOptions(rdb redis.UniversalClient, prefix string, eng warmEngine) EngineOptions {
+	o := fastEngine(rdb, prefix, "e1", eng)
+	o.HeartbeatTTL = warmTTL
+	return o
+}
+
 // TestSessionWarmth: a gateway's word on live sessions reaches the engine
 // over Redis, once per change; nested live calls need as many idle ones;
 // and a session whose gateway stops announcing it (lost message, dead
@@ -32,7 +47,7 @@ func TestSessionWarmth(t *testing.T) {
 	rdb := testredis.Client(t)
 	prefix := testredis.Prefix(t)
 	eng := warmEngine{newFakeEngine(0), make(chan warmCall, 64)}
-	startEngine(t, fastEngine(rdb, prefix, "e1", eng))
+	startEngine(t, warmEngineOptions(rdb, prefix, eng))
 	c := fastClient(t, rdb, prefix)
 	waitEngines(t, c, 1)
 	next := func(d time.Duration) (warmCall, bool) {
@@ -51,8 +66,9 @@ func TestSessionWarmth(t *testing.T) {
 	}
 	c.SetSessionLive("s1", true) // a second socket on the same session
 	c.SetSessionLive("s1", false)
-	// Re-announced every heartbeat, it stays live, with no repeated call.
-	if got, ok := next(time.Second); ok {
+	// Re-announced every heartbeat, it stays live past the TTL, with no
+	// repeated call.
+	if got, ok := next(warmTTL + 500*time.Millisecond); ok {
 		t.Fatalf("have %+v; want nothing while a socket still uses s1", got)
 	}
 	c.SetSessionLive("s1", false)
@@ -66,10 +82,10 @@ func TestSessionWarmth(t *testing.T) {
 	}
 	_ = c.Close() // the gateway goes without a word
 	start := time.Now()
-	if got, ok := next(3 * time.Second); !ok || got != (warmCall{"s2", false}) {
+	if got, ok := next(warmTTL + 3*time.Second); !ok || got != (warmCall{"s2", false}) {
 		t.Fatalf("have %+v (%v); want s2 idle once no gateway announces it", got, ok)
 	}
-	if d := time.Since(start); d < 200*time.Millisecond {
+	if d := time.Since(start); d < warmTTL/2 {
 		t.Fatalf("s2 went idle %v after the gateway stopped; want after the heartbeat TTL", d)
 	}
 }
@@ -82,7 +98,7 @@ func TestSessionWarmthPerGateway(t *testing.T) {
 	rdb := testredis.Client(t)
 	prefix := testredis.Prefix(t)
 	eng := warmEngine{newFakeEngine(0), make(chan warmCall, 64)}
-	startEngine(t, fastEngine(rdb, prefix, "e1", eng))
+	startEngine(t, warmEngineOptions(rdb, prefix, eng))
 	a, b := fastClient(t, rdb, prefix), fastClient(t, rdb, prefix)
 	waitEngines(t, a, 1)
 	next := func(d time.Duration) (warmCall, bool) {
@@ -123,7 +139,7 @@ func TestSessionWarmthPerGateway(t *testing.T) {
 	}
 	a.SetSessionLive("s1", false)
 	// Past the heartbeat TTL too: b keeps announcing it.
-	if got, ok := next(time.Second); ok {
+	if got, ok := next(warmTTL + 500*time.Millisecond); ok {
 		t.Fatalf("have %+v; want s1 to stay live while gateway b holds it", got)
 	}
 	b.SetSessionLive("s1", false)
