@@ -87,10 +87,13 @@ func TestRedisRestartMidChat(t *testing.T) {
 	}
 }
 
-// TestRedisOutageWaitedOutOnce: while Redis is unreachable a turn waits
-// for its log at most once (sentWait), not for every delta, so a reply
-// streams at the engine's pace through an outage: here 80 deltas arrive
-// in well under the 80 x sentWait that waiting per delta takes.
+// TestRedisOutageWaitedOutOnce: while Redis refuses connections a reply
+// streams at the engine's pace (80 deltas in well under the 80 x sentWait
+// that holding each for its log would take: a refused append releases
+// its delta at once instead of retrying first), and once Redis is back
+// the turn ends stored and a resume returns the whole reply. A Redis that
+// refuses never makes a delta wait, so that a turn waits at most once
+// when appends hang is TestHeldDeltasGoOutWhenRedisHangs's to show.
 func TestRedisOutageWaitedOutOnce(t *testing.T) {
 	rs := testredis.Start(t)
 	e := newEnv(t, rs.Client(), "", func(o *Options) { o.PersistTimeout = 20 * time.Second })
