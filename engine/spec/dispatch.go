@@ -537,7 +537,8 @@ func (t *tierState) setRef(i int) {
 // freeze sets the reference's cost from its estimate.
 func (t *tierState) freeze() {
 	o := t.options[t.ref]
-	cost, geo := t.estimate(o), t.estimate(o)
+	cost := t.estimate(o)
+	geo := cost
 	if w := t.decay(o) * o.cw; w > 0 {
 		geo = math.Exp(t.decay(o) * o.cul / w)
 	}
@@ -979,9 +980,6 @@ func (d *Dispatcher) observe(class, load, batch int, s Shape, tokens, rows int, 
 	// tree's vary from step to step).
 	c := t.own(t.options[q])
 	want := c * t.line(r) / t.line(t.rowsCost(t.options[q]))
-	if q == t.ref {
-		want = t.refCost * t.refBias * t.line(r) / t.line(t.refRows)
-	}
 	mid := want // where the logs of q's steps lie
 	if q == t.ref {
 		mid = want / t.refBias
