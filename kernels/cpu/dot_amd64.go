@@ -12,8 +12,12 @@ func setAsm() {
 	dotQ8, dotQ8Rows, dotQ8RowsN = dotQ8Asm, dotQ8RowsAsm, dotQ8RowsNAsm
 	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Asm, dotQ4RowsAsm, dotQ4RowsNAsm
 	dotQ8X8RowsN, dotQ4X8RowsN = dotQ8X8RowsNAsm, dotQ4X8RowsNAsm
-	// VNNI machines keep GGML's layout, which their tile kernels read.
-	x8Layout = !haveVNNI
+	// The ×8 layout on every CPU with these kernels, VNNI ones included.
+	// There the multi-row kernel (dotQ8X8VNNI) costs less than the tiles
+	// in GGML's layout at the batches a speculative verification runs:
+	// one thread, a ~100M Q8_0 model's matrix products, 2 to 6 rows took
+	// 12-32% less time; 8 rows 4% more, 64 rows 19% more (prefill).
+	x8Layout, x8VNNI = true, haveVNNI
 	axpy, f16Row = axpyAsm, f16RowAsm
 	dotsF32, axpysF32 = dotsF32Asm, axpysF32Asm
 	setAttnAsm()
@@ -61,6 +65,9 @@ func dotQ4TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *floa
 
 //go:noescape
 func dotQ8X8AVX(w *byte, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int)
+
+//go:noescape
+func dotQ8X8VNNI(w *byte, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int)
 
 //go:noescape
 func dotQ4X8AVX(w *byte, xq *int8, xs int, xd *float32, xc *int32, nb int, out *float32, os int, ngroups, na int)
@@ -275,6 +282,10 @@ type x8Call struct {
 func (c *x8Call) kern(w *byte, out *float32, os, ngroups int) {
 	if c.xc != nil {
 		dotQ4X8AVX(w, c.xq, c.nb*32, c.xd, c.xc, c.nb, out, os, ngroups, c.na)
+		return
+	}
+	if x8VNNI {
+		dotQ8X8VNNI(w, c.xq, c.nb*32, c.xd, c.nb, out, os, ngroups, c.na)
 		return
 	}
 	dotQ8X8AVX(w, c.xq, c.nb*32, c.xd, c.nb, out, os, ngroups, c.na)

@@ -44,10 +44,13 @@ const (
 )
 
 // x8Layout says whether Weights repacks the types of x8BlockBytes into the ×8
-// layout. It is set by useAsm: on where the AVX2 multi-row kernels run (VNNI
-// machines keep GGML's layout, which their tile kernels read); tests switch
-// it with useX8Layout to cover both layouts on any kernel set.
+// layout. It is set by useAsm: on where the assembly multi-row kernels run;
+// tests switch it with useX8Layout to cover both layouts on any kernel set.
 var x8Layout bool
+
+// x8VNNI says whether the ×8 Q8_0 kernel is the AVX-512 VNNI one (set by
+// useAsm where the CPU has it; tests switch it to cover the AVX2 one too).
+var x8VNNI bool
 
 // useX8Layout sets x8Layout and returns the previous value. Like useAsm it
 // must not be called while a backend is running; it affects tensors made

@@ -1,0 +1,7 @@
+//go:build amd64 && !noasm
+
+#include "textflag.h"
+#include "q8group_vnni_amd64.h"
+
+#define X8NAME ·dotQ8X8VNNI
+#include "q8x8_amd64.h"
