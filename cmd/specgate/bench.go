@@ -31,7 +31,8 @@ func runBench(ctx context.Context, args []string) error {
 	fs.StringVar(&sb.kind, "spec", "", "measure speculative decoding against plain decoding, interleaved, through the engine: draft (a draft model, --draft-model) or ngram (lookup in the conversation); prints one line per batch size")
 	draftPath := fs.String("draft-model", "", "with --spec draft: the draft model `file` (same vocabulary as --model)")
 	fs.IntVar(&sb.tokens, "tokens", 128, "with --spec: tokens each stream generates")
-	fs.IntVar(&sb.rounds, "rounds", 2, "with --spec: timed plain/speculative pairs per batch size, the speculative run first in every second pair")
+	fs.IntVar(&sb.rounds, "rounds", 2, "with --spec: timed rounds per batch size, each a plain/speculative pair of every batch of prompts, the speculative run first in every second round")
+	fs.IntVar(&sb.pairs, "pairs", 8, "with --spec: the fewest timed pairs per batch size; where --rounds gives fewer (large batches hold every prompt in one batch), more rounds run")
 	fs.StringVar(&sb.shape, "shape", "auto", "with --spec: the tree shape of every step: auto (the engine's dispatcher chooses per batch size, off included), off (the speculating engine never drafts: what its machinery costs), chain:N, dynamic:N (a budget of N nodes grown by draft confidence), confident:N,D,W,S (at most N nodes, D deep, W wide, each with an estimated chance of acceptance of at least S), bushy or wide")
 	fs.IntVar(&sb.warmup, "warmup", 2, "with --spec: extra untimed speculative runs per batch size, so the dispatcher has measured its options (one untimed run of each engine always comes first, so both have the prompts cached)")
 	if err := fs.Parse(args); err != nil {

@@ -216,3 +216,20 @@ func TestCopyShare(t *testing.T) {
 		})
 	}
 }
+
+func TestBenchSpecRounds(t *testing.T) {
+	for _, tc := range []struct{ rounds, pairs, batches, want int }{
+		{2, 0, 1, 2},  // no floor: --rounds alone
+		{2, 8, 8, 2},  // b=1 over eight prompts: 16 pairs already
+		{2, 8, 1, 8},  // b=32: one batch, eight rounds
+		{2, 8, 3, 4},  // three batches: three rounds make 9, rounded up to even
+		{3, 8, 4, 3},  // 12 pairs: --rounds stands, odd or not
+		{1, 1, 1, 1},  // a floor of one pair
+		{2, 9, 1, 10}, // nine rounds rounded up to ten
+	} {
+		b := specBench{rounds: tc.rounds, pairs: tc.pairs}
+		if got := b.roundsFor(tc.batches); got != tc.want {
+			t.Errorf("rounds %d, pairs %d, %d batches: %d rounds; want %d", tc.rounds, tc.pairs, tc.batches, got, tc.want)
+		}
+	}
+}

@@ -28,6 +28,9 @@ type specBench struct {
 	tokens, rounds, warmup int
 	target, draft          model.Loaded
 	kvType                 engine.KVType
+	// pairs is the fewest timed pairs per batch size (zero: rounds
+	// decide alone).
+	pairs int
 	// mismatches counts streams whose speculative output differed from
 	// plain decoding's (greedy, so lossless speculation makes it 0).
 	mismatches int
@@ -55,8 +58,8 @@ func (b *specBench) check(draftPath string) error {
 	default:
 		return fmt.Errorf("--spec %q: want draft or ngram", b.kind)
 	}
-	if b.tokens < 1 || b.rounds < 1 || b.warmup < 0 {
-		return errors.New("--tokens and --rounds must be positive and --warmup not negative")
+	if b.tokens < 1 || b.rounds < 1 || b.warmup < 0 || b.pairs < 0 {
+		return errors.New("--tokens and --rounds must be positive and --warmup and --pairs not negative")
 	}
 	s, err := parseShape(b.shape)
 	if err != nil {
@@ -179,8 +182,8 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "speculation %s, shape %s, on %s: %d prompts, %d tokens per stream, %d timed rounds after %d warm-up\n",
-		b.kind, b.shape, b.target.Config().Name, len(prompts), b.tokens, b.rounds, b.warmup)
+	fmt.Fprintf(os.Stderr, "speculation %s, shape %s, on %s: %d prompts, %d tokens per stream, %d timed rounds (at least %d pairs per batch size) after %d warm-up\n",
+		b.kind, b.shape, b.target.Config().Name, len(prompts), b.tokens, b.rounds, b.pairs, b.warmup)
 	for _, n := range sizes {
 		// Every prompt runs at every batch size: below the number of
 		// prompts, as several batches one after another.
@@ -217,7 +220,7 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 		if err != nil {
 			return err
 		}
-		for round := range b.rounds {
+		for round := range b.roundsFor(len(batches)) {
 			for _, batch := range batches {
 				// Odd rounds run the speculative engine first (plain,
 				// spec, spec, plain, …): the host's drift over a run and
@@ -295,6 +298,22 @@ func (b *specBench) run(ctx context.Context, w io.Writer, sizes []int) error {
 		}
 	}
 	return nil
+}
+
+// roundsFor returns the timed rounds for a batch size whose prompts make
+// n batches: --rounds, or more where that gives fewer than --pairs pairs.
+// At large batch sizes one batch holds every prompt, and two pairs of a
+// few seconds each read the host's drift more than the engines: at b=32,
+// where both engines ran the same passes, single runs read 0.94-1.08. More
+// rounds are rounded up to an even number, so that each engine goes first
+// in half of them.
+func (b *specBench) roundsFor(n int) int {
+	r := b.rounds
+	if n*r < b.pairs {
+		r = (b.pairs + n - 1) / n
+		r += r % 2
+	}
+	return r
 }
 
 // pair runs batch on the plain engine and on the speculative one, the
