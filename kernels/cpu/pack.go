@@ -48,8 +48,9 @@ const (
 // tests switch it with useX8Layout to cover both layouts on any kernel set.
 var x8Layout bool
 
-// x8VNNI says whether the ×8 Q8_0 kernel is the AVX-512 VNNI one (set by
-// useAsm where the CPU has it; tests switch it to cover the AVX2 one too).
+// x8VNNI says whether the ×8 Q8_0 and Q4_0 kernels are the AVX-512 VNNI
+// ones (set by useAsm where the CPU has them; tests switch it to cover the
+// AVX2 ones too).
 var x8VNNI bool
 
 // useX8Layout sets x8Layout and returns the previous value. Like useAsm it

@@ -111,12 +111,12 @@ func TestX8Kernels(t *testing.T) {
 					if useAsm(true) {
 						kerns["asm"] = map[kernels.DType]rowsN{kernels.Q8_0: dotQ8X8RowsN, kernels.Q4_0: dotQ4X8RowsN}[dt]
 					}
-					if x8VNNI && dt == kernels.Q8_0 {
+					if asm := kerns["asm"]; asm != nil && x8VNNI {
 						// The AVX2 kernel beside the VNNI one.
 						kerns["asm_avx2"] = func(w []byte, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int) {
 							x8VNNI = false
 							defer func() { x8VNNI = true }()
-							dotQ8X8RowsN(w, m, nb, na, xq, xd, xc, out, os)
+							asm(w, m, nb, na, xq, xd, xc, out, os)
 						}
 					}
 					for na := 1; na <= maxRowsN; na++ {
