@@ -127,6 +127,8 @@ type Backend struct {
 	// Q8_0: int8 values, and one float32 scale per 32-value block.
 	xq []int8
 	xd []float32
+	// xu holds xq as u = x+128, for the AVX-512 VNNI ×8 Q8_0 kernel.
+	xu []byte
 	// xp holds them in the tiled kernels' layout instead (with their
 	// scales in xd), when those run.
 	xp []byte

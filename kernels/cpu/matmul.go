@@ -49,7 +49,7 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 		return
 	}
 	if wt.dt == kernels.Q8_0 || wt.dt == kernels.Q4_0 {
-		t.xq, t.xd, t.xc = b.quantInput(xt, wt.dt)
+		t.xq, t.xu, t.xd, t.xc = b.quantInput(xt, wt.dt, wt.x8)
 	}
 	b.pool.run(t, m, b.grain(n, m, k))
 	*t = matmulTask{}
@@ -76,8 +76,9 @@ func (b *Backend) grain(n, m, k int) int {
 
 // quantInput quantizes x to Q8_0 for the Q8_0 and Q4_0 kernels below the
 // tiled batch, in the backend's buffers: the values, the block scales and,
-// for Q4_0 weights (dt), the blockSums8.
-func (b *Backend) quantInput(xt *Tensor, dt kernels.DType) (xq []int8, xd []float32, xc []int32) {
+// for Q4_0 weights (dt), the blockSums8; for Q8_0 weights in the ×8 layout
+// (x8) where dotQ8X8URowsN runs, the values as u = x+128 too.
+func (b *Backend) quantInput(xt *Tensor, dt kernels.DType, x8 bool) (xq []int8, xu []byte, xd []float32, xc []int32) {
 	n, k := xt.rows, xt.cols
 	nb := k / kernels.QK
 	if cap(b.xq) < n*k {
@@ -93,10 +94,16 @@ func (b *Backend) quantInput(xt *Tensor, dt kernels.DType) (xq []int8, xd []floa
 		}
 		xc = b.xc[:n*nb]
 	}
-	b.qx = quantTask{xq: xq, xd: xd, xc: xc, x: xt}
+	if dt == kernels.Q8_0 && x8 && dotQ8X8URowsN != nil {
+		if cap(b.xu) < n*k {
+			b.xu = make([]byte, n*k)
+		}
+		xu = b.xu[:n*k]
+	}
+	b.qx = quantTask{xq: xq, xu: xu, xd: xd, xc: xc, x: xt}
 	b.pool.run(&b.qx, n, max(1, 16384/k))
 	b.qx = quantTask{}
-	return xq, xd, xc
+	return xq, xu, xd, xc
 }
 
 // tileInput quantizes x into the tile layout for weights of type dt (the
@@ -211,8 +218,12 @@ func (b *Backend) matmulManyQuant(dsts []kernels.Tensor, xt *Tensor, ws []kernel
 			return false
 		}
 	}
-	xq, xd, xc := b.quantInput(xt, dt)
-	b.runMany(dsts, xt, ws, matmulTask{xq: xq, xd: xd, xc: xc})
+	x8 := false
+	for _, w := range ws {
+		x8 = x8 || tensor(w, "MatMulMany").x8
+	}
+	xq, xu, xd, xc := b.quantInput(xt, dt, x8)
+	b.runMany(dsts, xt, ws, matmulTask{xq: xq, xu: xu, xd: xd, xc: xc})
 	return true
 }
 
@@ -294,6 +305,7 @@ func (t *manyTask) run(wk, lo, hi int) {
 type quantTask struct {
 	b   *Backend
 	xq  []int8
+	xu  []byte // xq as u = x+128, when not nil
 	xd  []float32
 	xc  []int32 // blockSums8 of the rows, when not nil
 	x   *Tensor
@@ -315,6 +327,9 @@ func (t *quantTask) run(wk, lo, hi int) {
 	}
 	for r := lo; r < hi; r++ {
 		quantRowQ8(t.xq[r*k:(r+1)*k], t.xd[r*nb:(r+1)*nb], t.x.row(r))
+		if t.xu != nil {
+			unsignedRow(t.xu[r*k:(r+1)*k], t.xq[r*k:(r+1)*k])
+		}
 		if t.xc != nil {
 			blockSums8(t.xc[r*nb:(r+1)*nb], t.xq[r*k:(r+1)*k])
 		}
@@ -325,6 +340,7 @@ type matmulTask struct {
 	b         *Backend
 	dst, x, w *Tensor
 	xq        []int8
+	xu        []byte // xq as u = x+128, for dotQ8X8URowsN, when not nil
 	xd        []float32
 	xc        []int32 // the rows' blockSums8, for Q4_0 weights
 	// xf, when not nil, holds x packed for gemmF32 (packFloatInput).
@@ -370,9 +386,12 @@ func (t *matmulTask) runQuant(lo, hi int) {
 		if t.xc != nil {
 			xc = t.xc[r*nb : (r+na)*nb]
 		}
-		if t.w.x8 {
+		switch {
+		case t.w.x8 && t.xu != nil:
+			dotQ8X8URowsN(t.w.groupBytes(lo, hi), hi-lo, nb, na, t.xu[r*k:(r+na)*k], t.xd[r*nb:(r+na)*nb], out[r*m+lo:], m)
+		case t.w.x8:
 			x8(t.w.groupBytes(lo, hi), hi-lo, nb, na, t.xq[r*k:(r+na)*k], t.xd[r*nb:(r+na)*nb], xc, out[r*m+lo:], m)
-		} else {
+		default:
 			rows(t.w.raw[lo*rb:], rb, hi-lo, nb, na, t.xq[r*k:(r+na)*k], t.xd[r*nb:(r+na)*nb], xc, out[r*m+lo:], m)
 		}
 		r += na

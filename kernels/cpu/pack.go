@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/specgate/specgate/kernels"
@@ -48,9 +49,10 @@ const (
 // tests switch it with useX8Layout to cover both layouts on any kernel set.
 var x8Layout bool
 
-// x8VNNI says whether the ×8 Q8_0 and Q4_0 kernels are the AVX-512 VNNI
-// ones (set by useAsm where the CPU has them; tests switch it to cover the
-// AVX2 ones too).
+// x8VNNI says whether the ×8 Q4_0 kernel is the AVX-512 VNNI one (set by
+// useAsm where the CPU has it; tests switch it to cover the AVX2 one too).
+// Q8_0's VNNI kernel takes its activations in another form, so it has a
+// function of its own (dotQ8X8URowsN).
 var x8VNNI bool
 
 // useX8Layout sets x8Layout and returns the previous value. Like useAsm it
@@ -310,6 +312,11 @@ func dotQ4X8Go(g []byte, l, nb int, xq []int8, xd []float32) float32 {
 var (
 	dotQ8X8RowsN func(w []byte, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int)
 	dotQ4X8RowsN func(w []byte, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int)
+	// dotQ8X8URowsN is dotQ8X8RowsN with the activations as u = x+128
+	// (x is never −128), the form the AVX-512 VNNI kernel multiplies
+	// without taking signs: nil where no kernel takes it, and then the
+	// matrix products do not make that form.
+	dotQ8X8URowsN func(w []byte, m, nb, na int, xu []byte, xd []float32, out []float32, os int)
 )
 
 func dotQ8X8RowsNGo(w []byte, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
@@ -327,5 +334,20 @@ func rowsX8Go(dot func([]byte, int, int, []int8, []float32) float32, blockBytes 
 		for r := range m {
 			out[a*os+r] = dot(w[r/x8Rows*nb*blockBytes:], r%x8Rows, nb, x, d)
 		}
+	}
+}
+
+// unsignedRow sets u to the bytes of q plus 128 (q is never −128): the
+// sign bit flipped, eight bytes at a time.
+func unsignedRow(u []byte, q []int8) {
+	u = u[:len(q)]
+	i := 0
+	for ; i+8 <= len(q); i += 8 {
+		v := uint64(uint8(q[i])) | uint64(uint8(q[i+1]))<<8 | uint64(uint8(q[i+2]))<<16 | uint64(uint8(q[i+3]))<<24 |
+			uint64(uint8(q[i+4]))<<32 | uint64(uint8(q[i+5]))<<40 | uint64(uint8(q[i+6]))<<48 | uint64(uint8(q[i+7]))<<56
+		binary.LittleEndian.PutUint64(u[i:], v^0x8080808080808080)
+	}
+	for ; i < len(q); i++ {
+		u[i] = uint8(q[i]) ^ 0x80
 	}
 }

@@ -111,7 +111,15 @@ func TestX8Kernels(t *testing.T) {
 					if useAsm(true) {
 						kerns["asm"] = map[kernels.DType]rowsN{kernels.Q8_0: dotQ8X8RowsN, kernels.Q4_0: dotQ4X8RowsN}[dt]
 					}
-					if asm := kerns["asm"]; asm != nil && x8VNNI {
+					if dt == kernels.Q8_0 && dotQ8X8URowsN != nil {
+						// The VNNI kernel, on the activations as x+128.
+						kerns["asm_u"] = func(w []byte, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
+							xu := make([]byte, len(xq))
+							unsignedRow(xu, xq)
+							dotQ8X8URowsN(w, m, nb, na, xu, xd, out, os)
+						}
+					}
+					if asm := kerns["asm"]; asm != nil && x8VNNI && dt == kernels.Q4_0 {
 						// The AVX2 kernel beside the VNNI one.
 						kerns["asm_avx2"] = func(w []byte, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int) {
 							x8VNNI = false
@@ -321,6 +329,32 @@ func TestX8KKernels(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestUnsignedRow checks the x+128 form against the definition, at lengths
+// around the eight-byte steps and at the values' ends.
+func TestUnsignedRow(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 31, 32, 33, 1024} {
+		q := make([]int8, n)
+		for i := range q {
+			q[i] = int8(r.IntN(255) - 127)
+			if i%5 == 0 {
+				q[i] = []int8{-127, 127, 0, -1, 1}[i/5%5]
+			}
+		}
+		u := make([]byte, n+1)
+		u[n] = 7
+		unsignedRow(u[:n], q)
+		for i, v := range q {
+			if int(u[i]) != int(v)+128 {
+				t.Fatalf("n=%d: u[%d] = %d for %d; want %d", n, i, u[i], v, int(v)+128)
+			}
+		}
+		if u[n] != 7 {
+			t.Fatalf("n=%d: wrote past the row", n)
 		}
 	}
 }

@@ -9,8 +9,8 @@
 // block the eight rows' four values (row l at 16 + 32g + 4l), so one load
 // is group g of the eight rows, lane l = row l. Each activation row's
 // group g, broadcast to all lanes, meets them in one VPSIGNB, VPMADDUBSW,
-// VPMADDWD and VPADDD (dot_amd64.s explains the signs; with VNNI, one
-// VPSIGNB and one VPDPBUSD), and after the
+// VPMADDWD and VPADDD (dot_amd64.s explains the signs; q8x8_vnni_amd64.s
+// does it in one VPDPBUSD), and after the
 // eight groups lane l holds row l's exact block sum, which is scaled and
 // fused into the row's result as canon.go defines. Nothing is transposed
 // or gathered: the layout did that once, at load, and the groups of a
@@ -31,12 +31,34 @@
 // measured (one thread, 48 MB of weights: BenchmarkVerifyRows) a one-row
 // pass took about 10% less time, a four-row one 10-20% less; 2 and 6
 // blocks ahead did no better.
+#ifndef PFD
 #define PFD 1088
+#endif
 
-// X8W loads 4-byte group g of the block's eight rows.
+// The including file may define, before including this one: X8INIT, the
+// constants (default: Y15 int16 ones); X8BLK, what starts a block; X8W(g),
+// what loads 4-byte group g of the block's eight rows (default: into Y12,
+// their absolute values into Y13); X8FIX(S), what turns a row's block
+// sums S into the exact integer sums before they are scaled.
+#ifndef X8INIT
+#define X8INIT \
+	VPCMPEQW Y15, Y15, Y15 \
+	VPSRLW   $15, Y15, Y15
+#endif
+
+#ifndef X8BLK
+#define X8BLK
+#endif
+
+#ifndef X8W
 #define X8W(g) \
 	VMOVDQU 16+g*32(SI), Y12 \
 	VPABSB  Y12, Y13
+#endif
+
+#ifndef X8FIX
+#define X8FIX(S)
+#endif
 
 // Q8GFIRST and Q8GNEXT (q8group_amd64.h) form the block sums of a group
 // in Y12 against an activation group.
@@ -45,12 +67,14 @@
 // activation row's scale at xd, into its results R; X8SM into results in
 // the frame at M.
 #define X8S(xd, S, R) \
+	X8FIX(S) \
 	VCVTDQ2PS    S, S \
 	VBROADCASTSS xd, Y14 \
 	VMULPS       Y14, Y12, Y14 \
 	VFMADD231PS  Y14, S, R
 
 #define X8SM(xd, S, M) \
+	X8FIX(S) \
 	VCVTDQ2PS    S, S \
 	VBROADCASTSS xd, Y14 \
 	VMULPS       Y14, Y12, Y14 \
@@ -251,8 +275,7 @@ TEXT X8NAME(SB), NOSPLIT, $128-72
 	MOVQ     out+40(FP), R12
 	MOVQ     os+48(FP), R8
 	MOVQ     ngroups+56(FP), R11
-	VPCMPEQW Y15, Y15, Y15
-	VPSRLW   $15, Y15, Y15
+	X8INIT
 	MOVQ     na+64(FP), R10
 	CMPQ     R10, $4
 	JG       x8big
@@ -275,6 +298,7 @@ x8n1group:
 
 x8n1block:
 	X8PF
+	X8BLK
 	X8W(0)
 	X8F1(0)
 	X8W(1)
@@ -306,6 +330,7 @@ x8n2group:
 
 x8n2block:
 	X8PF
+	X8BLK
 	X8W(0)
 	X8F2(0)
 	X8W(1)
@@ -337,6 +362,7 @@ x8n3group:
 
 x8n3block:
 	X8PF
+	X8BLK
 	X8W(0)
 	X8F3(0)
 	X8W(1)
@@ -368,6 +394,7 @@ x8n4group:
 
 x8n4block:
 	X8PF
+	X8BLK
 	X8W(0)
 	X8F4(0)
 	X8W(1)
@@ -400,6 +427,7 @@ x8n5group:
 
 x8n5block:
 	X8PF
+	X8BLK
 	X8HI
 	X8W(0)
 	X8F5(0)
@@ -433,6 +461,7 @@ x8n6group:
 
 x8n6block:
 	X8PF
+	X8BLK
 	X8HI
 	X8W(0)
 	X8F6(0)
@@ -466,6 +495,7 @@ x8n7group:
 
 x8n7block:
 	X8PF
+	X8BLK
 	X8HI
 	X8W(0)
 	X8F7(0)
@@ -499,6 +529,7 @@ x8n8group:
 
 x8n8block:
 	X8PF
+	X8BLK
 	X8HI
 	X8W(0)
 	X8F8(0)
