@@ -34,7 +34,9 @@
 // of in a second pass after it.
 
 // Q4PFD is how far ahead Q4PF asks for weights: four blocks, as for Q8_0.
+#ifndef Q4PFD
 #define Q4PFD 576
+#endif
 
 #define Q4PF \
 	PREFETCHT0 Q4PFD(SI) \
