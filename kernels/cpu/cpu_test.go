@@ -72,6 +72,7 @@ func TestBatchInvariance(t *testing.T) {
 		{"go_kernels", func() { useAsm(false) }},
 		{"no_tiles", func() { useAsm(true); useTiles(tilesOff) }},
 		{"go_tiles", func() { useAsm(false); useTiles(tilesGo) }},
+		{"go_tiles_x8", func() { useAsm(false); useTiles(tilesGo); useX8Layout(true) }},
 		{"asm_other_layout", func() { useAsm(true); useX8Layout(!x8Layout) }},
 		{"go_other_layout", func() { useAsm(false); useX8Layout(!x8Layout) }},
 	}

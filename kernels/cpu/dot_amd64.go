@@ -17,7 +17,8 @@ func setAsm() {
 	// in GGML's layout (and their one-row kernel) at the batches decoding
 	// and speculative verification run: one thread, a ~100M Q8_0 model's
 	// matrix products, 1 row took 35% less time, 2 to 6 rows 46-60% less,
-	// 8 rows 27% less; 16 rows 15% more, 64 rows the same (prefill).
+	// 8 rows 27% less; larger batches take the ×8 tiles where they pay
+	// (x8TilesPay).
 	// The Q4_0 one (dotQ4X8VNNI) against the AVX2 one, one thread, a
 	// ~100M Q4_0 model's matrix products: 1 row the same (the pass waits
 	// for memory), 2 rows 3-7% less time, 3 to 64 rows 9-12% less.

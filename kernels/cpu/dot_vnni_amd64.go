@@ -14,6 +14,7 @@ var haveVNNI = haveAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
 
 func setVNNI() {
 	q8TileStore, q4TileStore = q8TileStoreAsm, q4TileStoreAsm
+	q8X8TileStore = q8X8TileStoreAsm
 }
 
 //go:noescape
@@ -28,8 +29,26 @@ func q8Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float
 //go:noescape
 func q4Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int, xc *int32)
 
+//go:noescape
+func q8X8Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles, h0 int)
+
+//go:noescape
+func q8X8Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles, h0 int)
+
+func q8X8TileStoreAsm(w []byte, h0 int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
+	if h0 < 0 || h0 > 1 {
+		panic("cpu: ×8 tile kernel: bad first half")
+	}
+	checkTileStore(w, x8Groups((h0+ntiles)*tileW)*nb*x8Block, a, nb, groups, out, ostride, nrows, ntiles)
+	if groups == 1 {
+		q8X8Tile8VNNI(&w[0], nb*x8Block, &a.xp[0], &a.xd[0], nb, &out[0], ostride, nrows, ntiles, h0)
+		return
+	}
+	q8X8Tile16VNNI(&w[0], nb*x8Block, &a.xp[0], &a.xd[0], nb, &out[0], ostride, nrows, ntiles, h0)
+}
+
 func q8TileStoreAsm(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
-	checkTileStore(w, stride, q8Bytes, a, nb, groups, out, ostride, nrows, ntiles)
+	checkTileStore(w, (ntiles*tileW-1)*stride+nb*q8Bytes, a, nb, groups, out, ostride, nrows, ntiles)
 	if groups == 1 {
 		q8Tile8VNNI(&w[0], stride, &a.xp[0], &a.xd[0], nb, &out[0], ostride, nrows, ntiles)
 		return
@@ -38,7 +57,7 @@ func q8TileStoreAsm(w []byte, stride int, a tileAct, nb, groups int, out []float
 }
 
 func q4TileStoreAsm(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
-	checkTileStore(w, stride, q4Bytes, a, nb, groups, out, ostride, nrows, ntiles)
+	checkTileStore(w, (ntiles*tileW-1)*stride+nb*q4Bytes, a, nb, groups, out, ostride, nrows, ntiles)
 	_ = a.xc[groups*nb*tileRows-1] // the signed layout
 	if groups == 1 {
 		q4Tile8VNNI(&w[0], stride, &a.xp[0], &a.xd[0], nb, &out[0], ostride, nrows, ntiles, &a.xc[0])
@@ -48,11 +67,12 @@ func q4TileStoreAsm(w []byte, stride int, a tileAct, nb, groups int, out []float
 }
 
 // checkTileStore panics unless the kernels' reads and writes are in
-// bounds: the assembly trusts these lengths.
-func checkTileStore(w []byte, stride, blockBytes int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
+// bounds (the tiles read the first wlen bytes of w): the assembly trusts
+// these lengths.
+func checkTileStore(w []byte, wlen int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
 	if nb <= 0 || groups < 1 || groups > 2 || nrows < 1 || nrows > groups*tileRows || ntiles < 1 || ostride < ntiles*tileW {
 		panic("cpu: tile kernel: bad shape")
 	}
-	_, _, _ = w[(ntiles*tileW-1)*stride+nb*blockBytes-1], a.xp[groups*nb*tileBlock-1], a.xd[groups*nb*tileRows-1]
+	_, _, _ = w[wlen-1], a.xp[groups*nb*tileBlock-1], a.xd[groups*nb*tileRows-1]
 	_ = out[(nrows-1)*ostride+ntiles*tileW-1]
 }

@@ -72,12 +72,16 @@
 	VPXOR        P, P, P \
 	VPXORD       Q, Q, Q
 
-#define TSCALES \
+// TSCALESAT runs TSCALE for the four weight rows, their F16 scales at
+// d0-d3.
+#define TSCALESAT(d0, d1, d2, d3) \
 	VMOVUPS (DX), Y12 \
-	TSCALE(Y0, Y22, Y5, Y8, (SI)) \
-	TSCALE(Y1, Y23, Y6, Y9, (SI)(R8*1)) \
-	TSCALE(Y2, Y24, Y7, Y10, (SI)(R8*2)) \
-	TSCALE(Y3, Y25, Y4, Y11, (SI)(R9*1))
+	TSCALE(Y0, Y22, Y5, Y8, d0) \
+	TSCALE(Y1, Y23, Y6, Y9, d1) \
+	TSCALE(Y2, Y24, Y7, Y10, d2) \
+	TSCALE(Y3, Y25, Y4, Y11, d3)
+
+#define TSCALES TSCALESAT((SI), (SI)(R8*1), (SI)(R8*2), (SI)(R9*1))
 
 // TPREFETCH asks for the next tile's four weight rows (the rows after
 // these four, when the caller walks a chunk of rows) at this block's
@@ -447,13 +451,17 @@ q4t8next:
 	VFMADD231PS  Y25, B, FB \
 	VPXOR        B, B, B
 
-#define T16SCALES \
+// T16SCALESAT runs T16SCALE for the four weight rows, their F16 scales
+// at d0-d3.
+#define T16SCALESAT(d0, d1, d2, d3) \
 	VMOVUPS (DX), Y12 \
 	VMOVUPS (DX)(R11*1), Y13 \
-	T16SCALE(Y0, Y4, Y20, Y20, Y16, Y26, (SI)) \
-	T16SCALE(Y1, Y5, Y21, Y21, Y17, Y27, (SI)(R8*1)) \
-	T16SCALE(Y2, Y6, Y22, Y22, Y18, Y28, (SI)(R8*2)) \
-	T16SCALE(Y3, Y7, Y23, Y23, Y19, Y29, (SI)(R9*1))
+	T16SCALE(Y0, Y4, Y20, Y20, Y16, Y26, d0) \
+	T16SCALE(Y1, Y5, Y21, Y21, Y17, Y27, d1) \
+	T16SCALE(Y2, Y6, Y22, Y22, Y18, Y28, d2) \
+	T16SCALE(Y3, Y7, Y23, Y23, Y19, Y29, d3)
+
+#define T16SCALES T16SCALESAT((SI), (SI)(R8*1), (SI)(R8*2), (SI)(R9*1))
 
 // T16SGROUP is T16GROUP with the operands' roles swapped, for the signed
 // layout.
@@ -541,5 +549,152 @@ q4t16loop:
 
 q4t16next:
 	TNEXTTILE(q4t16tile)
+	VZEROUPPER
+	RET
+
+// The ×8 tile kernels: the same tiles, on Q8_0 weights in the ×8 layout
+// (pack.go). A tile is half of a row group, rows 4h to 4h+3; the tiles of
+// a call walk the halves in order, from half h0 of the group at w (stride
+// is a group's bytes, nb·x8Block). Only the addresses differ from the
+// GGML-layout kernels: SI is the group's current block and R8 = 2h, so
+// that row j's scale is at 2j(SI)(R8*1) and its 4-byte group g at
+// 16+32g+4j(SI)(R8*2). The frame holds 2h at 152(SP).
+
+// X8GROUPS is Q8GROUPS for the four rows of the ×8 tile.
+#define X8GROUPS(EVEN, ODD) \
+	EVEN(0, 16(SI)(R8*2), 20(SI)(R8*2), 24(SI)(R8*2), 28(SI)(R8*2)) \
+	ODD(32, 48(SI)(R8*2), 52(SI)(R8*2), 56(SI)(R8*2), 60(SI)(R8*2)) \
+	EVEN(64, 80(SI)(R8*2), 84(SI)(R8*2), 88(SI)(R8*2), 92(SI)(R8*2)) \
+	ODD(96, 112(SI)(R8*2), 116(SI)(R8*2), 120(SI)(R8*2), 124(SI)(R8*2)) \
+	EVEN(128, 144(SI)(R8*2), 148(SI)(R8*2), 152(SI)(R8*2), 156(SI)(R8*2)) \
+	ODD(160, 176(SI)(R8*2), 180(SI)(R8*2), 184(SI)(R8*2), 188(SI)(R8*2)) \
+	EVEN(192, 208(SI)(R8*2), 212(SI)(R8*2), 216(SI)(R8*2), 220(SI)(R8*2)) \
+	ODD(224, 240(SI)(R8*2), 244(SI)(R8*2), 248(SI)(R8*2), 252(SI)(R8*2))
+
+#define X8SCALES(SCALESAT) SCALESAT((SI)(R8*1), 2(SI)(R8*1), 4(SI)(R8*1), 6(SI)(R8*1))
+
+// X8CORR(A, B, IDX, C0, C1, C2, C3) leaves 128·Σw of the tile's four rows in
+// every lane of C0-C3: each of the block's eight group vectors holds the
+// group of all eight rows, lane l = row l, so eight VPDPBUSDs against bytes
+// of 128 (two chains, A and B) give all eight rows' corrections; VPERMD by
+// IDX (lanes h to h+3, twice) keeps the tile's four in each 128-bit half,
+// and VPSHUFD broadcasts each. C3 may be A.
+#define X8CORR(A, B, IDX, C0, C1, C2, C3) \
+	VPXOR    A, A, A \
+	VPXOR    B, B, B \
+	VPDPBUSD 16(SI), Y15, A \
+	VPDPBUSD 48(SI), Y15, B \
+	VPDPBUSD 80(SI), Y15, A \
+	VPDPBUSD 112(SI), Y15, B \
+	VPDPBUSD 144(SI), Y15, A \
+	VPDPBUSD 176(SI), Y15, B \
+	VPDPBUSD 208(SI), Y15, A \
+	VPDPBUSD 240(SI), Y15, B \
+	VPADDD   B, A, A \
+	VPERMD   A, IDX, A \
+	VPSHUFD  $0x00, A, C0 \
+	VPSHUFD  $0x55, A, C1 \
+	VPSHUFD  $0xaa, A, C2 \
+	VPSHUFD  $0xff, A, C3
+
+DATA x8half<>+0(SB)/4, $0
+DATA x8half<>+4(SB)/4, $1
+DATA x8half<>+8(SB)/4, $2
+DATA x8half<>+12(SB)/4, $3
+DATA x8half<>+16(SB)/4, $0
+DATA x8half<>+20(SB)/4, $1
+DATA x8half<>+24(SB)/4, $2
+DATA x8half<>+28(SB)/4, $3
+DATA x8half<>+32(SB)/4, $4
+DATA x8half<>+36(SB)/4, $5
+DATA x8half<>+40(SB)/4, $6
+DATA x8half<>+44(SB)/4, $7
+DATA x8half<>+48(SB)/4, $4
+DATA x8half<>+52(SB)/4, $5
+DATA x8half<>+56(SB)/4, $6
+DATA x8half<>+60(SB)/4, $7
+GLOBL x8half<>(SB), RODATA|NOPTR, $64
+
+// X8TILES is TTILES, with the first half h0 at 152(SP) as 2h.
+#define X8TILES \
+	TTILES \
+	MOVQ h0+72(FP), AX \
+	SHLQ $3, AX \
+	MOVQ AX, 152(SP)
+
+// X8ROWS, after TSETUP or T16SETUP, points R8 at the tile's half and
+// loads IDX for X8CORR.
+#define X8ROWS(IDX) \
+	MOVQ      152(SP), R8 \
+	LEAQ      x8half<>(SB), AX \
+	VMOVDQU32 (AX)(R8*4), IDX
+
+// X8PREFETCH asks for the next row group's block: the group's blocks are
+// one stream, read twice (once a half), and the next group's while this
+// one is computed.
+#define X8PREFETCH \
+	MOVQ       stride+8(FP), R10 \
+	ADDQ       SI, R10 \
+	PREFETCHT0 (R10) \
+	PREFETCHT0 64(R10) \
+	PREFETCHT0 128(R10) \
+	PREFETCHT0 192(R10) \
+	PREFETCHT0 256(R10)
+
+// X8NEXTTILE is TNEXTTILE for the halves: after half 1, the next group.
+#define X8NEXTTILE(label) \
+	MOVQ  152(SP), AX \
+	MOVQ  AX, BX \
+	XORQ  $8, BX \
+	MOVQ  BX, 152(SP) \
+	SHRQ  $3, AX \
+	IMULQ stride+8(FP), AX \
+	ADDQ  AX, 128(SP) \
+	ADDQ  $16, 136(SP) \
+	DECQ  144(SP) \
+	JNZ   label
+
+// func q8X8Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles, h0 int)
+TEXT ·q8X8Tile8VNNI(SB), NOSPLIT, $160-80
+	X8TILES
+
+x8t8tile:
+	TSETUP
+	X8ROWS(Y18)
+
+x8t8loop:
+	X8PREFETCH
+	X8CORR(Y4, Y5, Y18, Y5, Y6, Y7, Y4)
+	X8GROUPS(TEVEN, TODD)
+	X8SCALES(TSCALESAT)
+	TNEXT($272, x8t8loop)
+
+	TOUT
+	TSTORE8(x8t8next)
+
+x8t8next:
+	X8NEXTTILE(x8t8tile)
+	VZEROUPPER
+	RET
+
+// func q8X8Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles, h0 int)
+TEXT ·q8X8Tile16VNNI(SB), NOSPLIT, $160-80
+	X8TILES
+
+x8t16tile:
+	T16SETUP
+	X8ROWS(Y30)
+
+x8t16loop:
+	X8PREFETCH
+	X8CORR(Y8, Y9, Y30, Y20, Y21, Y22, Y23)
+	X8GROUPS(T16GROUP, T16GROUP)
+	X8SCALES(T16SCALESAT)
+	TNEXT($272, x8t16loop)
+
+	T16STORE(x8t16next)
+
+x8t16next:
+	X8NEXTTILE(x8t16tile)
 	VZEROUPPER
 	RET

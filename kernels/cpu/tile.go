@@ -51,6 +51,41 @@ var tileMinRows = 4
 // instead.
 var q8TileStore, q4TileStore tileStoreFunc
 
+// q8X8TileStore, when not nil, is q8TileStore for Q8_0 weights in the ×8
+// layout: w starts at the row group of the first tile, and the tiles are
+// halves of groups (rows 4h to 4h+3), from half h0 of that group on.
+// x8Tiled reports whether a batch of n rows takes it rather than the ×8
+// multi-row kernel (x8TilesPay, or every batch the Go tiles take).
+var (
+	q8X8TileStore x8TileFunc
+	x8Tiled       func(n int) bool
+)
+
+// x8TilesPay reports whether the VNNI tiles cost less than the ×8 VNNI
+// multi-row kernel for a batch of n rows, by the calls runX8Tiles makes.
+// Against the multi-row kernel's cost of a row, measured on a Zen 4 host
+// (one thread, the matrix products of a ~100M Q8_0 model), a 16-row call
+// saves about 3/4 of a row, an 8-row call costs 1.5 rows more, and each row
+// of padding to a whole call costs a row: 16 rows took 12.0 ms against
+// 12.5 (multi-row), 24 rows 19.1 against 17.7, 33 rows 29.7 against 24.5,
+// 64 rows 44.7 against 47.6, 100 rows 74.6 against 73.7, 128 rows 89.7
+// against 93.8. In quarters of a row:
+func x8TilesPay(n int) bool {
+	gain := 0
+	for r0 := 0; r0 < n; r0 += xTile {
+		for left := min(xTile, n-r0); left > 0; left -= 2 * tileRows {
+			if left > tileRows {
+				gain += 3 - 4*max(0, 2*tileRows-left)
+			} else {
+				gain += -6 - 4*(tileRows-left)
+			}
+		}
+	}
+	return gain > 0
+}
+
+type x8TileFunc func(w []byte, h0 int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int)
+
 // q8TileSigned says q8TileStore reads the signed layout (the AVX2 kernels),
 // not u = x+128 (the VNNI ones).
 var q8TileSigned bool
@@ -104,6 +139,24 @@ func tileStoreGo(tile func([]byte, int, tileAct, int, *[tileOut]float32)) tileSt
 					for c := range tileW {
 						r[c] = o[c*tileRows+l]
 					}
+				}
+			}
+		}
+	}
+}
+
+// x8TileStoreGo is tileStoreGo for the ×8 tiles, on the Go tile kernel
+// q8X8TileGo.
+func x8TileStoreGo(w []byte, h0 int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
+	var o [tileOut]float32
+	for j := range ntiles {
+		t := h0 + j
+		for g := range groups {
+			q8X8TileGo(w[t/2*nb*x8Block:], t%2, a.group(g, nb), nb, &o)
+			for l := range min(tileRows, nrows-g*tileRows) {
+				r := out[(g*tileRows+l)*ostride+j*tileW:]
+				for c := range tileW {
+					r[c] = o[c*tileRows+l]
 				}
 			}
 		}
@@ -164,6 +217,26 @@ func q8TileGo(w []byte, stride int, a tileAct, nb int, out *[tileOut]float32) {
 				v[i] = int32(int8(c))
 			}
 			tileBlockDot(&s, j, &v, a, b, f16(blk), false)
+		}
+	}
+	*out = s
+}
+
+// q8X8TileGo is q8TileGo for rows 4h to 4h+3 of the ×8 Q8_0 row group at
+// w: the reference for q8X8TileStore.
+func q8X8TileGo(w []byte, h int, a tileAct, nb int, out *[tileOut]float32) {
+	var s [tileOut]float32
+	var v [32]int32
+	for j := range tileW {
+		l := tileW*h + j
+		for b := range nb {
+			blk := w[b*x8Block : (b+1)*x8Block]
+			for g := range 8 {
+				for c := range 4 {
+					v[4*g+c] = int32(int8(blk[16+32*g+4*l+c]))
+				}
+			}
+			tileBlockDot(&s, j, &v, a, b, f16(blk[2*l:]), false)
 		}
 	}
 	*out = s
@@ -230,12 +303,14 @@ const (
 // tiled kernels are now in use. Like useAsm it must not be called while a backend
 // is running.
 func useTiles(mode tileMode) bool {
-	q8TileStore, q4TileStore = nil, nil
+	q8TileStore, q4TileStore, q8X8TileStore = nil, nil, nil
 	q8TileSigned = false
-	tileMinRows = 4
+	tileMinRows, x8Tiled = 4, x8TilesPay
 	switch {
 	case mode == tilesGo:
 		q8TileStore, q4TileStore = tileStoreGo(q8TileGo), tileStoreGo(q4TileGo)
+		q8X8TileStore = x8TileStoreGo
+		x8Tiled = func(n int) bool { return n >= tileMinRows } // the tile path at every batch it can take
 	case mode == tilesAsm && haveVNNI:
 		setVNNI()
 	case mode == tilesAsm && haveAsm:
@@ -244,16 +319,26 @@ func useTiles(mode tileMode) bool {
 	return q8TileStore != nil
 }
 
-// tileKernel returns the storing tiled kernel for the weight w, or nil.
-// Weights in the ×8 layout take the multi-row kernel at every batch: with
-// nothing left to transpose it costs less than the AVX2 tiles even for
-// prefill (BenchmarkQ8Layout, 2816×1024, one thread: 128 rows 6.0 ms
-// against 8.4, 512 rows 24 against 35).
+// tileKernel returns the storing tiled kernel for the weight w in GGML's
+// layout, or nil. Weights in the ×8 layout have their own (x8TileKernel),
+// on VNNI CPUs only: elsewhere the multi-row kernel, with nothing left to
+// transpose, costs less than the AVX2 tiles even for prefill
+// (BenchmarkQ8Layout, 2816×1024, one thread: 128 rows 6.0 ms against 8.4,
+// 512 rows 24 against 35).
 func tileKernel(w *Tensor) tileStoreFunc {
 	if w.x8 {
 		return nil
 	}
 	return tileStoreKernel(w.dt)
+}
+
+// x8TileKernel returns the storing tiled kernel for the ×8 weight w, or
+// nil.
+func x8TileKernel(w *Tensor) x8TileFunc {
+	if !w.x8 || w.dt != kernels.Q8_0 {
+		return nil
+	}
+	return q8X8TileStore
 }
 
 // tileStoreKernel returns the storing tiled kernel for weight type dt, or
