@@ -47,6 +47,14 @@ func TestConformance(t *testing.T) {
 		useTiles(tilesGo)
 		kernelstest.Run(t, open(t, 2))
 	})
+	// On a VNNI CPU, the kernels AVX2-only CPUs run.
+	t.Run("avx2", func(t *testing.T) {
+		defer useAsm(true)
+		if !useAVX2() {
+			t.Skip("no VNNI: the default above runs the AVX2 kernels")
+		}
+		kernelstest.Run(t, open(t, 2))
+	})
 	// Q8_0 and Q4_0 weights in the layout the default does not use: GGML's rows
 	// under the assembly, the ×8 groups under the Go kernels.
 	t.Run("other_layout", func(t *testing.T) {
@@ -69,6 +77,7 @@ func TestBatchInvariance(t *testing.T) {
 		set  func()
 	}{
 		{"asm", func() { useAsm(true) }},
+		{"asm_avx2", func() { useAVX2() }}, // the same as asm without VNNI
 		{"go_kernels", func() { useAsm(false) }},
 		{"no_tiles", func() { useAsm(true); useTiles(tilesOff) }},
 		{"go_tiles", func() { useAsm(false); useTiles(tilesGo) }},

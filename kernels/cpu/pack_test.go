@@ -220,6 +220,7 @@ func TestPackedMatchesUnpacked(t *testing.T) {
 		set  func()
 	}{
 		{"asm", func() { useAsm(true) }},
+		{"asm_avx2", func() { useAVX2() }}, // the same as asm without VNNI
 		{"go_kernels", func() { useAsm(false) }},
 	} {
 		shapes := []struct{ m, k int }{{37, 96}, {64, 160}, {8, 32}, {13, 3104}}
