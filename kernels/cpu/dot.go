@@ -63,7 +63,7 @@ func useAsm(on bool) bool {
 	dotQ8, dotQ8Rows, dotQ8RowsN = dotQ8Go, dotQ8RowsGo, dotQ8RowsNGo
 	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Go, dotQ4RowsGo, dotQ4RowsNGo
 	dotQ8X8RowsN, dotQ4X8RowsN = dotQ8X8RowsNGo, dotQ4X8RowsNGo
-	x8Layout, x8VNNI, dotQ8X8URowsN = false, false, nil
+	x8Layout, q4X8VNNI, dotQ8X8URowsN = false, false, nil
 	axpy, f16Row = axpyGo, f16RowGo
 	dotsF32, axpysF32 = dotsF32Go, axpysF32Go
 	useVecGo()

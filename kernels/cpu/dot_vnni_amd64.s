@@ -556,9 +556,9 @@ q4t16next:
 // (pack.go). A tile is half of a row group, rows 4h to 4h+3; the tiles of
 // a call walk the halves in order, from half h0 of the group at w (stride
 // is a group's bytes, nb·x8Block). Only the addresses differ from the
-// GGML-layout kernels: SI is the group's current block and R8 = 2h, so
-// that row j's scale is at 2j(SI)(R8*1) and its 4-byte group g at
-// 16+32g+4j(SI)(R8*2). The frame holds 2h at 152(SP).
+// GGML-layout kernels: SI is the group's current block and R8 = 8h (half
+// h's scale offset), so that row j's scale is at 2j(SI)(R8*1) and its
+// 4-byte group g at 16+32g+4j(SI)(R8*2). The frame holds 8h at 152(SP).
 
 // X8GROUPS is Q8GROUPS for the four rows of the ×8 tile.
 #define X8GROUPS(EVEN, ODD) \
@@ -615,7 +615,7 @@ DATA x8half<>+56(SB)/4, $6
 DATA x8half<>+60(SB)/4, $7
 GLOBL x8half<>(SB), RODATA|NOPTR, $64
 
-// X8TILES is TTILES, with the first half h0 at 152(SP) as 2h.
+// X8TILES is TTILES, with the first half h0 at 152(SP) as 8h.
 #define X8TILES \
 	TTILES \
 	MOVQ h0+72(FP), AX \

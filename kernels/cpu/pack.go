@@ -49,11 +49,11 @@ const (
 // tests switch it with useX8Layout to cover both layouts on any kernel set.
 var x8Layout bool
 
-// x8VNNI says whether the ×8 Q4_0 kernel is the AVX-512 VNNI one (set by
+// q4X8VNNI says whether the ×8 Q4_0 kernel is the AVX-512 VNNI one (set by
 // useAsm where the CPU has it; tests switch it to cover the AVX2 one too).
 // Q8_0's VNNI kernel takes its activations in another form, so it has a
 // function of its own (dotQ8X8URowsN).
-var x8VNNI bool
+var q4X8VNNI bool
 
 // useX8Layout sets x8Layout and returns the previous value. Like useAsm it
 // must not be called while a backend is running; it affects tensors made

@@ -119,11 +119,11 @@ func TestX8Kernels(t *testing.T) {
 							dotQ8X8URowsN(w, m, nb, na, xu, xd, out, os)
 						}
 					}
-					if asm := kerns["asm"]; asm != nil && x8VNNI && dt == kernels.Q4_0 {
+					if asm := kerns["asm"]; asm != nil && q4X8VNNI && dt == kernels.Q4_0 {
 						// The AVX2 kernel beside the VNNI one.
 						kerns["asm_avx2"] = func(w []byte, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int) {
-							x8VNNI = false
-							defer func() { x8VNNI = true }()
+							q4X8VNNI = false
+							defer func() { q4X8VNNI = true }()
 							asm(w, m, nb, na, xq, xd, xc, out, os)
 						}
 					}

@@ -18,9 +18,10 @@
 //
 // Registers: Y0-Y7 activation row a's block sums (a < na); Y8-Y11 rows
 // 0-3's results, rows 4-7's in the frame (32a - 128); Y12 a group's eight
-// rows' values (later their scales), Y13 their absolute values, Y14
-// scratch, Y15 int16 ones (unused with VNNI). SI walks the weight blocks, group after group;
-// DI is activation row 0's current block, the rows R13 bytes apart (R14 =
+// rows' values (later their scales), Y13 their absolute values (in the
+// VNNI kernel, the block's 128·Σw), Y14 scratch, Y15 int16 ones (in the
+// VNNI kernel, bytes of 128). SI walks the weight blocks, group after
+// group; DI is activation row 0's current block, the rows R13 bytes apart (R14 =
 // 3·R13), R15 row 4's; DX row 0's scale, the rows' scales AX bytes apart
 // (BX = 3·AX), R9 row 4's; CX the blocks left, R11 the groups left, R12
 // the group's results for row 0, the rows R8 bytes apart.
@@ -60,8 +61,8 @@
 #define X8FIX(S)
 #endif
 
-// Q8GFIRST and Q8GNEXT (q8group_amd64.h) form the block sums of a group
-// in Y12 against an activation group.
+// Q8GFIRST and Q8GNEXT (q8group_amd64.h, or the VNNI kernel's own) form
+// the block sums of a group in Y12 against an activation group.
 
 // X8S fuses the block sums S (int32), times the rows' d_w (Y12) times the
 // activation row's scale at xd, into its results R; X8SM into results in

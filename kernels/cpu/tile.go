@@ -299,9 +299,9 @@ const (
 	tilesAsm                 // the VNNI tile kernels, else the AVX2 ones, where the CPU has them
 )
 
-// useTiles sets q8TileStore and q4TileStore for mode and reports whether
-// tiled kernels are now in use. Like useAsm it must not be called while a backend
-// is running.
+// useTiles sets q8TileStore, q4TileStore, q8X8TileStore and x8Tiled for
+// mode and reports whether tiled kernels are now in use. Like useAsm it
+// must not be called while a backend is running.
 func useTiles(mode tileMode) bool {
 	q8TileStore, q4TileStore, q8X8TileStore = nil, nil, nil
 	q8TileSigned = false
@@ -323,8 +323,8 @@ func useTiles(mode tileMode) bool {
 // layout, or nil. Weights in the ×8 layout have their own (x8TileKernel),
 // on VNNI CPUs only: elsewhere the multi-row kernel, with nothing left to
 // transpose, costs less than the AVX2 tiles even for prefill
-// (BenchmarkQ8Layout, 2816×1024, one thread: 128 rows 6.0 ms against 8.4,
-// 512 rows 24 against 35).
+// (BenchmarkX8Layout on an AVX2-only host, 2816×1024, one thread: 128 rows
+// 6.0 ms against 8.4, 512 rows 24 against 35).
 func tileKernel(w *Tensor) tileStoreFunc {
 	if w.x8 {
 		return nil
