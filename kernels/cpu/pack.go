@@ -3,6 +3,7 @@ package cpu
 import (
 	"encoding/binary"
 	"fmt"
+	"unsafe"
 
 	"github.com/specgate/specgate/kernels"
 )
@@ -340,14 +341,16 @@ func rowsX8Go(dot func([]byte, int, int, []int8, []float32) float32, blockBytes 
 // unsignedRow sets u to the bytes of q plus 128 (q is never −128): the
 // sign bit flipped, eight bytes at a time.
 func unsignedRow(u []byte, q []int8) {
-	u = u[:len(q)]
-	i := 0
-	for ; i+8 <= len(q); i += 8 {
-		v := uint64(uint8(q[i])) | uint64(uint8(q[i+1]))<<8 | uint64(uint8(q[i+2]))<<16 | uint64(uint8(q[i+3]))<<24 |
-			uint64(uint8(q[i+4]))<<32 | uint64(uint8(q[i+5]))<<40 | uint64(uint8(q[i+6]))<<48 | uint64(uint8(q[i+7]))<<56
-		binary.LittleEndian.PutUint64(u[i:], v^0x8080808080808080)
+	if len(q) == 0 {
+		return
 	}
-	for ; i < len(q); i++ {
-		u[i] = uint8(q[i]) ^ 0x80
+	qb := unsafe.Slice((*byte)(unsafe.Pointer(&q[0])), len(q))
+	u = u[:len(qb)]
+	i := 0
+	for ; i+8 <= len(qb); i += 8 {
+		binary.LittleEndian.PutUint64(u[i:], binary.LittleEndian.Uint64(qb[i:])^0x8080808080808080)
+	}
+	for ; i < len(qb); i++ {
+		u[i] = qb[i] ^ 0x80
 	}
 }
