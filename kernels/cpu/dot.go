@@ -32,6 +32,11 @@ var (
 	// j < nx; the rows of w (x) are k floats each, back to back, or packed
 	// by gemmPackRow when wpacked (xpacked); sc is the calling worker's.
 	gemmF32 func(out []float32, ldo int, w []float32, wpacked bool, mw int, x []float32, xpacked bool, nx int, k int, sc *gemmScratch)
+	// gemmF32Groups, where this CPU has it (else nil), is gemmF32 for
+	// unpacked weight rows and activation rows in the grouped layout of
+	// gemm_f32.go too: xg holds x's rows so (gemmPackGroupRow), x the rows
+	// themselves, for the tails past k &^ 7.
+	gemmF32Groups func(out []float32, ldo int, w []float32, mw int, xg, x []float32, nx, k int, sc *gemmScratch)
 	// dotQ8 returns the dot product of a Q8_0 weight row (len(xd) blocks)
 	// with one quantized activation row.
 	dotQ8 func(w []byte, xq []int8, xd []float32) float32
@@ -59,7 +64,7 @@ var (
 // and the Go ones otherwise (the tiled batch kernels included, see useTiles). It reports whether assembly is in use. Tests
 // call it to cover both; it must not be called while a backend is running.
 func useAsm(on bool) bool {
-	dotF32, gemmF32 = dotF32Go, gemmF32Go
+	dotF32, gemmF32, gemmF32Groups = dotF32Go, gemmF32Go, nil
 	dotQ8, dotQ8Rows, dotQ8RowsN = dotQ8Go, dotQ8RowsGo, dotQ8RowsNGo
 	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Go, dotQ4RowsGo, dotQ4RowsNGo
 	dotQ8X8RowsN, dotQ4X8RowsN = dotQ8X8RowsNGo, dotQ4X8RowsNGo

@@ -9,6 +9,9 @@ var haveAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
 func setAsm() {
 	dotF32, gemmF32 = dotF32Asm, gemmF32Asm
+	if haveF32Z {
+		gemmF32Groups = gemmF32GroupsAsm
+	}
 	dotQ8, dotQ8Rows, dotQ8RowsN = dotQ8Asm, dotQ8RowsAsm, dotQ8RowsNAsm
 	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Asm, dotQ4RowsAsm, dotQ4RowsNAsm
 	dotQ8X8RowsN, dotQ4X8RowsN = dotQ8X8RowsNAsm, dotQ4X8RowsNAsm

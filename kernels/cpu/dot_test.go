@@ -107,6 +107,58 @@ func TestGemmF32(t *testing.T) {
 	useAsm(true)
 }
 
+// TestGemmF32Groups checks gemmF32Groups as TestGemmF32 checks gemmF32:
+// the weight rows left over a multiple of eight and of four, groups of
+// activation rows short and odd, several passes of them and spans of k,
+// the tails under a vector, against dotF32Go output by output, bit for
+// bit, and nothing written past the outputs.
+func TestGemmF32Groups(t *testing.T) {
+	asmKernels(t)
+	if gemmF32Groups == nil {
+		t.Skip("no grouped F32 kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	var sc gemmScratch
+	for _, k := range append(floatLens, 260, 2048, 2056, 4100) {
+		for _, mw := range []int{1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 19, 23} {
+			for _, nx := range []int{1, 2, 3, 4, 5, 6, 7, 11, 12, 13, 47, 48, 50, 55} {
+				if (k > 1100 || nx > 13) && mw%4 != 3 {
+					continue // the large ones at a few widths, to keep the test short
+				}
+				w, x := randVec(r, mw*k), randVec(r, nx*k)
+				xg := make([]float32, gemmGroupsLen(nx, k))
+				for i := range xg {
+					xg[i] = float32(math.NaN()) // every float the layout has is written
+				}
+				for j := range nx {
+					gemmPackGroupRow(xg, nx, j, x[j*k:(j+1)*k])
+				}
+				name := fmt.Sprintf("k=%d %d×%d", k, mw, nx)
+				ldo := mw + 3
+				out := make([]float32, (nx+1)*ldo)
+				for i := range out {
+					out[i] = 9
+				}
+				gemmF32Groups(out, ldo, w, mw, xg, x, nx, k, &sc)
+				for j := range nx + 1 {
+					for i := range ldo {
+						have := out[j*ldo+i]
+						if i >= mw || j >= nx {
+							if have != 9 {
+								t.Fatalf("%s: wrote out[%d][%d], past the outputs", name, j, i)
+							}
+							continue
+						}
+						if want := dotF32Go(w[i*k:(i+1)*k], x[j*k:(j+1)*k]); !sameBits(have, want) {
+							t.Fatalf("%s: out[%d][%d] = %g; want %g", name, j, i, have, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 func TestAxpyAsm(t *testing.T) {
 	asmKernels(t)
 	r := rand.New(rand.NewPCG(3, 4))

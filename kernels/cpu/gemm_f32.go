@@ -31,6 +31,8 @@ type gemmScratch struct {
 	acc             [gemmXRows / 3 * gemmTiles * 96]float32
 	row             []float32
 	unpack, unpackX []float32
+	// accZ is gemmF32Groups' tiles' accumulators.
+	accZ [gemmGroupPassRows / gemmGroupRows * gemmGroupAcc]float32
 }
 
 // unpacked returns the rows rows of k floats packed in p, unpacked into
@@ -103,3 +105,63 @@ func gemmAt(w []float32, packed bool, mw, k, i, l int) float32 {
 	kb := l / gemmKC * gemmKC
 	return w[kb*mw+i*min(gemmKC, k-kb)+l-kb]
 }
+
+// The grouped layout of activation rows, for gemmF32Groups: groups of
+// gemmGroupRows rows, group g at g·gemmGroupRows·k8 floats (k8 = k &^ 7;
+// the tails past k8 stay in the rows as they are), and within a group of r
+// rows (padded with a zero row to an even r') chunk c of every row back to
+// back at c·8·r', row i's at +8·i. A kernel then reads one stream of
+// chunks per group, each 512-bit load two rows' chunks of eight.
+const gemmGroupRows = 6
+
+// gemmGroupsLen is the length of nx rows of k floats in the grouped
+// layout, the padding row included.
+func gemmGroupsLen(nx, k int) int { return (nx + nx%2) * (k &^ 7) }
+
+// gemmPackGroupRow copies the first k &^ 7 floats of row, activation row j
+// of nx, into xg in the grouped layout; the last row of an odd nx clears
+// the padding row after it.
+func gemmPackGroupRow(xg []float32, nx, j int, row []float32) {
+	k8 := len(row) &^ 7
+	if k8 == 0 {
+		return
+	}
+	g0 := j / gemmGroupRows * gemmGroupRows
+	r := min(gemmGroupRows, nx-g0)
+	re := r + r%2
+	d := xg[g0*k8+8*(j-g0):]
+	for c := 0; c < k8; c += 8 {
+		copy(d[c*re:c*re+8], row[c:c+8])
+	}
+	if j == nx-1 && r%2 == 1 {
+		d = d[8:]
+		for c := 0; c < k8; c += 8 {
+			clear(d[c*re : c*re+8])
+		}
+	}
+}
+
+// gemmGroupXBlock is how many activation rows of k floats one
+// gemmF32Groups call takes: as gemmXBlock, in whole passes of
+// gemmGroupPassRows.
+func gemmGroupXBlock(k int) int {
+	return max(1, gemmXBytes/(4*max(k, 1))/gemmGroupPassRows) * gemmGroupPassRows
+}
+
+const (
+	// gemmGroupKC is the span of k gemmF32Groups takes at a time, and
+	// gemmGroupPassRows the activation rows whose tiles' accumulators wait
+	// while a span passes. On one Zen 5 core, spans of 2048 floats ran
+	// 768x2048 products 2-4% faster than spans of 1024 (which ran those of
+	// 768 wide as fast), and 6 to 96 rows a pass were even (128 and 512
+	// rows, one thread).
+	gemmGroupKC       = 2048
+	gemmGroupPassRows = 8 * gemmGroupRows
+	// gemmGroupAcc is the accumulators of one group: a tile of eight
+	// weight rows, or one of four and three of one row, by three pairs.
+	gemmGroupAcc = 20 * 3 * 16
+)
+
+// gemmGroupMinRows is the fewest activation rows that take gemmF32Groups:
+// fewer (a decode step's) meet each weight row in the one-row kernels.
+const gemmGroupMinRows = 4

@@ -1,0 +1,719 @@
+//go:build amd64 && !noasm
+
+#include "textflag.h"
+
+// The F32 GEMM micro-kernels for CPUs with AVX-512 (F, DQ, VL), behind
+// gemm_f32z_amd64.go. Each output is still one eight-lane accumulator that
+// takes its chunks of eight in order (canon.go); a 512-bit register holds
+// two of them, the same weight row against two activation rows: the
+// weight row's chunk broadcast to both halves (VBROADCASTF32X8), the two
+// activation rows' chunks side by side, as gemmPackGroups lays them out.
+// The halves never mix until each is reduced in canon.go's order, so an
+// output's bits do not depend on its partner.
+//
+// A Zen 5 core runs two 512-bit FMAs a cycle, twice the multiply-adds of
+// the 256-bit kernels (gemm_f32_amd64.s): in registers alone, one core
+// ran 207 GFLOP/s of 512-bit FMAs against 104 of 256-bit ones. A core
+// that splits 512-bit ops in two (Zen 4) would run them at the 256-bit
+// rate with half the loads (not measured).
+//
+// gemmF32ZAP runs tiles of A weight rows (four or eight, ldw floats apart,
+// 0 for one row four times) by P pairs of activation rows (P ≤ 3: the
+// group's first 2P rows; its chunk of eight of all 2P rows at x, the next
+// chunk 64·P bytes on), over n floats (a multiple of 8, possibly 0).
+// Accumulator p·A+i is weight row i by pair p: A·P of the 32 registers;
+// the pairs take three, the broadcast weights two. One call runs tiles
+// tiles, the next tile's weight rows A rows on, its accumulators at acc +
+// 64·A·P bytes (stored at the end of a span, reloaded at the next, unless
+// the flags say the span starts or finishes k), its results 4·A bytes on
+// in out, activation row j's ldo floats after row j-1's.
+
+#define gemmStart 1
+#define gemmFinish 2
+
+// ZSETUP loads the common arguments: R13 weight row 0, R8 ldw in bytes,
+// R9 3·ldw in bytes, BX acc, DX out, R11 ldo in bytes, R12 flags, AX tiles.
+#define ZSETUP \
+	MOVQ w+0(FP), R13 \
+	MOVQ ldw+8(FP), R8 \
+	SHLQ $2, R8 \
+	LEAQ (R8)(R8*2), R9 \
+	MOVQ acc+32(FP), BX \
+	MOVQ out+40(FP), DX \
+	MOVQ ldo+48(FP), R11 \
+	SHLQ $2, R11 \
+	MOVQ flags+56(FP), R12 \
+	MOVQ tiles+64(FP), AX
+
+// ZSUM4 reduces the accumulators a, b, c, d (four weight rows by one pair)
+// to the four sums of the pair's first row in a's low 128 bits and of its
+// second row in bits 256-383, each in canon.go's order: the shuffles and
+// adds form the pairs and the quadruples of each 128-bit lane, as
+// VHADDPS does (which has no 512-bit form), and the lane swap adds each
+// row's low quadruple to its high one. Z30 and Z31 are clobbered.
+#define ZSUM4(a, b, c, d) \
+	VSHUFPS    $0x88, b, a, Z30 \
+	VSHUFPS    $0xDD, b, a, Z31 \
+	VADDPS     Z31, Z30, a \
+	VSHUFPS    $0x88, d, c, Z30 \
+	VSHUFPS    $0xDD, d, c, Z31 \
+	VADDPS     Z31, Z30, c \
+	VSHUFPS    $0x88, c, a, Z30 \
+	VSHUFPS    $0xDD, c, a, Z31 \
+	VADDPS     Z31, Z30, a \
+	VSHUFF32X4 $0xB1, a, a, Z30 \
+	VADDPS     Z30, a, a
+
+// func gemmF32Z81(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
+TEXT ·gemmF32Z81(SB), NOSPLIT, $0-72
+	ZSETUP
+
+gemmf32z81tile:
+	MOVQ R13, SI
+	LEAQ (SI)(R8*4), R14
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	TESTQ $gemmStart, R12
+	JNZ   gemmf32z81zero
+	VMOVUPS 0(BX), Z0
+	VMOVUPS 64(BX), Z1
+	VMOVUPS 128(BX), Z2
+	VMOVUPS 192(BX), Z3
+	VMOVUPS 256(BX), Z4
+	VMOVUPS 320(BX), Z5
+	VMOVUPS 384(BX), Z6
+	VMOVUPS 448(BX), Z7
+	JMP gemmf32z81body
+
+gemmf32z81zero:
+	VPXORD Z0, Z0, Z0
+	VMOVAPS Z0, Z1
+	VMOVAPS Z0, Z2
+	VMOVAPS Z0, Z3
+	VMOVAPS Z0, Z4
+	VMOVAPS Z0, Z5
+	VMOVAPS Z0, Z6
+	VMOVAPS Z0, Z7
+
+gemmf32z81body:
+	TESTQ CX, CX
+	JZ    gemmf32z81end
+
+gemmf32z81loop:
+	VMOVUPS 0(DI), Z24
+	VBROADCASTF32X8 (SI), Z30
+	VFMADD231PS Z24, Z30, Z0
+	VBROADCASTF32X8 (SI)(R8*1), Z31
+	VFMADD231PS Z24, Z31, Z1
+	VBROADCASTF32X8 (SI)(R8*2), Z30
+	VFMADD231PS Z24, Z30, Z2
+	VBROADCASTF32X8 (SI)(R9*1), Z31
+	VFMADD231PS Z24, Z31, Z3
+	VBROADCASTF32X8 (R14), Z30
+	VFMADD231PS Z24, Z30, Z4
+	VBROADCASTF32X8 (R14)(R8*1), Z31
+	VFMADD231PS Z24, Z31, Z5
+	VBROADCASTF32X8 (R14)(R8*2), Z30
+	VFMADD231PS Z24, Z30, Z6
+	VBROADCASTF32X8 (R14)(R9*1), Z31
+	VFMADD231PS Z24, Z31, Z7
+	ADDQ $32, SI
+	ADDQ $32, R14
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  gemmf32z81loop
+
+gemmf32z81end:
+	TESTQ $gemmFinish, R12
+	JNZ   gemmf32z81finish
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	JMP gemmf32z81next
+
+gemmf32z81finish:
+	MOVQ DX, R10
+	ZSUM4(Z0, Z1, Z2, Z3)
+	VMOVUPS X0, 0(R10)
+	VEXTRACTF32X4 $2, Z0, 0(R10)(R11*1)
+	ZSUM4(Z4, Z5, Z6, Z7)
+	VMOVUPS X4, 16(R10)
+	VEXTRACTF32X4 $2, Z4, 16(R10)(R11*1)
+
+gemmf32z81next:
+	LEAQ (R13)(R8*8), R13
+	ADDQ $512, BX
+	ADDQ $32, DX
+	DECQ AX
+	JNZ  gemmf32z81tile
+	VZEROUPPER
+	RET
+
+// func gemmF32Z82(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
+TEXT ·gemmF32Z82(SB), NOSPLIT, $0-72
+	ZSETUP
+
+gemmf32z82tile:
+	MOVQ R13, SI
+	LEAQ (SI)(R8*4), R14
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	TESTQ $gemmStart, R12
+	JNZ   gemmf32z82zero
+	VMOVUPS 0(BX), Z0
+	VMOVUPS 64(BX), Z1
+	VMOVUPS 128(BX), Z2
+	VMOVUPS 192(BX), Z3
+	VMOVUPS 256(BX), Z4
+	VMOVUPS 320(BX), Z5
+	VMOVUPS 384(BX), Z6
+	VMOVUPS 448(BX), Z7
+	VMOVUPS 512(BX), Z8
+	VMOVUPS 576(BX), Z9
+	VMOVUPS 640(BX), Z10
+	VMOVUPS 704(BX), Z11
+	VMOVUPS 768(BX), Z12
+	VMOVUPS 832(BX), Z13
+	VMOVUPS 896(BX), Z14
+	VMOVUPS 960(BX), Z15
+	JMP gemmf32z82body
+
+gemmf32z82zero:
+	VPXORD Z0, Z0, Z0
+	VMOVAPS Z0, Z1
+	VMOVAPS Z0, Z2
+	VMOVAPS Z0, Z3
+	VMOVAPS Z0, Z4
+	VMOVAPS Z0, Z5
+	VMOVAPS Z0, Z6
+	VMOVAPS Z0, Z7
+	VMOVAPS Z0, Z8
+	VMOVAPS Z0, Z9
+	VMOVAPS Z0, Z10
+	VMOVAPS Z0, Z11
+	VMOVAPS Z0, Z12
+	VMOVAPS Z0, Z13
+	VMOVAPS Z0, Z14
+	VMOVAPS Z0, Z15
+
+gemmf32z82body:
+	TESTQ CX, CX
+	JZ    gemmf32z82end
+
+gemmf32z82loop:
+	VMOVUPS 0(DI), Z24
+	VMOVUPS 64(DI), Z25
+	VBROADCASTF32X8 (SI), Z30
+	VFMADD231PS Z24, Z30, Z0
+	VFMADD231PS Z25, Z30, Z8
+	VBROADCASTF32X8 (SI)(R8*1), Z31
+	VFMADD231PS Z24, Z31, Z1
+	VFMADD231PS Z25, Z31, Z9
+	VBROADCASTF32X8 (SI)(R8*2), Z30
+	VFMADD231PS Z24, Z30, Z2
+	VFMADD231PS Z25, Z30, Z10
+	VBROADCASTF32X8 (SI)(R9*1), Z31
+	VFMADD231PS Z24, Z31, Z3
+	VFMADD231PS Z25, Z31, Z11
+	VBROADCASTF32X8 (R14), Z30
+	VFMADD231PS Z24, Z30, Z4
+	VFMADD231PS Z25, Z30, Z12
+	VBROADCASTF32X8 (R14)(R8*1), Z31
+	VFMADD231PS Z24, Z31, Z5
+	VFMADD231PS Z25, Z31, Z13
+	VBROADCASTF32X8 (R14)(R8*2), Z30
+	VFMADD231PS Z24, Z30, Z6
+	VFMADD231PS Z25, Z30, Z14
+	VBROADCASTF32X8 (R14)(R9*1), Z31
+	VFMADD231PS Z24, Z31, Z7
+	VFMADD231PS Z25, Z31, Z15
+	ADDQ $32, SI
+	ADDQ $32, R14
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  gemmf32z82loop
+
+gemmf32z82end:
+	TESTQ $gemmFinish, R12
+	JNZ   gemmf32z82finish
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	VMOVUPS Z8, 512(BX)
+	VMOVUPS Z9, 576(BX)
+	VMOVUPS Z10, 640(BX)
+	VMOVUPS Z11, 704(BX)
+	VMOVUPS Z12, 768(BX)
+	VMOVUPS Z13, 832(BX)
+	VMOVUPS Z14, 896(BX)
+	VMOVUPS Z15, 960(BX)
+	JMP gemmf32z82next
+
+gemmf32z82finish:
+	MOVQ DX, R10
+	ZSUM4(Z0, Z1, Z2, Z3)
+	VMOVUPS X0, 0(R10)
+	VEXTRACTF32X4 $2, Z0, 0(R10)(R11*1)
+	ZSUM4(Z4, Z5, Z6, Z7)
+	VMOVUPS X4, 16(R10)
+	VEXTRACTF32X4 $2, Z4, 16(R10)(R11*1)
+	LEAQ (R10)(R11*2), R10
+	ZSUM4(Z8, Z9, Z10, Z11)
+	VMOVUPS X8, 0(R10)
+	VEXTRACTF32X4 $2, Z8, 0(R10)(R11*1)
+	ZSUM4(Z12, Z13, Z14, Z15)
+	VMOVUPS X12, 16(R10)
+	VEXTRACTF32X4 $2, Z12, 16(R10)(R11*1)
+
+gemmf32z82next:
+	LEAQ (R13)(R8*8), R13
+	ADDQ $1024, BX
+	ADDQ $32, DX
+	DECQ AX
+	JNZ  gemmf32z82tile
+	VZEROUPPER
+	RET
+
+// func gemmF32Z83(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
+TEXT ·gemmF32Z83(SB), NOSPLIT, $0-72
+	ZSETUP
+
+gemmf32z83tile:
+	MOVQ R13, SI
+	LEAQ (SI)(R8*4), R14
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	TESTQ $gemmStart, R12
+	JNZ   gemmf32z83zero
+	VMOVUPS 0(BX), Z0
+	VMOVUPS 64(BX), Z1
+	VMOVUPS 128(BX), Z2
+	VMOVUPS 192(BX), Z3
+	VMOVUPS 256(BX), Z4
+	VMOVUPS 320(BX), Z5
+	VMOVUPS 384(BX), Z6
+	VMOVUPS 448(BX), Z7
+	VMOVUPS 512(BX), Z8
+	VMOVUPS 576(BX), Z9
+	VMOVUPS 640(BX), Z10
+	VMOVUPS 704(BX), Z11
+	VMOVUPS 768(BX), Z12
+	VMOVUPS 832(BX), Z13
+	VMOVUPS 896(BX), Z14
+	VMOVUPS 960(BX), Z15
+	VMOVUPS 1024(BX), Z16
+	VMOVUPS 1088(BX), Z17
+	VMOVUPS 1152(BX), Z18
+	VMOVUPS 1216(BX), Z19
+	VMOVUPS 1280(BX), Z20
+	VMOVUPS 1344(BX), Z21
+	VMOVUPS 1408(BX), Z22
+	VMOVUPS 1472(BX), Z23
+	JMP gemmf32z83body
+
+gemmf32z83zero:
+	VPXORD Z0, Z0, Z0
+	VMOVAPS Z0, Z1
+	VMOVAPS Z0, Z2
+	VMOVAPS Z0, Z3
+	VMOVAPS Z0, Z4
+	VMOVAPS Z0, Z5
+	VMOVAPS Z0, Z6
+	VMOVAPS Z0, Z7
+	VMOVAPS Z0, Z8
+	VMOVAPS Z0, Z9
+	VMOVAPS Z0, Z10
+	VMOVAPS Z0, Z11
+	VMOVAPS Z0, Z12
+	VMOVAPS Z0, Z13
+	VMOVAPS Z0, Z14
+	VMOVAPS Z0, Z15
+	VMOVAPS Z0, Z16
+	VMOVAPS Z0, Z17
+	VMOVAPS Z0, Z18
+	VMOVAPS Z0, Z19
+	VMOVAPS Z0, Z20
+	VMOVAPS Z0, Z21
+	VMOVAPS Z0, Z22
+	VMOVAPS Z0, Z23
+
+gemmf32z83body:
+	TESTQ CX, CX
+	JZ    gemmf32z83end
+
+gemmf32z83loop:
+	VMOVUPS 0(DI), Z24
+	VMOVUPS 64(DI), Z25
+	VMOVUPS 128(DI), Z26
+	VBROADCASTF32X8 (SI), Z30
+	VFMADD231PS Z24, Z30, Z0
+	VFMADD231PS Z25, Z30, Z8
+	VFMADD231PS Z26, Z30, Z16
+	VBROADCASTF32X8 (SI)(R8*1), Z31
+	VFMADD231PS Z24, Z31, Z1
+	VFMADD231PS Z25, Z31, Z9
+	VFMADD231PS Z26, Z31, Z17
+	VBROADCASTF32X8 (SI)(R8*2), Z30
+	VFMADD231PS Z24, Z30, Z2
+	VFMADD231PS Z25, Z30, Z10
+	VFMADD231PS Z26, Z30, Z18
+	VBROADCASTF32X8 (SI)(R9*1), Z31
+	VFMADD231PS Z24, Z31, Z3
+	VFMADD231PS Z25, Z31, Z11
+	VFMADD231PS Z26, Z31, Z19
+	VBROADCASTF32X8 (R14), Z30
+	VFMADD231PS Z24, Z30, Z4
+	VFMADD231PS Z25, Z30, Z12
+	VFMADD231PS Z26, Z30, Z20
+	VBROADCASTF32X8 (R14)(R8*1), Z31
+	VFMADD231PS Z24, Z31, Z5
+	VFMADD231PS Z25, Z31, Z13
+	VFMADD231PS Z26, Z31, Z21
+	VBROADCASTF32X8 (R14)(R8*2), Z30
+	VFMADD231PS Z24, Z30, Z6
+	VFMADD231PS Z25, Z30, Z14
+	VFMADD231PS Z26, Z30, Z22
+	VBROADCASTF32X8 (R14)(R9*1), Z31
+	VFMADD231PS Z24, Z31, Z7
+	VFMADD231PS Z25, Z31, Z15
+	VFMADD231PS Z26, Z31, Z23
+	ADDQ $32, SI
+	ADDQ $32, R14
+	ADDQ $192, DI
+	DECQ CX
+	JNZ  gemmf32z83loop
+
+gemmf32z83end:
+	TESTQ $gemmFinish, R12
+	JNZ   gemmf32z83finish
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	VMOVUPS Z8, 512(BX)
+	VMOVUPS Z9, 576(BX)
+	VMOVUPS Z10, 640(BX)
+	VMOVUPS Z11, 704(BX)
+	VMOVUPS Z12, 768(BX)
+	VMOVUPS Z13, 832(BX)
+	VMOVUPS Z14, 896(BX)
+	VMOVUPS Z15, 960(BX)
+	VMOVUPS Z16, 1024(BX)
+	VMOVUPS Z17, 1088(BX)
+	VMOVUPS Z18, 1152(BX)
+	VMOVUPS Z19, 1216(BX)
+	VMOVUPS Z20, 1280(BX)
+	VMOVUPS Z21, 1344(BX)
+	VMOVUPS Z22, 1408(BX)
+	VMOVUPS Z23, 1472(BX)
+	JMP gemmf32z83next
+
+gemmf32z83finish:
+	MOVQ DX, R10
+	ZSUM4(Z0, Z1, Z2, Z3)
+	VMOVUPS X0, 0(R10)
+	VEXTRACTF32X4 $2, Z0, 0(R10)(R11*1)
+	ZSUM4(Z4, Z5, Z6, Z7)
+	VMOVUPS X4, 16(R10)
+	VEXTRACTF32X4 $2, Z4, 16(R10)(R11*1)
+	LEAQ (R10)(R11*2), R10
+	ZSUM4(Z8, Z9, Z10, Z11)
+	VMOVUPS X8, 0(R10)
+	VEXTRACTF32X4 $2, Z8, 0(R10)(R11*1)
+	ZSUM4(Z12, Z13, Z14, Z15)
+	VMOVUPS X12, 16(R10)
+	VEXTRACTF32X4 $2, Z12, 16(R10)(R11*1)
+	LEAQ (R10)(R11*2), R10
+	ZSUM4(Z16, Z17, Z18, Z19)
+	VMOVUPS X16, 0(R10)
+	VEXTRACTF32X4 $2, Z16, 0(R10)(R11*1)
+	ZSUM4(Z20, Z21, Z22, Z23)
+	VMOVUPS X20, 16(R10)
+	VEXTRACTF32X4 $2, Z20, 16(R10)(R11*1)
+
+gemmf32z83next:
+	LEAQ (R13)(R8*8), R13
+	ADDQ $1536, BX
+	ADDQ $32, DX
+	DECQ AX
+	JNZ  gemmf32z83tile
+	VZEROUPPER
+	RET
+
+// func gemmF32Z41(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
+TEXT ·gemmF32Z41(SB), NOSPLIT, $0-72
+	ZSETUP
+
+gemmf32z41tile:
+	MOVQ R13, SI
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	TESTQ $gemmStart, R12
+	JNZ   gemmf32z41zero
+	VMOVUPS 0(BX), Z0
+	VMOVUPS 64(BX), Z1
+	VMOVUPS 128(BX), Z2
+	VMOVUPS 192(BX), Z3
+	JMP gemmf32z41body
+
+gemmf32z41zero:
+	VPXORD Z0, Z0, Z0
+	VMOVAPS Z0, Z1
+	VMOVAPS Z0, Z2
+	VMOVAPS Z0, Z3
+
+gemmf32z41body:
+	TESTQ CX, CX
+	JZ    gemmf32z41end
+
+gemmf32z41loop:
+	VMOVUPS 0(DI), Z24
+	VBROADCASTF32X8 (SI), Z30
+	VFMADD231PS Z24, Z30, Z0
+	VBROADCASTF32X8 (SI)(R8*1), Z31
+	VFMADD231PS Z24, Z31, Z1
+	VBROADCASTF32X8 (SI)(R8*2), Z30
+	VFMADD231PS Z24, Z30, Z2
+	VBROADCASTF32X8 (SI)(R9*1), Z31
+	VFMADD231PS Z24, Z31, Z3
+	ADDQ $32, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  gemmf32z41loop
+
+gemmf32z41end:
+	TESTQ $gemmFinish, R12
+	JNZ   gemmf32z41finish
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	JMP gemmf32z41next
+
+gemmf32z41finish:
+	MOVQ DX, R10
+	ZSUM4(Z0, Z1, Z2, Z3)
+	VMOVUPS X0, 0(R10)
+	VEXTRACTF32X4 $2, Z0, 0(R10)(R11*1)
+
+gemmf32z41next:
+	LEAQ (R13)(R8*4), R13
+	ADDQ $256, BX
+	ADDQ $16, DX
+	DECQ AX
+	JNZ  gemmf32z41tile
+	VZEROUPPER
+	RET
+
+// func gemmF32Z42(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
+TEXT ·gemmF32Z42(SB), NOSPLIT, $0-72
+	ZSETUP
+
+gemmf32z42tile:
+	MOVQ R13, SI
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	TESTQ $gemmStart, R12
+	JNZ   gemmf32z42zero
+	VMOVUPS 0(BX), Z0
+	VMOVUPS 64(BX), Z1
+	VMOVUPS 128(BX), Z2
+	VMOVUPS 192(BX), Z3
+	VMOVUPS 256(BX), Z4
+	VMOVUPS 320(BX), Z5
+	VMOVUPS 384(BX), Z6
+	VMOVUPS 448(BX), Z7
+	JMP gemmf32z42body
+
+gemmf32z42zero:
+	VPXORD Z0, Z0, Z0
+	VMOVAPS Z0, Z1
+	VMOVAPS Z0, Z2
+	VMOVAPS Z0, Z3
+	VMOVAPS Z0, Z4
+	VMOVAPS Z0, Z5
+	VMOVAPS Z0, Z6
+	VMOVAPS Z0, Z7
+
+gemmf32z42body:
+	TESTQ CX, CX
+	JZ    gemmf32z42end
+
+gemmf32z42loop:
+	VMOVUPS 0(DI), Z24
+	VMOVUPS 64(DI), Z25
+	VBROADCASTF32X8 (SI), Z30
+	VFMADD231PS Z24, Z30, Z0
+	VFMADD231PS Z25, Z30, Z4
+	VBROADCASTF32X8 (SI)(R8*1), Z31
+	VFMADD231PS Z24, Z31, Z1
+	VFMADD231PS Z25, Z31, Z5
+	VBROADCASTF32X8 (SI)(R8*2), Z30
+	VFMADD231PS Z24, Z30, Z2
+	VFMADD231PS Z25, Z30, Z6
+	VBROADCASTF32X8 (SI)(R9*1), Z31
+	VFMADD231PS Z24, Z31, Z3
+	VFMADD231PS Z25, Z31, Z7
+	ADDQ $32, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  gemmf32z42loop
+
+gemmf32z42end:
+	TESTQ $gemmFinish, R12
+	JNZ   gemmf32z42finish
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	JMP gemmf32z42next
+
+gemmf32z42finish:
+	MOVQ DX, R10
+	ZSUM4(Z0, Z1, Z2, Z3)
+	VMOVUPS X0, 0(R10)
+	VEXTRACTF32X4 $2, Z0, 0(R10)(R11*1)
+	LEAQ (R10)(R11*2), R10
+	ZSUM4(Z4, Z5, Z6, Z7)
+	VMOVUPS X4, 0(R10)
+	VEXTRACTF32X4 $2, Z4, 0(R10)(R11*1)
+
+gemmf32z42next:
+	LEAQ (R13)(R8*4), R13
+	ADDQ $512, BX
+	ADDQ $16, DX
+	DECQ AX
+	JNZ  gemmf32z42tile
+	VZEROUPPER
+	RET
+
+// func gemmF32Z43(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
+TEXT ·gemmF32Z43(SB), NOSPLIT, $0-72
+	ZSETUP
+
+gemmf32z43tile:
+	MOVQ R13, SI
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	TESTQ $gemmStart, R12
+	JNZ   gemmf32z43zero
+	VMOVUPS 0(BX), Z0
+	VMOVUPS 64(BX), Z1
+	VMOVUPS 128(BX), Z2
+	VMOVUPS 192(BX), Z3
+	VMOVUPS 256(BX), Z4
+	VMOVUPS 320(BX), Z5
+	VMOVUPS 384(BX), Z6
+	VMOVUPS 448(BX), Z7
+	VMOVUPS 512(BX), Z8
+	VMOVUPS 576(BX), Z9
+	VMOVUPS 640(BX), Z10
+	VMOVUPS 704(BX), Z11
+	JMP gemmf32z43body
+
+gemmf32z43zero:
+	VPXORD Z0, Z0, Z0
+	VMOVAPS Z0, Z1
+	VMOVAPS Z0, Z2
+	VMOVAPS Z0, Z3
+	VMOVAPS Z0, Z4
+	VMOVAPS Z0, Z5
+	VMOVAPS Z0, Z6
+	VMOVAPS Z0, Z7
+	VMOVAPS Z0, Z8
+	VMOVAPS Z0, Z9
+	VMOVAPS Z0, Z10
+	VMOVAPS Z0, Z11
+
+gemmf32z43body:
+	TESTQ CX, CX
+	JZ    gemmf32z43end
+
+gemmf32z43loop:
+	VMOVUPS 0(DI), Z24
+	VMOVUPS 64(DI), Z25
+	VMOVUPS 128(DI), Z26
+	VBROADCASTF32X8 (SI), Z30
+	VFMADD231PS Z24, Z30, Z0
+	VFMADD231PS Z25, Z30, Z4
+	VFMADD231PS Z26, Z30, Z8
+	VBROADCASTF32X8 (SI)(R8*1), Z31
+	VFMADD231PS Z24, Z31, Z1
+	VFMADD231PS Z25, Z31, Z5
+	VFMADD231PS Z26, Z31, Z9
+	VBROADCASTF32X8 (SI)(R8*2), Z30
+	VFMADD231PS Z24, Z30, Z2
+	VFMADD231PS Z25, Z30, Z6
+	VFMADD231PS Z26, Z30, Z10
+	VBROADCASTF32X8 (SI)(R9*1), Z31
+	VFMADD231PS Z24, Z31, Z3
+	VFMADD231PS Z25, Z31, Z7
+	VFMADD231PS Z26, Z31, Z11
+	ADDQ $32, SI
+	ADDQ $192, DI
+	DECQ CX
+	JNZ  gemmf32z43loop
+
+gemmf32z43end:
+	TESTQ $gemmFinish, R12
+	JNZ   gemmf32z43finish
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	VMOVUPS Z8, 512(BX)
+	VMOVUPS Z9, 576(BX)
+	VMOVUPS Z10, 640(BX)
+	VMOVUPS Z11, 704(BX)
+	JMP gemmf32z43next
+
+gemmf32z43finish:
+	MOVQ DX, R10
+	ZSUM4(Z0, Z1, Z2, Z3)
+	VMOVUPS X0, 0(R10)
+	VEXTRACTF32X4 $2, Z0, 0(R10)(R11*1)
+	LEAQ (R10)(R11*2), R10
+	ZSUM4(Z4, Z5, Z6, Z7)
+	VMOVUPS X4, 0(R10)
+	VEXTRACTF32X4 $2, Z4, 0(R10)(R11*1)
+	LEAQ (R10)(R11*2), R10
+	ZSUM4(Z8, Z9, Z10, Z11)
+	VMOVUPS X8, 0(R10)
+	VEXTRACTF32X4 $2, Z8, 0(R10)(R11*1)
+
+gemmf32z43next:
+	LEAQ (R13)(R8*4), R13
+	ADDQ $768, BX
+	ADDQ $16, DX
+	DECQ AX
+	JNZ  gemmf32z43tile
+	VZEROUPPER
+	RET
