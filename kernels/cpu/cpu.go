@@ -135,7 +135,7 @@ type Backend struct {
 	// xc holds the signed tile layout's corrections.
 	xc []int32
 	// xf holds the activation rows of the current F32 MatMul packed for
-	// gemmF32, when that is worth it.
+	// gemmF32, when that is worth it, or grouped for gemmF32Groups.
 	xf []float32
 	// wrow holds a weight row converted to F32 for ops that take a small
 	// weight (RMSNorm, AddBias).

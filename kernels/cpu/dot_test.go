@@ -253,8 +253,20 @@ func randBlocks(r *rand.Rand, dt kernels.DType, nb int, extreme bool) []byte {
 // TestMatMulPackedRows checks MatMul on F32 weights whose rows are packed
 // (k a multiple of 512, gemmPackMinRows activation rows or more, several
 // passes of activation rows and chunks of weight rows across three
-// workers) against each row alone, which is not packed, bit for bit.
+// workers) against each row alone, which is not packed, bit for bit; and
+// on a CPU with gemmF32Groups, the same with the activation rows grouped,
+// and packed under the AVX2 kernels.
 func TestMatMulPackedRows(t *testing.T) {
+	defer useAsm(true)
+	for _, avx2 := range []bool{false, true} {
+		if avx2 && !useAVX2() {
+			continue
+		}
+		t.Run(fmt.Sprintf("avx2=%v", avx2), testMatMulPackedRows)
+	}
+}
+
+func testMatMulPackedRows(t *testing.T) {
 	b := open(t, 3)
 	r := rand.New(rand.NewPCG(7, 8))
 	// k spans one whole span of the packed layout and a partial one, so an

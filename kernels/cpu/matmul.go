@@ -39,7 +39,7 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 	t := &b.mm
 	*t = matmulTask{b: b, dst: d, x: xt, w: wt}
 	if isFloat(wt.dt) {
-		t.xf = b.packFloatInput(xt)
+		t.xf, t.xg = b.packFloatInput(xt)
 	}
 	if tk := tileKernel(wt); tk != nil && n >= tileMinRows {
 		t.tile = tk
@@ -256,7 +256,8 @@ func (b *Backend) matmulManyFloat(dsts []kernels.Tensor, xt *Tensor, ws []kernel
 			return false
 		}
 	}
-	b.runMany(dsts, xt, ws, matmulTask{xf: b.packFloatInput(xt)})
+	xf, xg := b.packFloatInput(xt)
+	b.runMany(dsts, xt, ws, matmulTask{xf: xf, xg: xg})
 	return true
 }
 
@@ -264,34 +265,51 @@ func isFloat(dt kernels.DType) bool {
 	return dt == kernels.F32 || dt == kernels.F16 || dt == kernels.BF16
 }
 
-// packFloatInput returns x packed for gemmF32, pass by pass of gemmXRows
-// rows (each pass's rows as gemmPackRow lays them out, so a pass is
-// x.f32's slice of the same rows), in the backend's buffer; or nil when
-// gemmPackRows says rows of x's width are better left as they are.
-func (b *Backend) packFloatInput(xt *Tensor) []float32 {
+// packFloatInput returns x packed for the F32 kernels, in the backend's
+// buffer: as xg, in the grouped layout for gemmF32Groups, where this CPU
+// has it and x has gemmGroupMinRows rows or more of a vector or more;
+// else as xf, for gemmF32, pass by pass of gemmXRows rows (each pass's
+// rows as gemmPackRow lays them out, so a pass is x.f32's slice of the
+// same rows); or neither when gemmPackRows says rows of x's width are
+// better left as they are.
+func (b *Backend) packFloatInput(xt *Tensor) (xf, xg []float32) {
 	n, k := xt.rows, xt.cols
-	if !gemmPackRows(k, n) {
-		return nil
+	grouped := gemmF32Groups != nil && n >= gemmGroupMinRows && k >= 8
+	if !grouped && !gemmPackRows(k, n) {
+		return nil, nil
 	}
-	if cap(b.xf) < n*k {
-		b.xf = make([]float32, n*k)
+	size := n * k
+	if grouped {
+		size = gemmGroupsLen(n, k)
 	}
-	xf := b.xf[:n*k]
-	b.px = packTask{x: xt, xf: xf}
+	if cap(b.xf) < size {
+		b.xf = make([]float32, size)
+	}
+	p := b.xf[:size]
+	b.px = packTask{x: xt, xf: p, grouped: grouped}
 	b.pool.run(&b.px, n, max(1, 16384/k))
 	b.px = packTask{}
-	return xf
+	if grouped {
+		return nil, p
+	}
+	return p, nil
 }
 
-// packTask packs rows of x into xf for packFloatInput.
+// packTask packs rows of x into xf for packFloatInput, in the grouped
+// layout when grouped is set.
 type packTask struct {
-	x  *Tensor
-	xf []float32
+	x       *Tensor
+	xf      []float32
+	grouped bool
 }
 
 func (t *packTask) run(_, lo, hi int) {
 	n, k := t.x.rows, t.x.cols
 	for j := lo; j < hi; j++ {
+		if t.grouped {
+			gemmPackGroupRow(t.xf, n, j, t.x.row(j))
+			continue
+		}
 		r0 := j / gemmXRows * gemmXRows
 		r1 := min(n, r0+gemmXRows)
 		gemmPackRow(t.xf[r0*k:r1*k], r1-r0, j-r0, t.x.row(j))
@@ -357,8 +375,9 @@ type matmulTask struct {
 	xu        []byte // xq as u = x+128, for dotQ8X8URowsN, when not nil
 	xd        []float32
 	xc        []int32 // the rows' blockSums8, for Q4_0 weights
-	// xf, when not nil, holds x packed for gemmF32 (packFloatInput).
-	xf []float32
+	// xf, when not nil, holds x packed for gemmF32, and xg, when not nil,
+	// x in the grouped layout for gemmF32Groups (packFloatInput).
+	xf, xg []float32
 	// tile, when not nil, is the tiled kernel, and act the activations
 	// in its layout.
 	tile tileStoreFunc
@@ -435,7 +454,8 @@ func (t *matmulTask) runFloat(wk, lo, hi int) {
 	n, k, m := t.x.rows, t.x.cols, t.w.rows
 	out, x := t.dst.f32, t.x.f32
 	sc := &t.b.scratch[wk]
-	packed := gemmPackRows(k, n)
+	// gemmF32Groups takes the weight rows as they are.
+	packed := gemmPackRows(k, n) && t.xg == nil
 	var w []float32
 	switch {
 	case t.w.dt == kernels.F32 && !packed:
@@ -462,6 +482,14 @@ func (t *matmulTask) runFloat(wk, lo, hi int) {
 			convertRow(row, t.w.dt, t.w.rawRow(o))
 			gemmPackRow(w, hi-lo, o-lo, row)
 		}
+	}
+	if t.xg != nil {
+		k8, step := k&^7, gemmGroupXBlock(k)
+		for r0 := 0; r0 < n; r0 += step {
+			r1 := min(n, r0+step)
+			gemmF32Groups(out[r0*m+lo:], m, w, hi-lo, t.xg[r0*k8:], x[r0*k:r1*k], r1-r0, k, &sc.gemm)
+		}
+		return
 	}
 	if t.xf != nil {
 		x = t.xf
