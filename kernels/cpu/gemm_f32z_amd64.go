@@ -9,42 +9,42 @@ import "golang.org/x/sys/cpu"
 var haveF32Z = haveAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL
 
 // The kernels of gemm_f32z_amd64.s: A weight rows by P pairs of activation
-// rows, tiles tiles of A rows.
+// rows, against groups groups of them.
 
 //go:noescape
-func gemmF32Z81(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
+func gemmF32Z81(w *float32, ldw int, x *float32, xs int, n int, acc *float32, out *float32, ldo int, flags int, groups int)
 
 //go:noescape
-func gemmF32Z82(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
+func gemmF32Z82(w *float32, ldw int, x *float32, xs int, n int, acc *float32, out *float32, ldo int, flags int, groups int)
 
 //go:noescape
-func gemmF32Z83(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
+func gemmF32Z83(w *float32, ldw int, x *float32, xs int, n int, acc *float32, out *float32, ldo int, flags int, groups int)
 
 //go:noescape
-func gemmF32Z41(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
+func gemmF32Z41(w *float32, ldw int, x *float32, xs int, n int, acc *float32, out *float32, ldo int, flags int, groups int)
 
 //go:noescape
-func gemmF32Z42(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
+func gemmF32Z42(w *float32, ldw int, x *float32, xs int, n int, acc *float32, out *float32, ldo int, flags int, groups int)
 
 //go:noescape
-func gemmF32Z43(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
+func gemmF32Z43(w *float32, ldw int, x *float32, xs int, n int, acc *float32, out *float32, ldo int, flags int, groups int)
 
 // gemmZTile calls the kernel of eight (wide) or four weight rows by p
 // pairs directly: through a function value its pointers would escape.
-func gemmZTile(wide bool, p int, w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int) {
+func gemmZTile(wide bool, p int, w *float32, ldw int, x *float32, xs int, n int, acc *float32, out *float32, ldo int, flags int, groups int) {
 	switch {
 	case wide && p == 3:
-		gemmF32Z83(w, ldw, x, n, acc, out, ldo, flags, tiles)
+		gemmF32Z83(w, ldw, x, xs, n, acc, out, ldo, flags, groups)
 	case wide && p == 2:
-		gemmF32Z82(w, ldw, x, n, acc, out, ldo, flags, tiles)
+		gemmF32Z82(w, ldw, x, xs, n, acc, out, ldo, flags, groups)
 	case wide:
-		gemmF32Z81(w, ldw, x, n, acc, out, ldo, flags, tiles)
+		gemmF32Z81(w, ldw, x, xs, n, acc, out, ldo, flags, groups)
 	case p == 3:
-		gemmF32Z43(w, ldw, x, n, acc, out, ldo, flags, tiles)
+		gemmF32Z43(w, ldw, x, xs, n, acc, out, ldo, flags, groups)
 	case p == 2:
-		gemmF32Z42(w, ldw, x, n, acc, out, ldo, flags, tiles)
+		gemmF32Z42(w, ldw, x, xs, n, acc, out, ldo, flags, groups)
 	default:
-		gemmF32Z41(w, ldw, x, n, acc, out, ldo, flags, tiles)
+		gemmF32Z41(w, ldw, x, xs, n, acc, out, ldo, flags, groups)
 	}
 }
 
@@ -89,11 +89,16 @@ func gemmF32GroupsAsm(out []float32, ldo int, w []float32, mw int, xg, x []float
 				if kb+n >= k8 {
 					flags |= gemmFinish
 				}
-				for j := j0; j < j1; j += gemmGroupRows {
-					r := min(gemmGroupRows, nx-j)
+				// The pass's whole groups in one call, then a last short
+				// one.
+				full := (j1 - j0) / gemmGroupRows
+				if full > 0 {
+					groupTiles(out[j0*ldo+i0:], ldo, w[i0*k+kb:], k, i1-i0, xg[j0*k8+kb*gemmGroupRows:], gemmGroupRows*k8, gemmGroupRows, full, n, sc.accZ[:], flags)
+				}
+				if j := j0 + full*gemmGroupRows; j < j1 {
+					r := j1 - j
 					p := (r + 1) / 2
-					acc := sc.accZ[(j-j0)/gemmGroupRows*gemmGroupAcc:]
-					groupTiles(out[j*ldo+i0:], ldo, w[i0*k+kb:], k, i1-i0, &xg[j*k8+kb*2*p], r, n, acc, flags)
+					groupTiles(out[j*ldo+i0:], ldo, w[i0*k+kb:], k, i1-i0, xg[j*k8+kb*2*p:], 0, r, 1, n, sc.accZ[full*gemmGroupAcc:], flags)
 				}
 			}
 		}
@@ -113,13 +118,15 @@ func gemmF32GroupsAsm(out []float32, ldo int, w []float32, mw int, xg, x []float
 }
 
 // groupTiles runs rows ≤ 8 weight rows (from w, ldw floats apart) against
-// the r activation rows of a group (its span's chunks at x) over n floats,
-// into out (row j at j·ldo) at the end of k; acc holds the tiles'
-// accumulators between spans.
-func groupTiles(out []float32, ldo int, w []float32, ldw, rows int, x *float32, r, n int, acc []float32, flags int) {
+// groups groups of r activation rows (their span's chunks at x, xs floats
+// apart) over n floats, into out (row j at j·ldo) at the end of k; acc
+// holds the tiles' accumulators between spans, groups·gemmGroupAcc floats.
+func groupTiles(out []float32, ldo int, w []float32, ldw, rows int, x []float32, xs, r, groups, n int, acc []float32, flags int) {
 	p := (r + 1) / 2
-	// With an odd last row, the kernels would store a result for the
-	// padding row: the tiles write to scratch, copied out at the finish.
+	_ = acc[groups*gemmGroupAcc-1]
+	// With an odd last row (one group only), the kernels would store a
+	// result for the padding row: the tiles write to scratch, copied out
+	// at the finish.
 	o, ldt := out, ldo
 	var tmp [gemmGroupRows * 8]float32
 	if r%2 == 1 {
@@ -128,10 +135,10 @@ func groupTiles(out []float32, ldo int, w []float32, ldw, rows int, x *float32, 
 	done := 0
 	switch {
 	case rows == 8:
-		gemmZTile(true, p, &w[0], ldw, x, n, &acc[0], &o[0], ldt, flags, 1)
+		gemmZTile(true, p, &w[0], ldw, &x[0], xs, n, &acc[0], &o[0], ldt, flags, groups)
 		done = 8
 	case rows >= 4:
-		gemmZTile(false, p, &w[0], ldw, x, n, &acc[0], &o[0], ldt, flags, 1)
+		gemmZTile(false, p, &w[0], ldw, &x[0], xs, n, &acc[0], &o[0], ldt, flags, groups)
 		done = 4
 	}
 	if r%2 == 1 && flags&gemmFinish != 0 {
@@ -139,12 +146,17 @@ func groupTiles(out []float32, ldo int, w []float32, ldw, rows int, x *float32, 
 			copy(out[j*ldo:j*ldo+done], tmp[j*8:])
 		}
 	}
-	for i := done; i < rows; i++ {
-		var one [gemmGroupRows * 4]float32
-		gemmZTile(false, p, &w[i*ldw], 0, x, n, &acc[(8+4*(i-done))*p*16], &one[0], 4, flags, 1)
-		if flags&gemmFinish != 0 {
-			for j := range r {
-				out[j*ldo+i] = one[4*j]
+	// Rows left over, one at a time as all four rows of a tile, into
+	// scratch: their accumulators after the tiles'.
+	for g := range groups {
+		for i := done; i < rows; i++ {
+			var one [gemmGroupRows * 4]float32
+			a := (8*groups + 4*(3*g+i-done)) * p * 16
+			gemmZTile(false, p, &w[i*ldw], 0, &x[g*xs], 0, n, &acc[a], &one[0], 4, flags, 1)
+			if flags&gemmFinish != 0 {
+				for j := range r {
+					out[(g*r+j)*ldo+i] = one[4*j]
+				}
 			}
 		}
 	}

@@ -17,33 +17,34 @@
 // that splits 512-bit ops in two (Zen 4) would run them at the 256-bit
 // rate with half the loads (not measured).
 //
-// gemmF32ZAP runs tiles of A weight rows (four or eight, ldw floats apart,
-// 0 for one row four times) by P pairs of activation rows (P ≤ 3: the
-// group's first 2P rows; its chunk of eight of all 2P rows at x, the next
-// chunk 64·P bytes on), over n floats (a multiple of 8, possibly 0).
+// gemmF32ZAP runs a tile of A weight rows (four or eight, ldw floats
+// apart, 0 for one row four times) by P pairs of activation rows (P ≤ 3:
+// a group's first 2P rows; its chunk of eight of all 2P rows at x, the
+// next chunk 64·P bytes on), over n floats (a multiple of 8, possibly 0).
 // Accumulator p·A+i is weight row i by pair p: A·P of the 32 registers;
-// the pairs take three, the broadcast weights two. One call runs tiles
-// tiles, the next tile's weight rows A rows on, its accumulators at acc +
-// 64·A·P bytes (stored at the end of a span, reloaded at the next, unless
-// the flags say the span starts or finishes k), its results 4·A bytes on
-// in out, activation row j's ldo floats after row j-1's.
+// the pairs take three, the broadcast weights two. One call runs the
+// weight rows against groups groups, each xs floats after the last, its
+// accumulators 64·A·P bytes after the last's (stored at the end of a
+// span, reloaded at the next, unless the flags say the span starts or
+// finishes k), its results 2P rows of out after the last's, activation
+// row j's ldo floats after row j-1's.
 
 #define gemmStart 1
 #define gemmFinish 2
 
 // ZSETUP loads the common arguments: R13 weight row 0, R8 ldw in bytes,
-// R9 3·ldw in bytes, BX acc, DX out, R11 ldo in bytes, R12 flags, AX tiles.
+// R9 3·ldw in bytes, BX acc, DX out, R11 ldo in bytes, R12 flags, AX groups.
 #define ZSETUP \
 	MOVQ w+0(FP), R13 \
 	MOVQ ldw+8(FP), R8 \
 	SHLQ $2, R8 \
 	LEAQ (R8)(R8*2), R9 \
-	MOVQ acc+32(FP), BX \
-	MOVQ out+40(FP), DX \
-	MOVQ ldo+48(FP), R11 \
+	MOVQ acc+40(FP), BX \
+	MOVQ out+48(FP), DX \
+	MOVQ ldo+56(FP), R11 \
 	SHLQ $2, R11 \
-	MOVQ flags+56(FP), R12 \
-	MOVQ tiles+64(FP), AX
+	MOVQ flags+64(FP), R12 \
+	MOVQ groups+72(FP), AX
 
 // ZSUM4 reduces the accumulators a, b, c, d (four weight rows by one pair)
 // to the four sums of the pair's first row in a's low 128 bits and of its
@@ -64,15 +65,15 @@
 	VSHUFF32X4 $0xB1, a, a, Z30 \
 	VADDPS     Z30, a, a
 
-// func gemmF32Z81(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
-TEXT ·gemmF32Z81(SB), NOSPLIT, $0-72
+// func gemmF32Z81(w *float32, ldw int, x *float32, xs int, n int, acc *float32, out *float32, ldo int, flags int, groups int)
+TEXT ·gemmF32Z81(SB), NOSPLIT, $0-80
 	ZSETUP
 
 gemmf32z81tile:
 	MOVQ R13, SI
 	LEAQ (SI)(R8*4), R14
 	MOVQ x+16(FP), DI
-	MOVQ n+24(FP), CX
+	MOVQ n+32(FP), CX
 	SHRQ $3, CX
 	TESTQ $gemmStart, R12
 	JNZ   gemmf32z81zero
@@ -147,23 +148,25 @@ gemmf32z81finish:
 	VEXTRACTF32X4 $2, Z4, 16(R10)(R11*1)
 
 gemmf32z81next:
-	LEAQ (R13)(R8*8), R13
+	MOVQ xs+24(FP), R10
+	SHLQ $2, R10
+	ADDQ R10, x+16(FP)
 	ADDQ $512, BX
-	ADDQ $32, DX
+	LEAQ (DX)(R11*2), DX
 	DECQ AX
 	JNZ  gemmf32z81tile
 	VZEROUPPER
 	RET
 
-// func gemmF32Z82(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
-TEXT ·gemmF32Z82(SB), NOSPLIT, $0-72
+// func gemmF32Z82(w *float32, ldw int, x *float32, xs int, n int, acc *float32, out *float32, ldo int, flags int, groups int)
+TEXT ·gemmF32Z82(SB), NOSPLIT, $0-80
 	ZSETUP
 
 gemmf32z82tile:
 	MOVQ R13, SI
 	LEAQ (SI)(R8*4), R14
 	MOVQ x+16(FP), DI
-	MOVQ n+24(FP), CX
+	MOVQ n+32(FP), CX
 	SHRQ $3, CX
 	TESTQ $gemmStart, R12
 	JNZ   gemmf32z82zero
@@ -278,23 +281,26 @@ gemmf32z82finish:
 	VEXTRACTF32X4 $2, Z12, 16(R10)(R11*1)
 
 gemmf32z82next:
-	LEAQ (R13)(R8*8), R13
+	MOVQ xs+24(FP), R10
+	SHLQ $2, R10
+	ADDQ R10, x+16(FP)
 	ADDQ $1024, BX
-	ADDQ $32, DX
+	LEAQ (DX)(R11*2), DX
+	LEAQ (DX)(R11*2), DX
 	DECQ AX
 	JNZ  gemmf32z82tile
 	VZEROUPPER
 	RET
 
-// func gemmF32Z83(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
-TEXT ·gemmF32Z83(SB), NOSPLIT, $0-72
+// func gemmF32Z83(w *float32, ldw int, x *float32, xs int, n int, acc *float32, out *float32, ldo int, flags int, groups int)
+TEXT ·gemmF32Z83(SB), NOSPLIT, $0-80
 	ZSETUP
 
 gemmf32z83tile:
 	MOVQ R13, SI
 	LEAQ (SI)(R8*4), R14
 	MOVQ x+16(FP), DI
-	MOVQ n+24(FP), CX
+	MOVQ n+32(FP), CX
 	SHRQ $3, CX
 	TESTQ $gemmStart, R12
 	JNZ   gemmf32z83zero
@@ -449,22 +455,26 @@ gemmf32z83finish:
 	VEXTRACTF32X4 $2, Z20, 16(R10)(R11*1)
 
 gemmf32z83next:
-	LEAQ (R13)(R8*8), R13
+	MOVQ xs+24(FP), R10
+	SHLQ $2, R10
+	ADDQ R10, x+16(FP)
 	ADDQ $1536, BX
-	ADDQ $32, DX
+	LEAQ (DX)(R11*2), DX
+	LEAQ (DX)(R11*2), DX
+	LEAQ (DX)(R11*2), DX
 	DECQ AX
 	JNZ  gemmf32z83tile
 	VZEROUPPER
 	RET
 
-// func gemmF32Z41(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
-TEXT ·gemmF32Z41(SB), NOSPLIT, $0-72
+// func gemmF32Z41(w *float32, ldw int, x *float32, xs int, n int, acc *float32, out *float32, ldo int, flags int, groups int)
+TEXT ·gemmF32Z41(SB), NOSPLIT, $0-80
 	ZSETUP
 
 gemmf32z41tile:
 	MOVQ R13, SI
 	MOVQ x+16(FP), DI
-	MOVQ n+24(FP), CX
+	MOVQ n+32(FP), CX
 	SHRQ $3, CX
 	TESTQ $gemmStart, R12
 	JNZ   gemmf32z41zero
@@ -515,22 +525,24 @@ gemmf32z41finish:
 	VEXTRACTF32X4 $2, Z0, 0(R10)(R11*1)
 
 gemmf32z41next:
-	LEAQ (R13)(R8*4), R13
+	MOVQ xs+24(FP), R10
+	SHLQ $2, R10
+	ADDQ R10, x+16(FP)
 	ADDQ $256, BX
-	ADDQ $16, DX
+	LEAQ (DX)(R11*2), DX
 	DECQ AX
 	JNZ  gemmf32z41tile
 	VZEROUPPER
 	RET
 
-// func gemmF32Z42(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
-TEXT ·gemmF32Z42(SB), NOSPLIT, $0-72
+// func gemmF32Z42(w *float32, ldw int, x *float32, xs int, n int, acc *float32, out *float32, ldo int, flags int, groups int)
+TEXT ·gemmF32Z42(SB), NOSPLIT, $0-80
 	ZSETUP
 
 gemmf32z42tile:
 	MOVQ R13, SI
 	MOVQ x+16(FP), DI
-	MOVQ n+24(FP), CX
+	MOVQ n+32(FP), CX
 	SHRQ $3, CX
 	TESTQ $gemmStart, R12
 	JNZ   gemmf32z42zero
@@ -602,22 +614,25 @@ gemmf32z42finish:
 	VEXTRACTF32X4 $2, Z4, 0(R10)(R11*1)
 
 gemmf32z42next:
-	LEAQ (R13)(R8*4), R13
+	MOVQ xs+24(FP), R10
+	SHLQ $2, R10
+	ADDQ R10, x+16(FP)
 	ADDQ $512, BX
-	ADDQ $16, DX
+	LEAQ (DX)(R11*2), DX
+	LEAQ (DX)(R11*2), DX
 	DECQ AX
 	JNZ  gemmf32z42tile
 	VZEROUPPER
 	RET
 
-// func gemmF32Z43(w *float32, ldw int, x *float32, n int, acc *float32, out *float32, ldo int, flags int, tiles int)
-TEXT ·gemmF32Z43(SB), NOSPLIT, $0-72
+// func gemmF32Z43(w *float32, ldw int, x *float32, xs int, n int, acc *float32, out *float32, ldo int, flags int, groups int)
+TEXT ·gemmF32Z43(SB), NOSPLIT, $0-80
 	ZSETUP
 
 gemmf32z43tile:
 	MOVQ R13, SI
 	MOVQ x+16(FP), DI
-	MOVQ n+24(FP), CX
+	MOVQ n+32(FP), CX
 	SHRQ $3, CX
 	TESTQ $gemmStart, R12
 	JNZ   gemmf32z43zero
@@ -710,9 +725,13 @@ gemmf32z43finish:
 	VEXTRACTF32X4 $2, Z8, 0(R10)(R11*1)
 
 gemmf32z43next:
-	LEAQ (R13)(R8*4), R13
+	MOVQ xs+24(FP), R10
+	SHLQ $2, R10
+	ADDQ R10, x+16(FP)
 	ADDQ $768, BX
-	ADDQ $16, DX
+	LEAQ (DX)(R11*2), DX
+	LEAQ (DX)(R11*2), DX
+	LEAQ (DX)(R11*2), DX
 	DECQ AX
 	JNZ  gemmf32z43tile
 	VZEROUPPER
