@@ -44,6 +44,8 @@ type Tensor struct {
 	raw      []byte
 	rowBytes int
 	x8       bool
+	// x8b says the ×8 Q8_0 quants are stored biased, as w+128 (x8Bias).
+	x8b bool
 	// owned says the tensor's bytes are its own copy, not the slice
 	// Weights was given (kernels.DataOwner).
 	owned bool
@@ -80,7 +82,7 @@ func (t *Tensor) rawRow(r int) []byte { return t.raw[r*t.rowBytes : (r+1)*t.rowB
 // convertRow decodes stored row r of t (any layout) into dst.
 func (t *Tensor) convertRow(dst []float32, r int) {
 	if t.x8 {
-		convertRowX8(dst, t.dt, t.raw, r)
+		convertRowX8(dst, t.dt, t.raw, r, t.x8Flip())
 		return
 	}
 	convertRow(dst, t.dt, t.rawRow(r))
@@ -127,12 +129,11 @@ type Backend struct {
 	// Q8_0: int8 values, and one float32 scale per 32-value block.
 	xq []int8
 	xd []float32
-	// xu holds xq as u = x+128, for the AVX-512 VNNI ×8 Q8_0 kernel.
-	xu []byte
 	// xp holds them in the tiled kernels' layout instead (with their
 	// scales in xd), when those run.
 	xp []byte
-	// xc holds the signed tile layout's corrections.
+	// xc holds the signed tile layout's corrections, and the multi-row
+	// kernels' (blockSums8 for Q4_0, blockSumsB for biased Q8_0).
 	xc []int32
 	// xf holds the activation rows of the current F32 MatMul packed for
 	// gemmF32, when that is worth it, or grouped for gemmF32Groups.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"sync"
+	"unsafe"
 
 	"github.com/specgate/specgate/kernels"
 )
@@ -67,8 +68,8 @@ func useAsm(on bool) bool {
 	dotF32, gemmF32, gemmF32Groups = dotF32Go, gemmF32Go, nil
 	dotQ8, dotQ8Rows, dotQ8RowsN = dotQ8Go, dotQ8RowsGo, dotQ8RowsNGo
 	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Go, dotQ4RowsGo, dotQ4RowsNGo
-	dotQ8X8RowsN, dotQ4X8RowsN = dotQ8X8RowsNGo, dotQ4X8RowsNGo
-	x8Layout, q4X8VNNI, dotQ8X8URowsN = false, false, nil
+	dotQ8X8RowsN, dotQ4X8RowsN, dotQ8X8BRowsN = dotQ8X8RowsNGo, dotQ4X8RowsNGo, dotQ8X8BRowsNGo
+	x8Layout, x8Bias, q4X8VNNI = false, false, false
 	axpy, f16Row = axpyGo, f16RowGo
 	dotsF32, axpysF32 = dotsF32Go, axpysF32Go
 	useVecGo()
@@ -215,13 +216,32 @@ func dotQ4RowsNGo(w []byte, rb, m, nb, na int, xq []int8, xd []float32, _ []int3
 // blockSums8 sets xc[b] = 8·Σ of block b of the quantized row xq: what
 // the Q4_0 kernels that take the nibbles (the values plus 8) as they are
 // take off each block's sum.
-func blockSums8(xc []int32, xq []int8) {
+func blockSums8(xc []int32, xq []int8) { blockSums(xc, xq, 8) }
+
+// blockSumsB sets xc[b] = −128·Σ of block b of xq: where the kernels on
+// biased Q8_0 weights (x8Bias) start each block's sum, since Σ(w+128)·x
+// exceeds Σw·x by 128·Σx.
+func blockSumsB(xc []int32, xq []int8) { blockSums(xc, xq, -128) }
+
+// blockSums sets xc[b] to f times the sum of block b of xq, eight bytes at
+// a time: each byte made unsigned (x+128, the sign bit flipped), the even
+// and odd bytes summed in 16-bit lanes (at most 4·2·255, no carries), the
+// four lanes folded by one multiplication, and 32·128 taken off.
+func blockSums(xc []int32, xq []int8, f int32) {
+	if len(xc) == 0 {
+		return
+	}
+	q := unsafe.Slice((*byte)(unsafe.Pointer(&xq[0])), len(xc)*32)
+	const flip, lo = 0x8080808080808080, 0x00ff00ff00ff00ff
 	for b := range xc {
-		var s int32
-		for _, v := range xq[b*32 : b*32+32] {
-			s += int32(v)
+		blk := q[b*32 : b*32+32]
+		var v uint64
+		for i := 0; i < 32; i += 8 {
+			w := binary.LittleEndian.Uint64(blk[i:]) ^ flip
+			v += w&lo + w>>8&lo
 		}
-		xc[b] = 8 * s
+		s := int32(v*0x0001000100010001>>48) - 32*128
+		xc[b] = f * s
 	}
 }
 

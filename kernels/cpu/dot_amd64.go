@@ -2,7 +2,11 @@
 
 package cpu
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // haveAsm reports whether this CPU runs the AVX2 kernels in dot_amd64.s.
 var haveAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
@@ -33,7 +37,7 @@ func setAsm() {
 	// faster and prefilled 30-40% faster.
 	x8Layout, q4X8VNNI = true, haveVNNI
 	if haveVNNI {
-		dotQ8X8URowsN = dotQ8X8URowsNAsm
+		x8Bias, dotQ8X8BRowsN = true, dotQ8X8BRowsNAsm
 	}
 	axpy, f16Row = axpyAsm, f16RowAsm
 	dotsF32, axpysF32 = dotsF32Asm, axpysF32Asm
@@ -249,8 +253,8 @@ func rowsT(k rowKern, blockBytes int, w []byte, rb, m, nb, na int, xq []int8, xd
 	}
 }
 
-// dotQ8X8RowsNAsm runs dotQ8X8AVX over m rows (runX8); VNNI CPUs take
-// dotQ8X8URowsNAsm.
+// dotQ8X8RowsNAsm runs dotQ8X8AVX over m rows (runX8); VNNI CPUs store
+// Q8_0 weights biased, for dotQ8X8BRowsNAsm.
 func dotQ8X8RowsNAsm(w []byte, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
 	if !x8Check(w, x8Block, m, nb, na, len(xq), xd, nil, out, os) {
 		return
@@ -259,12 +263,12 @@ func dotQ8X8RowsNAsm(w []byte, m, nb, na int, xq []int8, xd []float32, _ []int32
 	runX8(&c, w, x8Block, m, out, os)
 }
 
-// dotQ8X8URowsNAsm runs dotQ8X8VNNI over m rows (runX8).
-func dotQ8X8URowsNAsm(w []byte, m, nb, na int, xu []byte, xd []float32, out []float32, os int) {
-	if !x8Check(w, x8Block, m, nb, na, len(xu), xd, nil, out, os) {
+// dotQ8X8BRowsNAsm runs dotQ8X8BVNNI over m rows (runX8).
+func dotQ8X8BRowsNAsm(w []byte, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int) {
+	if !x8Check(w, x8Block, m, nb, na, len(xq), xd, xc, out, os) {
 		return
 	}
-	c := x8Call{xu: &xu[0], xd: &xd[0], nb: nb, na: na}
+	c := x8Call{xq: &xq[0], xd: &xd[0], xc: &xc[0], nb: nb, na: na, bias: true}
 	runX8(&c, w, x8Block, m, out, os)
 }
 
@@ -302,30 +306,38 @@ func x8Check(w []byte, blockBytes, m, nb, na, nx int, xd []float32, xc []int32, 
 	return true
 }
 
-// x8Call is one ×8 kernel's activation rows: Q4_0's when xc is set,
-// else Q8_0's. A struct with a method, not a closure, so that runX8's
-// scratch does not escape to the heap on every call.
+// x8Call is one ×8 kernel's activation rows: biased Q8_0 weights' when
+// bias is set, else Q4_0's when xc is set, else Q8_0's. A struct with a
+// method, not a closure, so that runX8's scratch does not escape to the
+// heap on every call.
 type x8Call struct {
 	xq     *int8
-	xu     *byte // Q8_0's as u = x+128, for the VNNI kernel, when not nil
 	xd     *float32
 	xc     *int32
 	nb, na int
+	bias   bool
 }
 
 // kern runs the kernel over ngroups groups from w, results at out,
 // activation rows os bytes apart.
 func (c *x8Call) kern(w *byte, out *float32, os, ngroups int) {
+	if c.bias {
+		// Pairs of groups in 512-bit registers, a last odd one in 256.
+		if p := ngroups / 2; p > 0 {
+			dotQ8X8B2VNNI(w, c.xq, c.nb*32, c.xd, c.xc, c.nb, out, os, p, c.na)
+		}
+		if g := ngroups - 1; g%2 == 0 {
+			w, out = (*byte)(unsafe.Add(unsafe.Pointer(w), g*c.nb*x8Block)), (*float32)(unsafe.Add(unsafe.Pointer(out), 4*x8Rows*g))
+			dotQ8X8BVNNI(w, c.xq, c.nb*32, c.xd, c.xc, c.nb, out, os, 1, c.na)
+		}
+		return
+	}
 	if c.xc != nil {
 		if q4X8VNNI {
 			dotQ4X8VNNI(w, c.xq, c.nb*32, c.xd, c.xc, c.nb, out, os, ngroups, c.na)
 			return
 		}
 		dotQ4X8AVX(w, c.xq, c.nb*32, c.xd, c.xc, c.nb, out, os, ngroups, c.na)
-		return
-	}
-	if c.xu != nil {
-		dotQ8X8VNNI(w, c.xu, c.nb*32, c.xd, c.nb, out, os, ngroups, c.na)
 		return
 	}
 	dotQ8X8AVX(w, c.xq, c.nb*32, c.xd, c.nb, out, os, ngroups, c.na)

@@ -698,3 +698,82 @@ x8t16next:
 	X8NEXTTILE(x8t16tile)
 	VZEROUPPER
 	RET
+
+// The ×8 tile kernels for biased weights (x8Bias): the weights, as w+128,
+// are the unsigned operand (broadcast) and the activations, in the signed
+// layout, the signed one, as in the Q4_0 kernels. Σ(w+128)·x exceeds Σw·x
+// by 128·Σx, the same for the four weight rows: xc's 8·Σx shifted left
+// by 4, once a block, where the unbiased kernels form 128·Σw from the
+// weights (X8CORR: eight VPDPBUSDs, a VPERMD and four VPSHUFDs a block).
+
+// TBSCALESAT is TSCALESC for the ×8 tile's four rows, their F16 scales at
+// d0-d3, the corrections from xc (R11).
+#define TBSCALESAT(d0, d1, d2, d3) \
+	VMOVDQU (R11), Y4 \
+	VPSLLD  $4, Y4, Y4 \
+	VMOVUPS (DX), Y12 \
+	TSCALE(Y0, Y22, Y4, Y8, d0) \
+	TSCALE(Y1, Y23, Y4, Y9, d1) \
+	TSCALE(Y2, Y24, Y4, Y10, d2) \
+	TSCALE(Y3, Y25, Y4, Y11, d3)
+
+// T16BSCALESAT is T16SCALESC for the ×8 tile's four rows, their F16
+// scales at d0-d3, the corrections from xc (R13, group B's R11 bytes on).
+#define T16BSCALESAT(d0, d1, d2, d3) \
+	VMOVUPS   (DX), Y12 \
+	VMOVUPS   (DX)(R11*1), Y13 \
+	VMOVDQU32 (R13), Y20 \
+	VMOVDQU32 (R13)(R11*1), Y21 \
+	VPSLLD    $4, Y20, Y20 \
+	VPSLLD    $4, Y21, Y21 \
+	T16SCALE(Y0, Y4, Y20, Y21, Y16, Y26, d0) \
+	T16SCALE(Y1, Y5, Y20, Y21, Y17, Y27, d1) \
+	T16SCALE(Y2, Y6, Y20, Y21, Y18, Y28, d2) \
+	T16SCALE(Y3, Y7, Y20, Y21, Y19, Y29, d3)
+
+// func q8X8BTile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles, h0 int, xc *int32)
+TEXT ·q8X8BTile8VNNI(SB), NOSPLIT, $160-88
+	X8TILES
+
+x8bt8tile:
+	TSETUP
+	MOVQ 152(SP), R8
+	MOVQ xc+80(FP), R11
+
+x8bt8loop:
+	X8PREFETCH
+	X8GROUPS(TSEVEN, TSODD)
+	X8SCALES(TBSCALESAT)
+	ADDQ $32, R11
+	TNEXT($272, x8bt8loop)
+
+	TOUT
+	TSTORE8(x8bt8next)
+
+x8bt8next:
+	X8NEXTTILE(x8bt8tile)
+	VZEROUPPER
+	RET
+
+// func q8X8BTile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles, h0 int, xc *int32)
+TEXT ·q8X8BTile16VNNI(SB), NOSPLIT, $160-88
+	X8TILES
+
+x8bt16tile:
+	T16SETUP
+	MOVQ 152(SP), R8
+	MOVQ xc+80(FP), R13
+
+x8bt16loop:
+	X8PREFETCH
+	X8GROUPS(T16SGROUP, T16SGROUP)
+	X8SCALES(T16BSCALESAT)
+	ADDQ $32, R13
+	TNEXT($272, x8bt16loop)
+
+	T16STORE(x8bt16next)
+
+x8bt16next:
+	X8NEXTTILE(x8bt16tile)
+	VZEROUPPER
+	RET

@@ -43,20 +43,20 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 	}
 	if tk := tileKernel(wt); tk != nil && n >= tileMinRows {
 		t.tile = tk
-		t.act = b.tileInput(xt, wt.dt)
+		t.act = b.tileInput(xt, wt)
 		b.pool.run(t, m, b.tileGrain(n, m, k))
 		*t = matmulTask{}
 		return
 	}
 	if tk := x8TileKernel(wt); tk != nil && x8Tiled(n) {
 		t.x8Tile = tk
-		t.act = b.tileInput(xt, wt.dt)
+		t.act = b.tileInput(xt, wt)
 		b.pool.run(t, m, b.tileGrain(n, m, k))
 		*t = matmulTask{}
 		return
 	}
 	if wt.dt == kernels.Q8_0 || wt.dt == kernels.Q4_0 {
-		t.xq, t.xu, t.xd, t.xc = b.quantInput(xt, wt.dt, wt.x8)
+		t.xq, t.xd, t.xc = b.quantInput(xt, wt.dt, wt.x8b)
 	}
 	b.pool.run(t, m, b.grain(n, m, k))
 	*t = matmulTask{}
@@ -83,9 +83,9 @@ func (b *Backend) grain(n, m, k int) int {
 
 // quantInput quantizes x to Q8_0 for the Q8_0 and Q4_0 kernels below the
 // tiled batch, in the backend's buffers: the values, the block scales and,
-// for Q4_0 weights (dt), the blockSums8; for Q8_0 weights in the ×8 layout
-// (x8) where dotQ8X8URowsN runs, the values as u = x+128 too.
-func (b *Backend) quantInput(xt *Tensor, dt kernels.DType, x8 bool) (xq []int8, xu []byte, xd []float32, xc []int32) {
+// for Q4_0 weights (dt), the blockSums8; for biased Q8_0 weights (bias),
+// the blockSumsB.
+func (b *Backend) quantInput(xt *Tensor, dt kernels.DType, bias bool) (xq []int8, xd []float32, xc []int32) {
 	n, k := xt.rows, xt.cols
 	nb := k / kernels.QK
 	if cap(b.xq) < n*k {
@@ -95,27 +95,25 @@ func (b *Backend) quantInput(xt *Tensor, dt kernels.DType, x8 bool) (xq []int8, 
 		b.xd = make([]float32, n*nb)
 	}
 	xq, xd = b.xq[:n*k], b.xd[:n*nb]
-	if dt == kernels.Q4_0 {
+	sums := blockSums8
+	if dt == kernels.Q8_0 {
+		sums = blockSumsB
+	}
+	if dt == kernels.Q4_0 || dt == kernels.Q8_0 && bias {
 		if cap(b.xc) < n*nb {
 			b.xc = make([]int32, n*nb)
 		}
 		xc = b.xc[:n*nb]
 	}
-	if dt == kernels.Q8_0 && x8 && dotQ8X8URowsN != nil {
-		if cap(b.xu) < n*k {
-			b.xu = make([]byte, n*k)
-		}
-		xu = b.xu[:n*k]
-	}
-	b.qx = quantTask{xq: xq, xu: xu, xd: xd, xc: xc, x: xt}
+	b.qx = quantTask{xq: xq, xd: xd, xc: xc, sums: sums, x: xt}
 	b.pool.run(&b.qx, n, max(1, 16384/k))
 	b.qx = quantTask{}
-	return xq, xu, xd, xc
+	return xq, xd, xc
 }
 
-// tileInput quantizes x into the tile layout for weights of type dt (the
-// signed one for Q4_0), in the backend's buffers.
-func (b *Backend) tileInput(xt *Tensor, dt kernels.DType) tileAct {
+// tileInput quantizes x into the tile layout for the weight w (the signed
+// one where signedTiles says), in the backend's buffers.
+func (b *Backend) tileInput(xt *Tensor, w *Tensor) tileAct {
 	n, k := xt.rows, xt.cols
 	nb := k / kernels.QK
 	np, nd := tileBytes(n, nb)
@@ -126,7 +124,7 @@ func (b *Backend) tileInput(xt *Tensor, dt kernels.DType) tileAct {
 		b.xd = make([]float32, nd)
 	}
 	a := tileAct{xp: b.xp[:np], xd: b.xd[:nd]}
-	if signedTiles(dt) {
+	if signedTiles(w) {
 		if cap(b.xc) < nd {
 			b.xc = make([]int32, nd)
 		}
@@ -165,14 +163,15 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 	for i, w := range ws {
 		wt := tensor(w, "MatMulMany")
 		d := writable(dsts[i], "MatMulMany")
-		fits := wt.dt == tensor(ws[0], "MatMulMany").dt &&
+		w0 := tensor(ws[0], "MatMulMany")
+		fits := wt.dt == w0.dt && wt.x8b == w0.x8b &&
 			wt.rows%tileW == 0 && wt.cols == xt.cols && d.rows == xt.rows && d.cols == wt.rows
 		tiled = tiled && fits && tileKernel(wt) != nil
 		x8 = x8 && fits && x8TileKernel(wt) != nil
 	}
 	if x8 {
 		wt := tensor(ws[0], "MatMulMany")
-		b.runMany(dsts, xt, ws, matmulTask{x8Tile: x8TileKernel(wt), act: b.tileInput(xt, wt.dt)})
+		b.runMany(dsts, xt, ws, matmulTask{x8Tile: x8TileKernel(wt), act: b.tileInput(xt, wt)})
 		return
 	}
 	if !tiled {
@@ -183,8 +182,8 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 		}
 		return
 	}
-	dt := tensor(ws[0], "MatMulMany").dt
-	b.runMany(dsts, xt, ws, matmulTask{tile: tileStoreKernel(dt), act: b.tileInput(xt, dt)})
+	w0 := tensor(ws[0], "MatMulMany")
+	b.runMany(dsts, xt, ws, matmulTask{tile: tileStoreKernel(w0.dt), act: b.tileInput(xt, w0)})
 }
 
 // runMany runs the weights ws as one range of all their rows, so the
@@ -232,12 +231,12 @@ func (b *Backend) matmulManyQuant(dsts []kernels.Tensor, xt *Tensor, ws []kernel
 			return false
 		}
 	}
-	x8 := false
+	bias := false
 	for _, w := range ws {
-		x8 = x8 || tensor(w, "MatMulMany").x8
+		bias = bias || tensor(w, "MatMulMany").x8b
 	}
-	xq, xu, xd, xc := b.quantInput(xt, dt, x8)
-	b.runMany(dsts, xt, ws, matmulTask{xq: xq, xu: xu, xd: xd, xc: xc})
+	xq, xd, xc := b.quantInput(xt, dt, bias)
+	b.runMany(dsts, xt, ws, matmulTask{xq: xq, xd: xd, xc: xc})
 	return true
 }
 
@@ -335,13 +334,13 @@ func (t *manyTask) run(wk, lo, hi int) {
 }
 
 type quantTask struct {
-	b   *Backend
-	xq  []int8
-	xu  []byte // xq as u = x+128, when not nil
-	xd  []float32
-	xc  []int32 // blockSums8 of the rows, when not nil
-	x   *Tensor
-	act tileAct // the tile layout, when act.xp is not nil
+	b    *Backend
+	xq   []int8
+	xd   []float32
+	xc   []int32 // sums of the rows, when not nil
+	sums func(xc []int32, xq []int8)
+	x    *Tensor
+	act  tileAct // the tile layout, when act.xp is not nil
 }
 
 func (t *quantTask) run(wk, lo, hi int) {
@@ -359,11 +358,8 @@ func (t *quantTask) run(wk, lo, hi int) {
 	}
 	for r := lo; r < hi; r++ {
 		quantRowQ8(t.xq[r*k:(r+1)*k], t.xd[r*nb:(r+1)*nb], t.x.row(r))
-		if t.xu != nil {
-			unsignedRow(t.xu[r*k:(r+1)*k], t.xq[r*k:(r+1)*k])
-		}
 		if t.xc != nil {
-			blockSums8(t.xc[r*nb:(r+1)*nb], t.xq[r*k:(r+1)*k])
+			t.sums(t.xc[r*nb:(r+1)*nb], t.xq[r*k:(r+1)*k])
 		}
 	}
 }
@@ -372,9 +368,8 @@ type matmulTask struct {
 	b         *Backend
 	dst, x, w *Tensor
 	xq        []int8
-	xu        []byte // xq as u = x+128, for dotQ8X8URowsN, when not nil
 	xd        []float32
-	xc        []int32 // the rows' blockSums8, for Q4_0 weights
+	xc        []int32 // the rows' blockSums8 for Q4_0 weights, blockSumsB for biased Q8_0
 	// xf, when not nil, holds x packed for gemmF32, and xg, when not nil,
 	// x in the grouped layout for gemmF32Groups (packFloatInput).
 	xf, xg []float32
@@ -427,8 +422,8 @@ func (t *matmulTask) runQuant(lo, hi int) {
 			xc = t.xc[r*nb : (r+na)*nb]
 		}
 		switch {
-		case t.w.x8 && t.xu != nil:
-			dotQ8X8URowsN(t.w.groupBytes(lo, hi), hi-lo, nb, na, t.xu[r*k:(r+na)*k], t.xd[r*nb:(r+na)*nb], out[r*m+lo:], m)
+		case t.w.x8b:
+			dotQ8X8BRowsN(t.w.groupBytes(lo, hi), hi-lo, nb, na, t.xq[r*k:(r+na)*k], t.xd[r*nb:(r+na)*nb], xc, out[r*m+lo:], m)
 		case t.w.x8:
 			x8(t.w.groupBytes(lo, hi), hi-lo, nb, na, t.xq[r*k:(r+na)*k], t.xd[r*nb:(r+na)*nb], xc, out[r*m+lo:], m)
 		default:

@@ -3,7 +3,6 @@ package cpu
 import (
 	"encoding/binary"
 	"fmt"
-	"unsafe"
 
 	"github.com/specgate/specgate/kernels"
 )
@@ -52,9 +51,44 @@ var x8Layout bool
 
 // q4X8VNNI says whether the ×8 Q4_0 kernel is the AVX-512 VNNI one (set by
 // useAsm where the CPU has it; tests switch it to cover the AVX2 one too).
-// Q8_0's VNNI kernel takes its activations in another form, so it has a
-// function of its own (dotQ8X8URowsN).
 var q4X8VNNI bool
+
+// x8Bias says whether Weights stores Q8_0 weights in the ×8 layout biased:
+// each quant byte as w+128 (w XOR 0x80; w = −128 becomes 0), the form
+// VPDPBUSD takes as its unsigned operand, with the activations as they are
+// for its signed one (dotQ8X8BRowsN, q8X8BTileStore). useAsm sets it where
+// those kernels are the AVX-512 VNNI ones; AVX2 has no exact product of two
+// such bytes. It is a property of each tensor made under it (Tensor.x8b),
+// read by every reader of its bytes, so kernel sets may change after.
+var x8Bias bool
+
+// useX8Bias sets x8Bias and returns the previous value; like useX8Layout
+// it affects tensors made after it.
+func useX8Bias(on bool) bool {
+	old := x8Bias
+	x8Bias = on
+	return old
+}
+
+// x8Flip is what a Q8_0 quant byte of t's ×8 bytes is XORed with to give
+// the signed value: 0x80 where they are biased.
+func (t *Tensor) x8Flip() byte {
+	if t.x8b {
+		return 0x80
+	}
+	return 0
+}
+
+// biasX8 biases the Q8_0 quant bytes of the whole ×8 groups in p.
+func biasX8(p []byte) {
+	for len(p) >= x8Block {
+		q := p[16:x8Block]
+		for i := 0; i+8 <= len(q); i += 8 {
+			binary.LittleEndian.PutUint64(q[i:], binary.LittleEndian.Uint64(q[i:])^0x8080808080808080)
+		}
+		p = p[x8Block:]
+	}
+}
 
 // useX8Layout sets x8Layout and returns the previous value. Like useAsm it
 // must not be called while a backend is running; it affects tensors made
@@ -148,12 +182,18 @@ func packX8Rows(out []byte, dt kernels.DType, lo, hi, nb int, row func(r int) []
 
 // x8PackTask lays a weight's rows out across the workers.
 type x8PackTask struct {
-	out []byte
-	t   *Tensor
+	out  []byte
+	t    *Tensor
+	bias bool // Q8_0 quants stored as w+128 (x8Bias)
 }
 
 func (p *x8PackTask) run(_, lo, hi int) {
-	packX8Rows(p.out, p.t.dt, lo*x8Rows, min(hi*x8Rows, p.t.rows), p.t.cols/x8BlockElems(p.t.dt), p.t.rawRow)
+	nb := p.t.cols / x8BlockElems(p.t.dt)
+	packX8Rows(p.out, p.t.dt, lo*x8Rows, min(hi*x8Rows, p.t.rows), nb, p.t.rawRow)
+	if p.bias {
+		gb := nb * x8Block
+		biasX8(p.out[lo*gb : hi*gb])
+	}
 }
 
 // unpackX8Row writes row r of the ×8 bytes p (nb blocks of dt a row) into
@@ -170,8 +210,9 @@ func unpackX8Row(dst, p []byte, dt kernels.DType, nb, r int) {
 }
 
 // convertRowX8 decodes row r of the ×8 bytes p of type dt into dst, as
-// convertRow decodes a row: the same products, so the same bits.
-func convertRowX8(dst []float32, dt kernels.DType, p []byte, r int) {
+// convertRow decodes a row: the same products, so the same bits. Q8_0
+// quant bytes are XORed with flip first (0x80 where they are biased).
+func convertRowX8(dst []float32, dt kernels.DType, p []byte, r int, flip byte) {
 	if dt != kernels.Q8_0 && dt != kernels.Q4_0 {
 		convertRowX8K(dst, dt, p, r)
 		return
@@ -189,7 +230,7 @@ func convertRowX8(dst []float32, dt kernels.DType, p []byte, r int) {
 			for c := range 4 {
 				v := src[16+32*q+4*l+c]
 				if dt == kernels.Q8_0 {
-					out[4*q+c] = d * float32(int8(v))
+					out[4*q+c] = d * float32(int8(v^flip))
 					continue
 				}
 				out[4*q+c] = d * float32(int(v&15)-8)
@@ -227,13 +268,14 @@ func (b *Backend) packWeights(t *Tensor) {
 		return
 	}
 	groups := x8Groups(t.rows)
-	p := &x8PackTask{out: make([]byte, groups*t.rowBytes*x8Rows), t: t}
+	bias := x8Bias && t.dt == kernels.Q8_0
+	p := &x8PackTask{out: make([]byte, groups*t.rowBytes*x8Rows), t: t, bias: bias}
 	if b.closed {
 		p.run(0, 0, groups) // no workers left to share it
 	} else {
 		b.pool.run(p, groups, max(1, groups/(4*b.threads)))
 	}
-	t.raw, t.x8, t.owned = p.out, true, true
+	t.raw, t.x8, t.x8b, t.owned = p.out, true, bias, true
 }
 
 // sliceX8 returns rows [r0, r1) of the ×8 tensor s: a view of its groups
@@ -250,6 +292,8 @@ func sliceX8(s *Tensor, r0, r1 int) *Tensor {
 		v.raw = s.raw[r0/x8Rows*gb : x8Groups(r1)*gb : x8Groups(r1)*gb]
 		return &v
 	}
+	// Unpacking and packing move bytes without changing them, so biased
+	// quants stay biased.
 	row := make([]byte, s.rowBytes)
 	v.raw = packX8(s.dt, v.rows, nb, func(r int) []byte {
 		unpackX8Row(row, s.raw, s.dt, nb, r0+r)
@@ -271,6 +315,16 @@ func (t *Tensor) groupBytes(lo, hi int) []byte {
 // dotQ8X8Go returns the dot product of row l of the ×8 Q8_0 group g (nb
 // blocks) with one quantized activation row: dotQ8Go's arithmetic.
 func dotQ8X8Go(g []byte, l, nb int, xq []int8, xd []float32) float32 {
+	return dotQ8X8FlipGo(g, l, nb, xq, xd, 0)
+}
+
+// dotQ8X8BGo is dotQ8X8Go for biased groups.
+func dotQ8X8BGo(g []byte, l, nb int, xq []int8, xd []float32) float32 {
+	return dotQ8X8FlipGo(g, l, nb, xq, xd, 0x80)
+}
+
+// dotQ8X8FlipGo is dotQ8X8Go on quant bytes XORed with flip.
+func dotQ8X8FlipGo(g []byte, l, nb int, xq []int8, xd []float32, flip byte) float32 {
 	var acc float32
 	for b := range nb {
 		blk := g[b*x8Block : (b+1)*x8Block]
@@ -278,7 +332,7 @@ func dotQ8X8Go(g []byte, l, nb int, xq []int8, xd []float32) float32 {
 		var s int32
 		for q := range 8 {
 			for c := range 4 {
-				s += int32(int8(blk[16+32*q+4*l+c])) * int32(x[4*q+c])
+				s += int32(int8(blk[16+32*q+4*l+c]^flip)) * int32(x[4*q+c])
 			}
 		}
 		acc = qblock(acc, s, f16(blk[2*l:]), xd[b])
@@ -313,15 +367,18 @@ func dotQ4X8Go(g []byte, l, nb int, xq []int8, xd []float32) float32 {
 var (
 	dotQ8X8RowsN func(w []byte, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int)
 	dotQ4X8RowsN func(w []byte, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int)
-	// dotQ8X8URowsN is dotQ8X8RowsN with the activations as u = x+128
-	// (x is never −128), the form the AVX-512 VNNI kernel multiplies
-	// without taking signs: nil where no kernel takes it, and then the
-	// matrix products do not make that form.
-	dotQ8X8URowsN func(w []byte, m, nb, na int, xu []byte, xd []float32, out []float32, os int)
+	// dotQ8X8BRowsN is dotQ8X8RowsN for biased groups (x8Bias), xc
+	// holding −128·Σx of each activation block (blockSumsB), laid out as
+	// xd: what Σ(w+128)·x exceeds Σw·x by, taken off.
+	dotQ8X8BRowsN func(w []byte, m, nb, na int, xq []int8, xd []float32, xc []int32, out []float32, os int)
 )
 
 func dotQ8X8RowsNGo(w []byte, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
 	rowsX8Go(dotQ8X8Go, x8Block, w, m, nb, na, xq, xd, out, os)
+}
+
+func dotQ8X8BRowsNGo(w []byte, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
+	rowsX8Go(dotQ8X8BGo, x8Block, w, m, nb, na, xq, xd, out, os)
 }
 
 func dotQ4X8RowsNGo(w []byte, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
@@ -335,22 +392,5 @@ func rowsX8Go(dot func([]byte, int, int, []int8, []float32) float32, blockBytes 
 		for r := range m {
 			out[a*os+r] = dot(w[r/x8Rows*nb*blockBytes:], r%x8Rows, nb, x, d)
 		}
-	}
-}
-
-// unsignedRow sets u to the bytes of q plus 128 (q is never −128): the
-// sign bit flipped, eight bytes at a time.
-func unsignedRow(u []byte, q []int8) {
-	if len(q) == 0 {
-		return
-	}
-	qb := unsafe.Slice((*byte)(unsafe.Pointer(&q[0])), len(q))
-	u = u[:len(qb)]
-	i := 0
-	for ; i+8 <= len(qb); i += 8 {
-		binary.LittleEndian.PutUint64(u[i:], binary.LittleEndian.Uint64(qb[i:])^0x8080808080808080)
-	}
-	for ; i < len(qb); i++ {
-		u[i] = qb[i] ^ 0x80
 	}
 }

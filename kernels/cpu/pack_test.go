@@ -34,6 +34,14 @@ func randX8Rows(r *rand.Rand, dt kernels.DType, m, nb int, extreme bool) (rows, 
 	return rows, packX8(dt, m, nb, func(i int) []byte { return rows[i*nb*bb : (i+1)*nb*bb] })
 }
 
+// biasedX8 returns a copy of the ×8 Q8_0 bytes x8 biased, as Weights
+// stores them under x8Bias.
+func biasedX8(x8 []byte) []byte {
+	b := slices.Clone(x8)
+	biasX8(b)
+	return b
+}
+
 // randQ8Act returns na quantized activation rows of nb blocks.
 func randQ8Act(r *rand.Rand, na, nb int, extreme bool) ([]int8, []float32) {
 	xq := make([]int8, na*nb*32)
@@ -70,9 +78,15 @@ func TestX8Layout(t *testing.T) {
 						t.Fatalf("%v m=%d nb=%d: row %d does not unpack to itself", dt, m, nb, i)
 					}
 					convertRow(want, dt, rows[i*rb:(i+1)*rb])
-					convertRowX8(have, dt, x8, i)
+					convertRowX8(have, dt, x8, i, 0)
 					if !slices.EqualFunc(have, want, sameBits) {
 						t.Fatalf("%v m=%d nb=%d: row %d converts differently", dt, m, nb, i)
+					}
+					if dt == kernels.Q8_0 {
+						convertRowX8(have, dt, biasedX8(x8), i, 0x80)
+						if !slices.EqualFunc(have, want, sameBits) {
+							t.Fatalf("%v m=%d nb=%d: biased row %d converts differently", dt, m, nb, i)
+						}
 					}
 				}
 				// Padding rows are zeros, scales included.
@@ -111,12 +125,19 @@ func TestX8Kernels(t *testing.T) {
 					if useAsm(true) {
 						kerns["asm"] = map[kernels.DType]rowsN{kernels.Q8_0: dotQ8X8RowsN, kernels.Q4_0: dotQ4X8RowsN}[dt]
 					}
-					if dt == kernels.Q8_0 && dotQ8X8URowsN != nil {
-						// The VNNI kernel, on the activations as x+128.
-						kerns["asm_u"] = func(w []byte, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
-							xu := make([]byte, len(xq))
-							unsignedRow(xu, xq)
-							dotQ8X8URowsN(w, m, nb, na, xu, xd, out, os)
+					if dt == kernels.Q8_0 {
+						// The kernels on biased weights, with the
+						// activations' blockSumsB.
+						xb, xcb := biasedX8(x8), make([]int32, maxRowsN*nb)
+						blockSumsB(xcb, xq)
+						biased := func(k rowsN) rowsN {
+							return func(_ []byte, m, nb, na int, xq []int8, xd []float32, _ []int32, out []float32, os int) {
+								k(xb, m, nb, na, xq, xd, xcb, out, os)
+							}
+						}
+						kerns["go_b"] = biased(dotQ8X8BRowsNGo)
+						if useAsm(true) && x8Bias {
+							kerns["asm_b"] = biased(dotQ8X8BRowsN)
 						}
 					}
 					if asm := kerns["asm"]; asm != nil && q4X8VNNI && dt == kernels.Q4_0 {
@@ -166,18 +187,30 @@ func TestX8TileKernels(t *testing.T) {
 		for _, mode := range []string{"random", "extreme"} {
 			const m = 24 // three row groups, six tiles
 			rows, x8 := randX8Rows(r, kernels.Q8_0, m, nb, mode == "extreme")
-			act := newTileAct(2, nb, kernels.Q8_0)
+			xb := biasedX8(x8)
+			// The unbiased kernels read the u = x+128 layout, the biased
+			// ones the signed one.
+			act, sact := newTileAct(2, nb, false), newTileAct(2, nb, true)
 			var want [m][2 * tileRows]float32 // weight row, activation row
 			for l := range 2 * tileRows {
 				q, d := randQ8Act(r, 1, nb, mode == "extreme")
 				spreadTile(act.group(l/tileRows, nb), l%tileRows, q, d)
+				spreadTile(sact.group(l/tileRows, nb), l%tileRows, q, d)
 				for j := range m {
 					want[j][l] = dotQ8Go(rows[j*nb*q8Bytes:(j+1)*nb*q8Bytes], q, d)
 				}
 			}
-			kerns := map[string]x8TileFunc{"go": x8TileStoreGo}
+			onBiased := func(k x8TileFunc) x8TileFunc {
+				return func(w []byte, h0 int, _ tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
+					k(xb[len(x8)-len(w):], h0, sact, nb, groups, out, ostride, nrows, ntiles)
+				}
+			}
+			kerns := map[string]x8TileFunc{"go": x8TileStoreGo, "go_b": onBiased(x8BTileStoreGo)}
 			if useAsm(true) && useTiles(tilesAsm) && q8X8TileStore != nil {
 				kerns["vnni"] = q8X8TileStore
+			}
+			if q8X8BTileStore != nil {
+				kerns["vnni_b"] = onBiased(q8X8BTileStore)
 			}
 			for name, k := range kerns {
 				for _, c := range []struct{ tile0, ntiles, groups, nrows int }{
@@ -389,32 +422,6 @@ func TestX8KKernels(t *testing.T) {
 	}
 }
 
-// TestUnsignedRow checks the x+128 form against the definition, at lengths
-// around the eight-byte steps and at the values' ends.
-func TestUnsignedRow(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 6))
-	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 31, 32, 33, 1024} {
-		q := make([]int8, n)
-		for i := range q {
-			q[i] = int8(r.IntN(255) - 127)
-			if i%5 == 0 {
-				q[i] = []int8{-127, 127, 0, -1, 1}[i/5%5]
-			}
-		}
-		u := make([]byte, n+1)
-		u[n] = 7
-		unsignedRow(u[:n], q)
-		for i, v := range q {
-			if int(u[i]) != int(v)+128 {
-				t.Fatalf("n=%d: u[%d] = %d for %d; want %d", n, i, u[i], v, int(v)+128)
-			}
-		}
-		if u[n] != 7 {
-			t.Fatalf("n=%d: wrote past the row", n)
-		}
-	}
-}
-
 // TestX8TilesPay pins the choice between the ×8 tiles and the ×8
 // multi-row kernel to the batches where it was measured (x8TilesPay's
 // comment: 16, 64 and 128 rows took less time on the tiles, 24, 33 and
@@ -429,6 +436,46 @@ func TestX8TilesPay(t *testing.T) {
 	} {
 		if got := x8TilesPay(tc.n); got != tc.want {
 			t.Errorf("x8TilesPay(%d) = %v; want %v", tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestBlockSums checks the activations' block sums against the definition,
+// at the values' ends and for several block counts.
+func TestBlockSums(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, c := range []struct {
+		name string
+		v    func(i int) int8
+	}{
+		{"random", func(int) int8 { return int8(r.IntN(255) - 127) }},
+		{"all 127", func(int) int8 { return 127 }},
+		{"all -127", func(int) int8 { return -127 }},
+		{"zeros", func(int) int8 { return 0 }},
+		{"alternating", func(i int) int8 { return []int8{127, -127, 0, -1, 1}[i%5] }},
+	} {
+		for _, nb := range []int{0, 1, 2, 3, 33} {
+			xq := make([]int8, nb*32)
+			for i := range xq {
+				xq[i] = c.v(i)
+			}
+			for _, f := range []int32{8, -128} {
+				xc := make([]int32, nb+1)
+				xc[nb] = 7
+				blockSums(xc[:nb], xq, f)
+				for b := range nb {
+					var s int32
+					for _, v := range xq[b*32 : b*32+32] {
+						s += int32(v)
+					}
+					if xc[b] != f*s {
+						t.Fatalf("%s nb=%d f=%d: xc[%d] = %d; want %d", c.name, nb, f, b, xc[b], f*s)
+					}
+				}
+				if xc[nb] != 7 {
+					t.Fatalf("%s nb=%d: wrote past the sums", c.name, nb)
+				}
+			}
 		}
 	}
 }

@@ -54,11 +54,13 @@ var q8TileStore, q4TileStore tileStoreFunc
 // q8X8TileStore, when not nil, is q8TileStore for Q8_0 weights in the ×8
 // layout: w starts at the row group of the first tile, and the tiles are
 // halves of groups (rows 4h to 4h+3), from half h0 of that group on.
-// x8Tiled reports whether a batch of n rows takes it rather than the ×8
-// multi-row kernel (x8TilesPay, or every batch the Go tiles take).
+// q8X8BTileStore is the same for biased weights (x8Bias), with the
+// activations in the signed layout: Σ(w+128)·x exceeds Σw·x by 16·xc.
+// x8Tiled reports whether a batch of n rows takes them rather than the ×8
+// multi-row kernels (x8TilesPay, or every batch the Go tiles take).
 var (
-	q8X8TileStore x8TileFunc
-	x8Tiled       func(n int) bool
+	q8X8TileStore, q8X8BTileStore x8TileFunc
+	x8Tiled                       func(n int) bool
 )
 
 // x8TilesPay reports whether the VNNI tiles cost less than the ×8 VNNI
@@ -90,10 +92,18 @@ type x8TileFunc func(w []byte, h0 int, a tileAct, nb, groups int, out []float32,
 // not u = x+128 (the VNNI ones).
 var q8TileSigned bool
 
-// signedTiles reports whether the tile kernels for dt read the signed
-// layout.
-func signedTiles(dt kernels.DType) bool {
-	return dt == kernels.Q4_0 || dt == kernels.Q8_0 && q8TileSigned
+// signedTiles reports whether the tile kernels for the weight w read the
+// signed layout.
+func signedTiles(w *Tensor) bool {
+	switch {
+	case w.dt == kernels.Q4_0:
+		return true
+	case w.dt != kernels.Q8_0:
+		return false
+	case w.x8:
+		return w.x8b
+	}
+	return q8TileSigned
 }
 
 type tileStoreFunc func(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int)
@@ -106,12 +116,12 @@ type tileAct struct {
 	xc []int32 // nil in the u = x+128 layout
 }
 
-// newTileAct allocates groups row groups of nb blocks, in the layout the
-// kernels for dt read.
-func newTileAct(groups, nb int, dt kernels.DType) tileAct {
+// newTileAct allocates groups row groups of nb blocks, in the signed
+// layout or the u = x+128 one.
+func newTileAct(groups, nb int, signed bool) tileAct {
 	np, nd := tileBytes(groups*tileRows, nb)
 	a := tileAct{xp: make([]byte, np), xd: make([]float32, nd)}
-	if signedTiles(dt) {
+	if signed {
 		a.xc = make([]int32, nd)
 	}
 	return a
@@ -146,13 +156,21 @@ func tileStoreGo(tile func([]byte, int, tileAct, int, *[tileOut]float32)) tileSt
 }
 
 // x8TileStoreGo is tileStoreGo for the ×8 tiles, on the Go tile kernel
-// q8X8TileGo.
+// q8X8TileGo; x8BTileStoreGo the same for biased weights.
 func x8TileStoreGo(w []byte, h0 int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
+	x8TileStoreFlipGo(w, h0, a, nb, groups, out, ostride, nrows, ntiles, 0)
+}
+
+func x8BTileStoreGo(w []byte, h0 int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
+	x8TileStoreFlipGo(w, h0, a, nb, groups, out, ostride, nrows, ntiles, 0x80)
+}
+
+func x8TileStoreFlipGo(w []byte, h0 int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int, flip byte) {
 	var o [tileOut]float32
 	for j := range ntiles {
 		t := h0 + j
 		for g := range groups {
-			q8X8TileGo(w[t/2*nb*x8Block:], t%2, a.group(g, nb), nb, &o)
+			q8X8TileGo(w[t/2*nb*x8Block:], t%2, a.group(g, nb), nb, &o, flip)
 			for l := range min(tileRows, nrows-g*tileRows) {
 				r := out[(g*tileRows+l)*ostride+j*tileW:]
 				for c := range tileW {
@@ -223,8 +241,9 @@ func q8TileGo(w []byte, stride int, a tileAct, nb int, out *[tileOut]float32) {
 }
 
 // q8X8TileGo is q8TileGo for rows 4h to 4h+3 of the ×8 Q8_0 row group at
-// w: the reference for q8X8TileStore.
-func q8X8TileGo(w []byte, h int, a tileAct, nb int, out *[tileOut]float32) {
+// w, its quant bytes XORed with flip: the reference for q8X8TileStore and
+// q8X8BTileStore.
+func q8X8TileGo(w []byte, h int, a tileAct, nb int, out *[tileOut]float32, flip byte) {
 	var s [tileOut]float32
 	var v [32]int32
 	for j := range tileW {
@@ -233,7 +252,7 @@ func q8X8TileGo(w []byte, h int, a tileAct, nb int, out *[tileOut]float32) {
 			blk := w[b*x8Block : (b+1)*x8Block]
 			for g := range 8 {
 				for c := range 4 {
-					v[4*g+c] = int32(int8(blk[16+32*g+4*l+c]))
+					v[4*g+c] = int32(int8(blk[16+32*g+4*l+c] ^ flip))
 				}
 			}
 			tileBlockDot(&s, j, &v, a, b, f16(blk[2*l:]), false)
@@ -299,17 +318,17 @@ const (
 	tilesAsm                 // the VNNI tile kernels, else the AVX2 ones, where the CPU has them
 )
 
-// useTiles sets q8TileStore, q4TileStore, q8X8TileStore and x8Tiled for
-// mode and reports whether tiled kernels are now in use. Like useAsm it
-// must not be called while a backend is running.
+// useTiles sets q8TileStore, q4TileStore, q8X8TileStore, q8X8BTileStore
+// and x8Tiled for mode and reports whether tiled kernels are now in use.
+// Like useAsm it must not be called while a backend is running.
 func useTiles(mode tileMode) bool {
-	q8TileStore, q4TileStore, q8X8TileStore = nil, nil, nil
+	q8TileStore, q4TileStore, q8X8TileStore, q8X8BTileStore = nil, nil, nil, nil
 	q8TileSigned = false
 	tileMinRows, x8Tiled = 4, x8TilesPay
 	switch {
 	case mode == tilesGo:
 		q8TileStore, q4TileStore = tileStoreGo(q8TileGo), tileStoreGo(q4TileGo)
-		q8X8TileStore = x8TileStoreGo
+		q8X8TileStore, q8X8BTileStore = x8TileStoreGo, x8BTileStoreGo
 		x8Tiled = func(n int) bool { return n >= tileMinRows } // the tile path at every batch it can take
 	case mode == tilesAsm && haveVNNI:
 		setVNNI()
@@ -337,6 +356,9 @@ func tileKernel(w *Tensor) tileStoreFunc {
 func x8TileKernel(w *Tensor) x8TileFunc {
 	if !w.x8 || w.dt != kernels.Q8_0 {
 		return nil
+	}
+	if w.x8b {
+		return q8X8BTileStore
 	}
 	return q8X8TileStore
 }

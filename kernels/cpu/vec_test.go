@@ -45,13 +45,13 @@ func TestQuantAsm(t *testing.T) {
 		if !slices.Equal(hq, wq) || !slices.Equal(hd, wd) {
 			t.Fatalf("quantRowQ8 nb=%d: asm and Go differ", nb)
 		}
-		for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
+		for _, signed := range []bool{false, true} {
 			for l := range tileRows {
-				h, w := newTileAct(1, nb, dt), newTileAct(1, nb, dt)
+				h, w := newTileAct(1, nb, signed), newTileAct(1, nb, signed)
 				quantLane(h, l, x, make([]int8, len(x)), make([]float32, nb))
 				quantLaneGo(w, l, x, make([]int8, len(x)), make([]float32, nb))
 				if !slices.Equal(h.xp, w.xp) || !slices.Equal(h.xd, w.xd) || !slices.Equal(h.xc, w.xc) {
-					t.Fatalf("quantLane %v nb=%d lane %d: asm and Go differ", dt, nb, l)
+					t.Fatalf("quantLane signed=%v nb=%d lane %d: asm and Go differ", signed, nb, l)
 				}
 			}
 		}
@@ -110,7 +110,7 @@ func TestTileStoreKernels(t *testing.T) {
 			for j := range maxTiles * tileW {
 				copy(w[j*stride:], randBlocks(r, dt, nb, nb == 2))
 			}
-			act := newTileAct(2, nb, dt)
+			act := newTileAct(2, nb, signedTiles(&Tensor{dt: dt}))
 			for g := range 2 {
 				for l := range tileRows {
 					q, d := make([]int8, nb*32), make([]float32, nb)
