@@ -20,12 +20,13 @@ func setAsm() {
 	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Asm, dotQ4RowsAsm, dotQ4RowsNAsm
 	dotQ8X8RowsN, dotQ4X8RowsN = dotQ8X8RowsNAsm, dotQ4X8RowsNAsm
 	// The ×8 layout on every CPU with these kernels, VNNI ones included.
-	// There the multi-row kernel (dotQ8X8VNNI) costs less than the tiles
-	// in GGML's layout (and their one-row kernel) at the batches decoding
-	// and speculative verification run: one thread, a ~100M Q8_0 model's
-	// matrix products, 1 row took 35% less time, 2 to 6 rows 46-60% less,
-	// 8 rows 27% less; larger batches take the ×8 tiles where they pay
-	// (x8TilesPay).
+	// There the multi-row kernel (then one on activations as x+128)
+	// cost less than the tiles in GGML's layout (and their one-row
+	// kernel) at the batches decoding and speculative verification run:
+	// one thread, a ~100M Q8_0 model's matrix products, 1 row took 35%
+	// less time, 2 to 6 rows 46-60% less, 8 rows 27% less; on biased
+	// weights (dotQ8X8BRowsNAsm) it costs less than any tiles at every
+	// batch (tileKernel).
 	// The Q4_0 one (dotQ4X8VNNI) against the AVX2 one, one thread, a
 	// ~100M Q4_0 model's matrix products, both prefetching 4 blocks
 	// ahead: 1 row the same, 2 rows 3-7% less time, 3 to 64 rows 9-12%
@@ -86,11 +87,6 @@ func dotQ4TAVX(w *byte, rb int, xq *int8, xs int, xd *float32, nb int, out *floa
 
 //go:noescape
 func dotQ8X8AVX(w *byte, xq *int8, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int)
-
-// dotQ8X8VNNI is dotQ8X8AVX with the activations as u = x+128 (bytes).
-//
-//go:noescape
-func dotQ8X8VNNI(w *byte, xq *byte, xs int, xd *float32, nb int, out *float32, os int, ngroups, na int)
 
 //go:noescape
 func dotQ4X8AVX(w *byte, xq *int8, xs int, xd *float32, xc *int32, nb int, out *float32, os int, ngroups, na int)

@@ -14,7 +14,6 @@ var haveVNNI = haveAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
 
 func setVNNI() {
 	q8TileStore, q4TileStore = q8TileStoreAsm, q4TileStoreAsm
-	q8X8TileStore, q8X8BTileStore = q8X8TileStoreAsm, q8X8BTileStoreAsm
 }
 
 //go:noescape
@@ -28,43 +27,6 @@ func q8Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float
 
 //go:noescape
 func q4Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int, xc *int32)
-
-//go:noescape
-func q8X8Tile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles, h0 int)
-
-//go:noescape
-func q8X8Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles, h0 int)
-
-func q8X8TileStoreAsm(w []byte, h0 int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
-	if h0 < 0 || h0 > 1 {
-		panic("cpu: ×8 tile kernel: bad first half")
-	}
-	checkTileStore(w, x8Groups((h0+ntiles)*tileW)*nb*x8Block, a, nb, groups, out, ostride, nrows, ntiles)
-	if groups == 1 {
-		q8X8Tile8VNNI(&w[0], nb*x8Block, &a.xp[0], &a.xd[0], nb, &out[0], ostride, nrows, ntiles, h0)
-		return
-	}
-	q8X8Tile16VNNI(&w[0], nb*x8Block, &a.xp[0], &a.xd[0], nb, &out[0], ostride, nrows, ntiles, h0)
-}
-
-//go:noescape
-func q8X8BTile8VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles, h0 int, xc *int32)
-
-//go:noescape
-func q8X8BTile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles, h0 int, xc *int32)
-
-func q8X8BTileStoreAsm(w []byte, h0 int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
-	if h0 < 0 || h0 > 1 {
-		panic("cpu: ×8 tile kernel: bad first half")
-	}
-	checkTileStore(w, x8Groups((h0+ntiles)*tileW)*nb*x8Block, a, nb, groups, out, ostride, nrows, ntiles)
-	_ = a.xc[groups*nb*tileRows-1] // the signed layout
-	if groups == 1 {
-		q8X8BTile8VNNI(&w[0], nb*x8Block, &a.xp[0], &a.xd[0], nb, &out[0], ostride, nrows, ntiles, h0, &a.xc[0])
-		return
-	}
-	q8X8BTile16VNNI(&w[0], nb*x8Block, &a.xp[0], &a.xd[0], nb, &out[0], ostride, nrows, ntiles, h0, &a.xc[0])
-}
 
 func q8TileStoreAsm(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
 	checkTileStore(w, (ntiles*tileW-1)*stride+nb*q8Bytes, a, nb, groups, out, ostride, nrows, ntiles)

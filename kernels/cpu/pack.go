@@ -56,9 +56,9 @@ var q4X8VNNI bool
 // x8Bias says whether Weights stores Q8_0 weights in the ×8 layout biased:
 // each quant byte as w+128 (w XOR 0x80; w = −128 becomes 0), the form
 // VPDPBUSD takes as its unsigned operand, with the activations as they are
-// for its signed one (dotQ8X8BRowsN, q8X8BTileStore). useAsm sets it where
-// those kernels are the AVX-512 VNNI ones; AVX2 has no exact product of two
-// such bytes. It is a property of each tensor made under it (Tensor.x8b),
+// for its signed one (dotQ8X8BRowsN). useAsm sets it where that kernel
+// is the AVX-512 VNNI one; AVX2's VPMADDUBSW would saturate on such bytes.
+// It is a property of each tensor made under it (Tensor.x8b),
 // read by every reader of its bytes, so kernel sets may change after.
 var x8Bias bool
 

@@ -174,44 +174,27 @@ func TestX8Kernels(t *testing.T) {
 	}
 }
 
-// TestX8TileKernels checks the ×8 tile kernels, Go and VNNI (where the CPU
-// has it), against the one-row Go kernel on the same rows in GGML's
+// TestX8TileKernels checks the Go ×8 tile kernel against the one-row Go kernel on the same rows in GGML's
 // layout, bit for bit: one and two row groups of activations, calls that
 // start on either half of a group and end on either, partial row groups,
 // and that nothing is stored past nrows rows or the tiles' columns.
 func TestX8TileKernels(t *testing.T) {
 	initTables()
-	defer useAsm(true)
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, nb := range []int{1, 2, 3, 5, 24, 97} {
 		for _, mode := range []string{"random", "extreme"} {
 			const m = 24 // three row groups, six tiles
 			rows, x8 := randX8Rows(r, kernels.Q8_0, m, nb, mode == "extreme")
-			xb := biasedX8(x8)
-			// The unbiased kernels read the u = x+128 layout, the biased
-			// ones the signed one.
-			act, sact := newTileAct(2, nb, false), newTileAct(2, nb, true)
+			act := newTileAct(2, nb, false)
 			var want [m][2 * tileRows]float32 // weight row, activation row
 			for l := range 2 * tileRows {
 				q, d := randQ8Act(r, 1, nb, mode == "extreme")
 				spreadTile(act.group(l/tileRows, nb), l%tileRows, q, d)
-				spreadTile(sact.group(l/tileRows, nb), l%tileRows, q, d)
 				for j := range m {
 					want[j][l] = dotQ8Go(rows[j*nb*q8Bytes:(j+1)*nb*q8Bytes], q, d)
 				}
 			}
-			onBiased := func(k x8TileFunc) x8TileFunc {
-				return func(w []byte, h0 int, _ tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
-					k(xb[len(x8)-len(w):], h0, sact, nb, groups, out, ostride, nrows, ntiles)
-				}
-			}
-			kerns := map[string]x8TileFunc{"go": x8TileStoreGo, "go_b": onBiased(x8BTileStoreGo)}
-			if useAsm(true) && useTiles(tilesAsm) && q8X8TileStore != nil {
-				kerns["vnni"] = q8X8TileStore
-			}
-			if q8X8BTileStore != nil {
-				kerns["vnni_b"] = onBiased(q8X8BTileStore)
-			}
+			kerns := map[string]x8TileFunc{"go": x8TileStoreGo}
 			for name, k := range kerns {
 				for _, c := range []struct{ tile0, ntiles, groups, nrows int }{
 					{0, 1, 1, 8}, {1, 1, 1, 8}, {0, 6, 1, 8}, {1, 5, 1, 3}, {1, 4, 2, 16},
@@ -251,10 +234,14 @@ func TestPackedMatchesUnpacked(t *testing.T) {
 	for _, kset := range []struct {
 		name string
 		set  func()
+		made func() // the kernel set the weights are made under, when not set's
 	}{
-		{"asm", func() { useAsm(true) }},
-		{"asm_avx2", func() { useAVX2() }}, // the same as asm without VNNI
-		{"go_kernels", func() { useAsm(false) }},
+		{"asm", func() { useAsm(true) }, nil},
+		{"asm_avx2", func() { useAVX2() }, nil}, // the same as asm without VNNI
+		{"go_kernels", func() { useAsm(false) }, nil},
+		// Weights made where they are biased (VNNI), read by the others.
+		{"asm_weights_go_kernels", func() { useAsm(false) }, func() { useAsm(true) }},
+		{"asm_weights_avx2", func() { useAVX2() }, func() { useAsm(true) }},
 	} {
 		shapes := []struct{ m, k int }{{37, 96}, {64, 160}, {8, 32}, {13, 3104}}
 		for range 3 { // and a few at random
@@ -272,7 +259,11 @@ func TestPackedMatchesUnpacked(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						kset.set()
+						made := kset.set
+						if kset.made != nil {
+							made = kset.made
+						}
+						made()
 						b := open(t, threads)
 						var ws [2]kernels.Tensor
 						for i, on := range []bool{false, true} {
@@ -282,6 +273,9 @@ func TestPackedMatchesUnpacked(t *testing.T) {
 							}
 							if ws[i].(*Tensor).x8 != on {
 								t.Fatalf("x8Layout=%v: tensor x8=%v", on, ws[i].(*Tensor).x8)
+							}
+							if wb := on && x8Bias && dt == kernels.Q8_0; ws[i].(*Tensor).x8b != wb {
+								t.Fatalf("x8Layout=%v x8Bias=%v: tensor x8b=%v", on, x8Bias, ws[i].(*Tensor).x8b)
 							}
 						}
 						kset.set()
@@ -331,13 +325,15 @@ func TestPackedMatchesUnpacked(t *testing.T) {
 							b.Download(out, d)
 							return out
 						})
-						same("Gather of an unaligned Slice", func(w kernels.Tensor) []float32 {
-							d := b.Alloc(2, k)
-							b.Gather(d, b.Slice(w, 1, m), []int32{0, int32(m - 2)})
-							out := make([]float32, 2*k)
-							b.Download(out, d)
-							return out
-						})
+						if m >= 2 {
+							same("Gather of an unaligned Slice", func(w kernels.Tensor) []float32 {
+								d := b.Alloc(2, k)
+								b.Gather(d, b.Slice(w, 1, m), []int32{0, int32(m - 2)})
+								out := make([]float32, 2*k)
+								b.Download(out, d)
+								return out
+							})
+						}
 						same("RMSNorm", func(w kernels.Tensor) []float32 {
 							x := b.Alloc(2, k)
 							b.Upload(x, randVals(rand.New(rand.NewPCG(1, 1)), 2*k, 1))
@@ -418,24 +414,6 @@ func TestX8KKernels(t *testing.T) {
 					}
 				}
 			}
-		}
-	}
-}
-
-// TestX8TilesPay pins the choice between the ×8 tiles and the ×8
-// multi-row kernel to the batches where it was measured (x8TilesPay's
-// comment: 16, 64 and 128 rows took less time on the tiles, 24, 33 and
-// 100 more), and to batches too small for a tile call to pay.
-func TestX8TilesPay(t *testing.T) {
-	for _, tc := range []struct {
-		n    int
-		want bool
-	}{
-		{1, false}, {4, false}, {8, false}, {9, false},
-		{16, true}, {24, false}, {33, false}, {64, true}, {100, false}, {128, true},
-	} {
-		if got := x8TilesPay(tc.n); got != tc.want {
-			t.Errorf("x8TilesPay(%d) = %v; want %v", tc.n, got, tc.want)
 		}
 	}
 }

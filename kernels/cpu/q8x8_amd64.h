@@ -1,7 +1,8 @@
-// The body of the ×8 multi-row Q8_0 kernels, shared by q8x8_amd64.s
-// (AVX2) and q8x8_vnni_amd64.s (AVX-512 VNNI): the including file defines
-// X8NAME, the function's name, and Q8GFIRST and Q8GNEXT, one 4-byte group
-// of the eight weight rows against an activation group.
+// The body of the AVX2 ×8 multi-row Q8_0 kernel (q8x8_amd64.s): the
+// including file defines X8NAME, the function's name, and Q8GFIRST and
+// Q8GNEXT, one 4-byte group of the eight weight rows against an activation
+// group. AVX-512 VNNI hosts store the weights biased and run the kernels
+// of q8x8b_vnni_amd64.s instead.
 
 // The multi-row kernel for Q8_0 weights in the ×8 layout (pack.go): one to
 // eight activation rows against runs of eight-row groups. A group's block
@@ -9,8 +10,7 @@
 // block the eight rows' four values (row l at 16 + 32g + 4l), so one load
 // is group g of the eight rows, lane l = row l. Each activation row's
 // group g, broadcast to all lanes, meets them in one VPSIGNB, VPMADDUBSW,
-// VPMADDWD and VPADDD (dot_amd64.s explains the signs; q8x8_vnni_amd64.s
-// does it in one VPDPBUSD), and after the
+// VPMADDWD and VPADDD (dot_amd64.s explains the signs), and after the
 // eight groups lane l holds row l's exact block sum, which is scaled and
 // fused into the row's result as canon.go defines. Nothing is transposed
 // or gathered: the layout did that once, at load, and the groups of a
@@ -18,9 +18,8 @@
 //
 // Registers: Y0-Y7 activation row a's block sums (a < na); Y8-Y11 rows
 // 0-3's results, rows 4-7's in the frame (32a - 128); Y12 a group's eight
-// rows' values (later their scales), Y13 their absolute values (in the
-// VNNI kernel, the block's 128·Σw), Y14 scratch, Y15 int16 ones (in the
-// VNNI kernel, bytes of 128). SI walks the weight blocks, group after
+// rows' values (later their scales), Y13 their absolute values, Y14
+// scratch, Y15 int16 ones. SI walks the weight blocks, group after
 // group; DI is activation row 0's current block, the rows R13 bytes apart (R14 =
 // 3·R13), R15 row 4's; DX row 0's scale, the rows' scales AX bytes apart
 // (BX = 3·AX), R9 row 4's; CX the blocks left, R11 the groups left, R12

@@ -54,37 +54,13 @@ var q8TileStore, q4TileStore tileStoreFunc
 // q8X8TileStore, when not nil, is q8TileStore for Q8_0 weights in the ×8
 // layout: w starts at the row group of the first tile, and the tiles are
 // halves of groups (rows 4h to 4h+3), from half h0 of that group on.
-// q8X8BTileStore is the same for biased weights (x8Bias), with the
-// activations in the signed layout: Σ(w+128)·x exceeds Σw·x by 16·xc.
-// x8Tiled reports whether a batch of n rows takes them rather than the ×8
-// multi-row kernels (x8TilesPay, or every batch the Go tiles take).
+// x8Tiled reports whether a batch of n rows takes it rather than the ×8
+// multi-row kernel. Only the Go tiles (tests) set them: the ×8 multi-row
+// kernels cost less than any tiles at every batch (tileKernel).
 var (
-	q8X8TileStore, q8X8BTileStore x8TileFunc
-	x8Tiled                       func(n int) bool
+	q8X8TileStore x8TileFunc
+	x8Tiled       = func(int) bool { return false }
 )
-
-// x8TilesPay reports whether the VNNI tiles cost less than the ×8 VNNI
-// multi-row kernel for a batch of n rows, by the calls runX8Tiles makes.
-// Against the multi-row kernel's cost of a row, measured on a Zen 4 host
-// (one thread, the matrix products of a ~100M Q8_0 model), a 16-row call
-// saves about 3/4 of a row, an 8-row call costs 1.5 rows more, and each row
-// of padding to a whole call costs a row: 16 rows took 12.0 ms against
-// 12.5 (multi-row), 24 rows 19.1 against 17.7, 33 rows 29.7 against 24.5,
-// 64 rows 44.7 against 47.6, 100 rows 74.6 against 73.7, 128 rows 89.7
-// against 93.8. In quarters of a row:
-func x8TilesPay(n int) bool {
-	gain := 0
-	for r0 := 0; r0 < n; r0 += xTile {
-		for left := min(xTile, n-r0); left > 0; left -= 2 * tileRows {
-			if left > tileRows {
-				gain += 3 - 4*max(0, 2*tileRows-left)
-			} else {
-				gain += -6 - 4*(tileRows-left)
-			}
-		}
-	}
-	return gain > 0
-}
 
 type x8TileFunc func(w []byte, h0 int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int)
 
@@ -101,7 +77,7 @@ func signedTiles(w *Tensor) bool {
 	case w.dt != kernels.Q8_0:
 		return false
 	case w.x8:
-		return w.x8b
+		return false
 	}
 	return q8TileSigned
 }
@@ -156,21 +132,13 @@ func tileStoreGo(tile func([]byte, int, tileAct, int, *[tileOut]float32)) tileSt
 }
 
 // x8TileStoreGo is tileStoreGo for the ×8 tiles, on the Go tile kernel
-// q8X8TileGo; x8BTileStoreGo the same for biased weights.
+// q8X8TileGo.
 func x8TileStoreGo(w []byte, h0 int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
-	x8TileStoreFlipGo(w, h0, a, nb, groups, out, ostride, nrows, ntiles, 0)
-}
-
-func x8BTileStoreGo(w []byte, h0 int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
-	x8TileStoreFlipGo(w, h0, a, nb, groups, out, ostride, nrows, ntiles, 0x80)
-}
-
-func x8TileStoreFlipGo(w []byte, h0 int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int, flip byte) {
 	var o [tileOut]float32
 	for j := range ntiles {
 		t := h0 + j
 		for g := range groups {
-			q8X8TileGo(w[t/2*nb*x8Block:], t%2, a.group(g, nb), nb, &o, flip)
+			q8X8TileGo(w[t/2*nb*x8Block:], t%2, a.group(g, nb), nb, &o)
 			for l := range min(tileRows, nrows-g*tileRows) {
 				r := out[(g*tileRows+l)*ostride+j*tileW:]
 				for c := range tileW {
@@ -241,9 +209,8 @@ func q8TileGo(w []byte, stride int, a tileAct, nb int, out *[tileOut]float32) {
 }
 
 // q8X8TileGo is q8TileGo for rows 4h to 4h+3 of the ×8 Q8_0 row group at
-// w, its quant bytes XORed with flip: the reference for q8X8TileStore and
-// q8X8BTileStore.
-func q8X8TileGo(w []byte, h int, a tileAct, nb int, out *[tileOut]float32, flip byte) {
+// w: the reference for q8X8TileStore.
+func q8X8TileGo(w []byte, h int, a tileAct, nb int, out *[tileOut]float32) {
 	var s [tileOut]float32
 	var v [32]int32
 	for j := range tileW {
@@ -252,7 +219,7 @@ func q8X8TileGo(w []byte, h int, a tileAct, nb int, out *[tileOut]float32, flip 
 			blk := w[b*x8Block : (b+1)*x8Block]
 			for g := range 8 {
 				for c := range 4 {
-					v[4*g+c] = int32(int8(blk[16+32*g+4*l+c] ^ flip))
+					v[4*g+c] = int32(int8(blk[16+32*g+4*l+c]))
 				}
 			}
 			tileBlockDot(&s, j, &v, a, b, f16(blk[2*l:]), false)
@@ -318,17 +285,17 @@ const (
 	tilesAsm                 // the VNNI tile kernels, else the AVX2 ones, where the CPU has them
 )
 
-// useTiles sets q8TileStore, q4TileStore, q8X8TileStore, q8X8BTileStore
-// and x8Tiled for mode and reports whether tiled kernels are now in use.
-// Like useAsm it must not be called while a backend is running.
+// useTiles sets q8TileStore, q4TileStore, q8X8TileStore and x8Tiled for
+// mode and reports whether tiled kernels are now in use. Like useAsm it
+// must not be called while a backend is running.
 func useTiles(mode tileMode) bool {
-	q8TileStore, q4TileStore, q8X8TileStore, q8X8BTileStore = nil, nil, nil, nil
+	q8TileStore, q4TileStore, q8X8TileStore = nil, nil, nil
 	q8TileSigned = false
-	tileMinRows, x8Tiled = 4, x8TilesPay
+	tileMinRows, x8Tiled = 4, func(int) bool { return false }
 	switch {
 	case mode == tilesGo:
 		q8TileStore, q4TileStore = tileStoreGo(q8TileGo), tileStoreGo(q4TileGo)
-		q8X8TileStore, q8X8BTileStore = x8TileStoreGo, x8BTileStoreGo
+		q8X8TileStore = x8TileStoreGo
 		x8Tiled = func(n int) bool { return n >= tileMinRows } // the tile path at every batch it can take
 	case mode == tilesAsm && haveVNNI:
 		setVNNI()
@@ -339,11 +306,15 @@ func useTiles(mode tileMode) bool {
 }
 
 // tileKernel returns the storing tiled kernel for the weight w in GGML's
-// layout, or nil. Weights in the ×8 layout have their own (x8TileKernel),
-// on VNNI CPUs only: elsewhere the multi-row kernel, with nothing left to
-// transpose, costs less than the AVX2 tiles even for prefill
-// (BenchmarkX8Layout on an AVX2-only host, 2816×1024, one thread: 128 rows
-// 6.0 ms against 8.4, 512 rows 24 against 35).
+// layout, or nil. Weights in the ×8 layout take the multi-row kernels at
+// every batch: with nothing left to transpose they cost less than the
+// tiles even for prefill. On an AVX2-only host (BenchmarkX8Layout,
+// 2816×1024, one thread) 128 rows took 6.0 ms against 8.4 on the AVX2
+// tiles, 512 rows 24 against 35. On a Zen 4 host (one thread, the matrix
+// products of a ~100M Q8_0 model, biased weights) the VNNI multi-row
+// kernel took 9.1 ms for 16 rows against 11.8 on the VNNI ×8 tiles, 64
+// rows 30 against 43, 512 rows 280 against 414; two threads, 16 rows 13.4
+// ms against 15.6 and 128 rows 81 against 117.
 func tileKernel(w *Tensor) tileStoreFunc {
 	if w.x8 {
 		return nil
@@ -352,13 +323,10 @@ func tileKernel(w *Tensor) tileStoreFunc {
 }
 
 // x8TileKernel returns the storing tiled kernel for the ×8 weight w, or
-// nil.
+// nil: the Go tiles, for tests, on unbiased weights.
 func x8TileKernel(w *Tensor) x8TileFunc {
-	if !w.x8 || w.dt != kernels.Q8_0 {
+	if !w.x8 || w.x8b || w.dt != kernels.Q8_0 {
 		return nil
-	}
-	if w.x8b {
-		return q8X8BTileStore
 	}
 	return q8X8TileStore
 }
