@@ -6,9 +6,10 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// haveVNNI reports whether this CPU runs the tiled AVX-512 VNNI kernels in
-// dot_vnni_amd64.s. They use 256-bit (VL) forms only: Zen 4 splits 512-bit
-// ops in two, and eight activation rows fill a 256-bit accumulator.
+// haveVNNI reports whether this CPU runs the AVX-512 VNNI kernels: the
+// tiled ones in dot_vnni_amd64.s, in 256-bit (VL) forms only (eight
+// activation rows fill a 256-bit accumulator), and the ×8 ones in
+// q8x8b_vnni_amd64.s and q4x8_vnni_amd64.s.
 var haveVNNI = haveAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
 	cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI
 

@@ -13,7 +13,8 @@
 // is VPDPBUSD's memory operand, broadcast in the instruction, and so is
 // the row's scale in VMULPS. With 32 vector registers all eight rows'
 // results stay in registers. The integers, and so the results, are those
-// of the other ×8 kernels (canon.go).
+// of the other ×8 kernels (canon.go). dotQ8X8BVNNI takes one group a pass
+// (a chunk's odd last group), dotQ8X8B2VNNI below two.
 //
 // Registers: Y0-Y7 activation row a's block sums; Y8-Y11 rows 0-3's
 // results, Y16-Y19 rows 4-7's; Y12 a group's eight weight rows' values,
@@ -380,7 +381,7 @@ b8block:
 // issues as often as a 256-bit one (measured: two a cycle, 16 independent
 // sums, one thread), so one instruction does the work of two; it is what
 // a row costs once a pass is compute-bound. Registers as in dotQ8X8BVNNI,
-// widened; the frame holds the pairs left.
+// widened, but for R11 (nb·272); the frame holds the pairs left.
 
 // PFD2: 128 blocks ahead (34 KB) in each of the two streams. Against the
 // 256-bit kernel on x+128 activations that this one replaced, one thread,
