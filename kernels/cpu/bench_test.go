@@ -334,13 +334,17 @@ func BenchmarkX8RowsHot(b *testing.B) {
 			const m = 64
 			w, _ := benchWeights(b, be, dt, m, k)
 			gw, nb := tensor(w, "bench").groupBytes(0, m), k/kernels.QK
+			sums := blockSums8
+			if tensor(w, "bench").x8b {
+				kern, sums = dotQ8X8BRowsN, blockSumsB
+			}
 			for n := 1; n <= maxRowsN; n++ {
 				b.Run(fmt.Sprintf("%v/%dx%d/n=%d", dt, m, k, n), func(b *testing.B) {
 					x := randVec(rand.New(rand.NewPCG(1, 2)), n*k)
 					xq, xd, xc := make([]int8, n*k), make([]float32, n*nb), make([]int32, n*nb)
 					for r := range n {
 						quantRowQ8(xq[r*k:(r+1)*k], xd[r*nb:(r+1)*nb], x[r*k:(r+1)*k])
-						blockSums8(xc[r*nb:(r+1)*nb], xq[r*k:(r+1)*k])
+						sums(xc[r*nb:(r+1)*nb], xq[r*k:(r+1)*k])
 					}
 					out := make([]float32, n*m)
 					t := loopThreadCPU(b, func() { kern(gw, m, nb, n, xq, xd, xc, out, m) })
