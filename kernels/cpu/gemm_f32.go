@@ -31,8 +31,9 @@ type gemmScratch struct {
 	acc             [gemmXRows / 3 * gemmTiles * 96]float32
 	row             []float32
 	unpack, unpackX []float32
-	// accZ is gemmF32Groups' tiles' accumulators.
-	accZ [gemmGroupPassRows / gemmGroupRows * gemmGroupAcc]float32
+	// accZ is gemmF32Groups' tiles' accumulators, made on first use: a
+	// CPU without those kernels never needs its 30 KB.
+	accZ []float32
 }
 
 // unpacked returns the rows rows of k floats packed in p, unpacked into
@@ -157,8 +158,10 @@ const (
 	// rows, one thread).
 	gemmGroupKC       = 2048
 	gemmGroupPassRows = 8 * gemmGroupRows
-	// gemmGroupAcc is the accumulators of one group: a tile of eight
-	// weight rows, or one of four and three of one row, by three pairs.
+	// gemmGroupAcc is the accumulators of one group, sixteen floats each:
+	// by each of three pairs of activation rows, eight for its tile (of
+	// which a four-row tile uses four) and four for each of up to three
+	// weight rows left over, each run as all four rows of a tile.
 	gemmGroupAcc = 20 * 3 * 16
 )
 

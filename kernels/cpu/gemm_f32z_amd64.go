@@ -76,6 +76,9 @@ func gemmF32GroupsAsm(out []float32, ldo int, w []float32, mw int, xg, x []float
 		return
 	}
 	_, _, _, _ = w[mw*k-1], x[nx*k-1], out[(nx-1)*ldo+mw-1], xg[gemmGroupsLen(nx, k)-1]
+	if sc.accZ == nil {
+		sc.accZ = make([]float32, gemmGroupPassRows/gemmGroupRows*gemmGroupAcc)
+	}
 	for i0 := 0; i0 < mw; i0 += 8 {
 		i1 := min(mw, i0+8)
 		for j0 := 0; j0 < nx; j0 += gemmGroupPassRows {
@@ -93,7 +96,7 @@ func gemmF32GroupsAsm(out []float32, ldo int, w []float32, mw int, xg, x []float
 				// one.
 				full := (j1 - j0) / gemmGroupRows
 				if full > 0 {
-					groupTiles(out[j0*ldo+i0:], ldo, w[i0*k+kb:], k, i1-i0, xg[j0*k8+kb*gemmGroupRows:], gemmGroupRows*k8, gemmGroupRows, full, n, sc.accZ[:], flags)
+					groupTiles(out[j0*ldo+i0:], ldo, w[i0*k+kb:], k, i1-i0, xg[j0*k8+kb*gemmGroupRows:], gemmGroupRows*k8, gemmGroupRows, full, n, sc.accZ, flags)
 				}
 				if j := j0 + full*gemmGroupRows; j < j1 {
 					r := j1 - j

@@ -7,15 +7,15 @@
 // takes its chunks of eight in order (canon.go); a 512-bit register holds
 // two of them, the same weight row against two activation rows: the
 // weight row's chunk broadcast to both halves (VBROADCASTF32X8), the two
-// activation rows' chunks side by side, as gemmPackGroups lays them out.
+// activation rows' chunks side by side, as gemmPackGroupRow lays them out.
 // The halves never mix until each is reduced in canon.go's order, so an
 // output's bits do not depend on its partner.
 //
 // A Zen 5 core runs two 512-bit FMAs a cycle, twice the multiply-adds of
 // the 256-bit kernels (gemm_f32_amd64.s): in registers alone, one core
-// ran 207 GFLOP/s of 512-bit FMAs against 104 of 256-bit ones. A core
-// that splits 512-bit ops in two (Zen 4) would run them at the 256-bit
-// rate with half the loads (not measured).
+// ran 207 GFLOP/s of 512-bit FMAs against 104 of 256-bit ones. CPUs
+// whose cores run 512-bit FMAs at half that rate take these kernels too;
+// they were not measured on one.
 //
 // gemmF32ZAP runs a tile of A weight rows (four or eight, ldw floats
 // apart, 0 for one row four times) by P pairs of activation rows (P ≤ 3:

@@ -444,7 +444,10 @@ func rowsSplit(n int) int {
 
 // runFloat is run for F32 weights and those converted to F32 rows (F16,
 // BF16): gemmF32 over blocks of activation rows (gemmXBlock), each in
-// cache while the chunk's weight rows, converted or packed once, meet it.
+// cache while the chunk's weight rows, converted or packed once, meet it;
+// or, where MatMul packed the activation rows in groups (t.xg: from
+// gemmGroupMinRows rows on CPUs with gemmF32Groups), those kernels over
+// blocks of gemmGroupXBlock rows.
 func (t *matmulTask) runFloat(wk, lo, hi int) {
 	n, k, m := t.x.rows, t.x.cols, t.w.rows
 	out, x := t.dst.f32, t.x.f32
