@@ -596,3 +596,47 @@ func TestRowsNAsm(t *testing.T) {
 		}
 	}
 }
+
+// TestShortRowPanics checks that the quantized kernels panic on an
+// activation row shorter than its scales say, on every kernel set, rather
+// than read past it. The row has no spare capacity, so only a kernel that
+// reads past the slice's end could get by without a panic.
+func TestShortRowPanics(t *testing.T) {
+	initTables()
+	defer useAsm(true)
+	const nb = 3
+	w8, w4 := make([]byte, 8*nb*q8Bytes), make([]byte, 8*nb*q4Bytes)
+	xd := make([]float32, nb)
+	xc := make([]int32, nb)
+	out := make([]float32, 8)
+	cases := []struct {
+		name string
+		f    func(xq []int8)
+	}{
+		{"blockSums8", func(xq []int8) { blockSums8(xc, xq) }},
+		{"blockSumsB", func(xq []int8) { blockSumsB(xc, xq) }},
+		{"dotQ8", func(xq []int8) { dotQ8(w8, xq, xd) }},
+		{"dotQ4", func(xq []int8) { dotQ4(w4, xq, xd) }},
+		{"dotQ8Rows", func(xq []int8) { dotQ8Rows(w8, nb*q8Bytes, xq, xd, out) }},
+		{"dotQ4Rows", func(xq []int8) { dotQ4Rows(w4, nb*q4Bytes, xq, xd, out) }},
+	}
+	for _, asm := range []bool{true, false} {
+		useAsm(asm)
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%s/asm=%v", c.name, asm), func(t *testing.T) {
+				for _, short := range []int{1, 32, nb * 32} {
+					xq := make([]int8, nb*32-short)
+					xq = xq[:len(xq):len(xq)]
+					func() {
+						defer func() {
+							if recover() == nil {
+								t.Errorf("a row %d bytes short: no panic", short)
+							}
+						}()
+						c.f(xq)
+					}()
+				}
+			})
+		}
+	}
+}
