@@ -48,13 +48,6 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 		*t = matmulTask{}
 		return
 	}
-	if tk := x8TileKernel(wt); tk != nil && x8Tiled(n) {
-		t.x8Tile = tk
-		t.act = b.tileInput(xt, wt)
-		b.pool.run(t, m, b.tileGrain(n, m, k))
-		*t = matmulTask{}
-		return
-	}
 	if wt.dt == kernels.Q8_0 || wt.dt == kernels.Q4_0 {
 		t.xq, t.xd, t.xc = b.quantInput(xt, wt.dt, wt.x8b)
 	}
@@ -159,7 +152,7 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 	if b.matmulManyK(dsts, xt, ws) || b.matmulManyFloat(dsts, xt, ws) {
 		return
 	}
-	tiled, x8 := len(ws) > 0 && xt.rows >= tileMinRows, len(ws) > 0 && x8Tiled(xt.rows)
+	tiled := len(ws) > 0 && xt.rows >= tileMinRows
 	for i, w := range ws {
 		wt := tensor(w, "MatMulMany")
 		d := writable(dsts[i], "MatMulMany")
@@ -167,12 +160,6 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 		fits := wt.dt == w0.dt && wt.x8b == w0.x8b &&
 			wt.rows%tileW == 0 && wt.cols == xt.cols && d.rows == xt.rows && d.cols == wt.rows
 		tiled = tiled && fits && tileKernel(wt) != nil
-		x8 = x8 && fits && x8TileKernel(wt) != nil
-	}
-	if x8 {
-		wt := tensor(ws[0], "MatMulMany")
-		b.runMany(dsts, xt, ws, matmulTask{x8Tile: x8TileKernel(wt), act: b.tileInput(xt, wt)})
-		return
 	}
 	if !tiled {
 		if !b.matmulManyQuant(dsts, xt, ws) {
@@ -203,7 +190,7 @@ func (b *Backend) runMany(dsts []kernels.Tensor, xt *Tensor, ws []kernels.Tensor
 		total += p.w.rows
 	}
 	grain := b.grain(xt.rows, total, xt.cols)
-	if part.tile != nil || part.x8Tile != nil {
+	if part.tile != nil {
 		grain = b.tileGrain(xt.rows, total, xt.cols)
 	}
 	b.pool.run(t, total, grain)
@@ -377,19 +364,12 @@ type matmulTask struct {
 	// in its layout.
 	tile tileStoreFunc
 	act  tileAct
-	// x8Tile, when not nil, is the tiled kernel for ×8 weights, with the
-	// activations in act.
-	x8Tile x8TileFunc
 }
 
 // run computes output columns [lo, hi) (weight rows) for every row of x.
 func (t *matmulTask) run(wk, lo, hi int) {
 	if t.tile != nil {
 		t.runTiles(wk, lo, hi)
-		return
-	}
-	if t.x8Tile != nil {
-		t.runX8Tiles(wk, lo, hi)
 		return
 	}
 	if t.w.dt == kernels.Q8_0 || t.w.dt == kernels.Q4_0 {
@@ -538,46 +518,6 @@ func (t *matmulTask) runTiles(wk, lo, hi int) {
 				t.tile(w, 0, t.act.group(g/tileRows, nb), nb, 1, o[:], tileW, nrows, 1)
 				for l := range nrows {
 					out[(g+l)*m+jj] = o[l*tileW]
-				}
-			}
-		}
-	}
-}
-
-// runX8Tiles is runTiles for weights in the ×8 layout: lo is a multiple of
-// tileW (whole tiles, each half of a row group), and a partial tile at the
-// weight's end reads its group's padding rows, whose results are not
-// stored.
-func (t *matmulTask) runX8Tiles(wk, lo, hi int) {
-	n, k, m := t.x.rows, t.x.cols, t.w.rows
-	nb := k / kernels.QK
-	out := t.dst.f32
-	o := &t.b.scratch[wk].o32
-	w := t.w.groupBytes(lo&^(x8Rows-1), hi)
-	h0 := lo % x8Rows / tileW
-	tiles, rest := (hi-lo)/tileW, (hi-lo)%tileW
-	for r0 := 0; r0 < n; r0 += xTile {
-		r1 := min(n, r0+xTile)
-		if tiles > 0 {
-			for g := r0; g < r1; {
-				groups := 1
-				if r1-g > tileRows {
-					groups = 2
-				}
-				nrows := min(groups*tileRows, r1-g)
-				t.x8Tile(w, h0, t.act.group(g/tileRows, nb), nb, groups, out[g*m+lo:], m, nrows, tiles)
-				g += groups * tileRows
-			}
-		}
-		if rest > 0 {
-			last := h0 + tiles // the partial tile, counted in halves from w
-			wl := w[last/2*nb*x8Block:]
-			c := lo + tiles*tileW
-			for g := r0; g < r1; g += tileRows {
-				nrows := min(tileRows, r1-g)
-				t.x8Tile(wl, last%2, t.act.group(g/tileRows, nb), nb, 1, o[:], tileW, nrows, 1)
-				for l := range nrows {
-					copy(out[(g+l)*m+c:(g+l)*m+hi], o[l*tileW:l*tileW+rest])
 				}
 			}
 		}

@@ -174,56 +174,6 @@ func TestX8Kernels(t *testing.T) {
 	}
 }
 
-// TestX8TileKernels checks the Go ×8 tile kernel against the one-row Go kernel on the same rows in GGML's
-// layout, bit for bit: one and two row groups of activations, calls that
-// start on either half of a group and end on either, partial row groups,
-// and that nothing is stored past nrows rows or the tiles' columns.
-func TestX8TileKernels(t *testing.T) {
-	initTables()
-	r := rand.New(rand.NewPCG(13, 14))
-	for _, nb := range []int{1, 2, 3, 5, 24, 97} {
-		for _, mode := range []string{"random", "extreme"} {
-			const m = 24 // three row groups, six tiles
-			rows, x8 := randX8Rows(r, kernels.Q8_0, m, nb, mode == "extreme")
-			act := newTileAct(2, nb, false)
-			var want [m][2 * tileRows]float32 // weight row, activation row
-			for l := range 2 * tileRows {
-				q, d := randQ8Act(r, 1, nb, mode == "extreme")
-				spreadTile(act.group(l/tileRows, nb), l%tileRows, q, d)
-				for j := range m {
-					want[j][l] = dotQ8Go(rows[j*nb*q8Bytes:(j+1)*nb*q8Bytes], q, d)
-				}
-			}
-			kerns := map[string]x8TileFunc{"go": x8TileStoreGo}
-			for name, k := range kerns {
-				for _, c := range []struct{ tile0, ntiles, groups, nrows int }{
-					{0, 1, 1, 8}, {1, 1, 1, 8}, {0, 6, 1, 8}, {1, 5, 1, 3}, {1, 4, 2, 16},
-					{0, 3, 2, 9}, {2, 2, 2, 13}, {3, 3, 1, 1}, {5, 1, 2, 16},
-				} {
-					ostride := c.ntiles*tileW + 3
-					out := make([]float32, c.groups*tileRows*ostride)
-					for i := range out {
-						out[i] = 7
-					}
-					w := x8[c.tile0/2*nb*x8Block:]
-					k(w, c.tile0%2, act, nb, c.groups, out, ostride, c.nrows, c.ntiles)
-					for l := range c.groups * tileRows {
-						for col := range ostride {
-							w := float32(7)
-							if l < c.nrows && col < c.ntiles*tileW {
-								w = want[c.tile0*tileW+col][l]
-							}
-							if have := out[l*ostride+col]; !sameBits(have, w) {
-								t.Fatalf("%s nb=%d %s %+v: out[%d][%d] = %g; want %g", name, nb, mode, c, l, col, have, w)
-							}
-						}
-					}
-				}
-			}
-		}
-	}
-}
-
 // TestPackedMatchesUnpacked runs the backend's ops on the same weights
 // in both layouts, on every kernel set: MatMul (every batch from 1 to past
 // the tiled one, several thread counts), MatMulMany, Gather, RMSNorm and

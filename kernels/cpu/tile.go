@@ -51,19 +51,6 @@ var tileMinRows = 4
 // instead.
 var q8TileStore, q4TileStore tileStoreFunc
 
-// q8X8TileStore, when not nil, is q8TileStore for Q8_0 weights in the ×8
-// layout: w starts at the row group of the first tile, and the tiles are
-// halves of groups (rows 4h to 4h+3), from half h0 of that group on.
-// x8Tiled reports whether a batch of n rows takes it rather than the ×8
-// multi-row kernel. Only the Go tiles (tests) set them: the ×8 multi-row
-// kernels cost less than any tiles at every batch (tileKernel).
-var (
-	q8X8TileStore x8TileFunc
-	x8Tiled       = func(int) bool { return false }
-)
-
-type x8TileFunc func(w []byte, h0 int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int)
-
 // q8TileSigned says q8TileStore reads the signed layout (the AVX2 kernels),
 // not u = x+128 (the VNNI ones).
 var q8TileSigned bool
@@ -75,8 +62,6 @@ func signedTiles(w *Tensor) bool {
 	case w.dt == kernels.Q4_0:
 		return true
 	case w.dt != kernels.Q8_0:
-		return false
-	case w.x8:
 		return false
 	}
 	return q8TileSigned
@@ -125,24 +110,6 @@ func tileStoreGo(tile func([]byte, int, tileAct, int, *[tileOut]float32)) tileSt
 					for c := range tileW {
 						r[c] = o[c*tileRows+l]
 					}
-				}
-			}
-		}
-	}
-}
-
-// x8TileStoreGo is tileStoreGo for the ×8 tiles, on the Go tile kernel
-// q8X8TileGo.
-func x8TileStoreGo(w []byte, h0 int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
-	var o [tileOut]float32
-	for j := range ntiles {
-		t := h0 + j
-		for g := range groups {
-			q8X8TileGo(w[t/2*nb*x8Block:], t%2, a.group(g, nb), nb, &o)
-			for l := range min(tileRows, nrows-g*tileRows) {
-				r := out[(g*tileRows+l)*ostride+j*tileW:]
-				for c := range tileW {
-					r[c] = o[c*tileRows+l]
 				}
 			}
 		}
@@ -208,26 +175,6 @@ func q8TileGo(w []byte, stride int, a tileAct, nb int, out *[tileOut]float32) {
 	*out = s
 }
 
-// q8X8TileGo is q8TileGo for rows 4h to 4h+3 of the ×8 Q8_0 row group at
-// w: the reference for q8X8TileStore.
-func q8X8TileGo(w []byte, h int, a tileAct, nb int, out *[tileOut]float32) {
-	var s [tileOut]float32
-	var v [32]int32
-	for j := range tileW {
-		l := tileW*h + j
-		for b := range nb {
-			blk := w[b*x8Block : (b+1)*x8Block]
-			for g := range 8 {
-				for c := range 4 {
-					v[4*g+c] = int32(int8(blk[16+32*g+4*l+c]))
-				}
-			}
-			tileBlockDot(&s, j, &v, a, b, f16(blk[2*l:]), false)
-		}
-	}
-	*out = s
-}
-
 // q4TileGo is q8TileGo for Q4_0 weights, with the activations in the
 // signed layout.
 func q4TileGo(w []byte, stride int, a tileAct, nb int, out *[tileOut]float32) {
@@ -285,18 +232,15 @@ const (
 	tilesAsm                 // the VNNI tile kernels, else the AVX2 ones, where the CPU has them
 )
 
-// useTiles sets q8TileStore, q4TileStore, q8X8TileStore and x8Tiled for
-// mode and reports whether tiled kernels are now in use. Like useAsm it
+// useTiles sets q8TileStore and q4TileStore for mode and reports whether tiled kernels are now in use. Like useAsm it
 // must not be called while a backend is running.
 func useTiles(mode tileMode) bool {
-	q8TileStore, q4TileStore, q8X8TileStore = nil, nil, nil
+	q8TileStore, q4TileStore = nil, nil
 	q8TileSigned = false
-	tileMinRows, x8Tiled = 4, func(int) bool { return false }
+	tileMinRows = 4
 	switch {
 	case mode == tilesGo:
 		q8TileStore, q4TileStore = tileStoreGo(q8TileGo), tileStoreGo(q4TileGo)
-		q8X8TileStore = x8TileStoreGo
-		x8Tiled = func(n int) bool { return n >= tileMinRows } // the tile path at every batch it can take
 	case mode == tilesAsm && haveVNNI:
 		setVNNI()
 	case mode == tilesAsm && haveAsm:
@@ -320,15 +264,6 @@ func tileKernel(w *Tensor) tileStoreFunc {
 		return nil
 	}
 	return tileStoreKernel(w.dt)
-}
-
-// x8TileKernel returns the storing tiled kernel for the ×8 weight w, or
-// nil: the Go tiles, for tests, on unbiased weights.
-func x8TileKernel(w *Tensor) x8TileFunc {
-	if !w.x8 || w.x8b || w.dt != kernels.Q8_0 {
-		return nil
-	}
-	return q8X8TileStore
 }
 
 // tileStoreKernel returns the storing tiled kernel for weight type dt, or
