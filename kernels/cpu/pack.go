@@ -63,7 +63,8 @@ var q4X8VNNI bool
 var x8Bias bool
 
 // useX8Bias sets x8Bias and returns the previous value; like useX8Layout
-// it affects tensors made after it.
+// it affects tensors made after it. Tests use it to make biased weights
+// for the Go kernels on CPUs that would not bias them.
 func useX8Bias(on bool) bool {
 	old := x8Bias
 	x8Bias = on

@@ -192,6 +192,8 @@ func TestPackedMatchesUnpacked(t *testing.T) {
 		// Weights made where they are biased (VNNI), read by the others.
 		{"asm_weights_go_kernels", func() { useAsm(false) }, func() { useAsm(true) }},
 		{"asm_weights_avx2", func() { useAVX2() }, func() { useAsm(true) }},
+		// Biased weights on any CPU, under the Go kernels.
+		{"go_kernels_biased", func() { useAsm(false) }, func() { useAsm(false); useX8Bias(true) }},
 	} {
 		shapes := []struct{ m, k int }{{37, 96}, {64, 160}, {8, 32}, {13, 3104}}
 		for range 3 { // and a few at random
