@@ -72,16 +72,13 @@
 	VPXOR        P, P, P \
 	VPXORD       Q, Q, Q
 
-// TSCALESAT runs TSCALE for the four weight rows, their F16 scales at
-// d0-d3.
-#define TSCALESAT(d0, d1, d2, d3) \
+// TSCALES runs TSCALE for the four weight rows.
+#define TSCALES \
 	VMOVUPS (DX), Y12 \
-	TSCALE(Y0, Y22, Y5, Y8, d0) \
-	TSCALE(Y1, Y23, Y6, Y9, d1) \
-	TSCALE(Y2, Y24, Y7, Y10, d2) \
-	TSCALE(Y3, Y25, Y4, Y11, d3)
-
-#define TSCALES TSCALESAT((SI), (SI)(R8*1), (SI)(R8*2), (SI)(R9*1))
+	TSCALE(Y0, Y22, Y5, Y8, (SI)) \
+	TSCALE(Y1, Y23, Y6, Y9, (SI)(R8*1)) \
+	TSCALE(Y2, Y24, Y7, Y10, (SI)(R8*2)) \
+	TSCALE(Y3, Y25, Y4, Y11, (SI)(R9*1))
 
 // TPREFETCH asks for the next tile's four weight rows (the rows after
 // these four, when the caller walks a chunk of rows) at this block's
@@ -451,17 +448,14 @@ q4t8next:
 	VFMADD231PS  Y25, B, FB \
 	VPXOR        B, B, B
 
-// T16SCALESAT runs T16SCALE for the four weight rows, their F16 scales
-// at d0-d3.
-#define T16SCALESAT(d0, d1, d2, d3) \
+// T16SCALES runs T16SCALE for the four weight rows.
+#define T16SCALES \
 	VMOVUPS (DX), Y12 \
 	VMOVUPS (DX)(R11*1), Y13 \
-	T16SCALE(Y0, Y4, Y20, Y20, Y16, Y26, d0) \
-	T16SCALE(Y1, Y5, Y21, Y21, Y17, Y27, d1) \
-	T16SCALE(Y2, Y6, Y22, Y22, Y18, Y28, d2) \
-	T16SCALE(Y3, Y7, Y23, Y23, Y19, Y29, d3)
-
-#define T16SCALES T16SCALESAT((SI), (SI)(R8*1), (SI)(R8*2), (SI)(R9*1))
+	T16SCALE(Y0, Y4, Y20, Y20, Y16, Y26, (SI)) \
+	T16SCALE(Y1, Y5, Y21, Y21, Y17, Y27, (SI)(R8*1)) \
+	T16SCALE(Y2, Y6, Y22, Y22, Y18, Y28, (SI)(R8*2)) \
+	T16SCALE(Y3, Y7, Y23, Y23, Y19, Y29, (SI)(R9*1))
 
 // T16SGROUP is T16GROUP with the operands' roles swapped, for the signed
 // layout.
