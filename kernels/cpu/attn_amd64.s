@@ -92,8 +92,8 @@ dgroup:
 dhead:
 	// Prefetch this head's keys in the next group's slots: reading four
 	// slots side by side defeats the hardware's stream prefetch. Into L2
-	// (T1): on Zen 4 a cold batch-8 decode ran about a third faster than
-	// with T0 or no prefetch, and a group further ahead did not help.
+	// (T1): on a Zen 5 host a cold batch-8 decode ran about a third faster
+	// than with T0 or no prefetch, and a group further ahead did not help.
 	PREFETCH4(dpf, dpfask, dpfdone)
 
 	VXORPS Y0, Y0, Y0

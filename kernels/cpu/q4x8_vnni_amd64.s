@@ -19,7 +19,7 @@
 #define Q4WIDENM(S)
 
 // Q4PFD: 32 blocks ahead (4.5 KB) where the AVX2 kernel asks for 4, as
-// the VNNI Q8_0 kernel does. On a Zen 4 host, one thread, 60 MB of ×8
+// the VNNI Q8_0 kernel does. On a Zen 5 host, one thread, 60 MB of ×8
 // groups: 1 row 2.15 ms against 2.70-2.86, 2 rows 2.33-2.63 against
 // 2.71-3.01, 4 rows 3.44-3.81 against 3.98-4.34.
 #define Q4PFD 4608

@@ -377,7 +377,7 @@ b8block:
 
 // dotQ8X8B2VNNI is dotQ8X8BVNNI for pairs of groups, in 512-bit registers:
 // lanes 0-7 are group G's eight rows and lanes 8-15 group G+1's, whose
-// blocks are R11 = nb·272 bytes on. On a Zen 4 host a 512-bit VPDPBUSD
+// blocks are R11 = nb·272 bytes on. On a Zen 5 host a 512-bit VPDPBUSD
 // issues as often as a 256-bit one (measured: two a cycle, 16 independent
 // sums, one thread), so one instruction does the work of two; it is what
 // a row costs once a pass is compute-bound. Registers as in dotQ8X8BVNNI,

@@ -254,9 +254,9 @@ func useTiles(mode tileMode) bool {
 // every batch: with nothing left to transpose they cost less than the
 // tiles even for prefill. On an AVX2-only host (BenchmarkX8Layout,
 // 2816×1024, one thread) 128 rows took 6.0 ms against 8.4 on the AVX2
-// tiles, 512 rows 24 against 35. On a Zen 4 host (one thread, the matrix
+// tiles, 512 rows 24 against 35. On a Zen 5 host (one thread, the matrix
 // products of a ~100M Q8_0 model, biased weights) the VNNI multi-row
-// kernel took 9.1 ms for 16 rows against 11.8 on the VNNI ×8 tiles, 64
+// kernel took 9.1 ms for 16 rows against 11.8 on the VNNI ×8 tiles (since removed), 64
 // rows 30 against 43, 512 rows 280 against 414; two threads, 16 rows 13.4
 // ms against 15.6 and 128 rows 81 against 117.
 func tileKernel(w *Tensor) tileStoreFunc {
