@@ -20,22 +20,22 @@ func setAsm() {
 	dotQ4, dotQ4Rows, dotQ4RowsN = dotQ4Asm, dotQ4RowsAsm, dotQ4RowsNAsm
 	dotQ8X8RowsN, dotQ4X8RowsN = dotQ8X8RowsNAsm, dotQ4X8RowsNAsm
 	// The ×8 layout on every CPU with these kernels, VNNI ones included.
-	// There the multi-row kernel (then one on activations as x+128)
-	// cost less than the tiles in GGML's layout (and their one-row
-	// kernel) at the batches decoding and speculative verification run:
-	// one thread, a ~100M Q8_0 model's matrix products, 1 row took 35%
-	// less time, 2 to 6 rows 46-60% less, 8 rows 27% less; on biased
+	// There the multi-row kernel (then one on activations as x+128) cost
+	// less than the tiles in GGML's layout (and their one-row kernel) at
+	// the batches decoding and speculative verification run: on a Zen 5
+	// host, one thread, a ~100M Q8_0 model's matrix products, 1 row took
+	// 35% less time, 2 to 6 rows 46-60% less, 8 rows 27% less; on biased
 	// weights (dotQ8X8BRowsNAsm) it costs less than any tiles at every
 	// batch (tileKernel).
-	// The Q4_0 one (dotQ4X8VNNI) against the AVX2 one, one thread, a
-	// ~100M Q4_0 model's matrix products, both prefetching 4 blocks
-	// ahead: 1 row the same, 2 rows 3-7% less time, 3 to 64 rows 9-12%
-	// less; its deeper prefetch then took 1 row 20-25% less time again
-	// (q4x8_vnni_amd64.s). Q4_0 and the K-quants in the ×8 layout against
-	// GGML's on these CPUs, one thread, 2816×1024 in cache, ×8 time over
-	// GGML's at 1 / 4 / 16 / 64 rows: Q4_0 0.46 / 0.26 / 1.02 / 0.94, Q4_K
-	// 0.61 / 0.75 / 0.72 / 0.69; a ~100M Q4_K_M model decoded 20-50%
-	// faster and prefilled 30-40% faster.
+	// The Q4_0 one (dotQ4X8VNNI) against the AVX2 one, on the same host,
+	// one thread, a ~100M Q4_0 model's matrix products, both prefetching
+	// 4 blocks ahead: 1 row the same, 2 rows 3-7% less time, 3 to 64
+	// rows 9-12% less; its deeper prefetch then took 1 row 20-25% less
+	// time again (q4x8_vnni_amd64.s). Q4_0 and the K-quants in the ×8
+	// layout against GGML's on these CPUs, one thread, 2816×1024 in
+	// cache, ×8 time over GGML's at 1 / 4 / 16 / 64 rows: Q4_0 0.46 /
+	// 0.26 / 1.02 / 0.94, Q4_K 0.61 / 0.75 / 0.72 / 0.69; a ~100M Q4_K_M
+	// model decoded 20-50% faster and prefilled 30-40% faster.
 	x8Layout, q4X8VNNI = true, haveVNNI
 	if haveVNNI {
 		x8Bias, dotQ8X8BRowsN = true, dotQ8X8BRowsNAsm
@@ -305,10 +305,10 @@ func x8Check(w []byte, blockBytes, m, nb, na, nx int, xd []float32, xc []int32, 
 // x8PairRows is the fewest activation rows for which the ×8 Q8_0 kernel on
 // biased weights takes two groups a pass (dotQ8X8B2VNNI): below, a pass
 // waits on memory and one stream of groups asks less of it. Against the
-// kernel on x+128 activations it replaced, one thread, the matrix products
-// of a ~100M Q8_0 model (101 MB), three runs, the one-group kernel took 1
-// row 0.99-1.05 of the time and the two-group one 1.01-1.13, 2 rows
-// 0.92-1.00 and 0.97-1.00, 4 rows 0.98-1.05 and 0.85-1.02, 5 rows
+// kernel on x+128 activations it replaced, on a Zen 5 host, one thread, the
+// matrix products of a ~100M Q8_0 model (101 MB), three runs, the one-group
+// kernel took 1 row 0.99-1.05 of the time and the two-group one 1.01-1.13,
+// 2 rows 0.92-1.00 and 0.97-1.00, 4 rows 0.98-1.05 and 0.85-1.02, 5 rows
 // 0.93-1.06 and 0.84-0.97, 8 rows 0.97-1.01 and 0.66-0.72.
 const x8PairRows = 4
 
