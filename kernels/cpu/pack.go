@@ -294,12 +294,25 @@ func sliceX8(s *Tensor, r0, r1 int) *Tensor {
 		return &v
 	}
 	// Unpacking and packing move bytes without changing them, so biased
-	// quants stay biased.
+	// quants stay biased. The padding rows' quants are biased too, to the
+	// bytes packWeights gives them: the same bytes as the tensor made
+	// from these rows alone.
 	row := make([]byte, s.rowBytes)
 	v.raw = packX8(s.dt, v.rows, nb, func(r int) []byte {
 		unpackX8Row(row, s.raw, s.dt, nb, r0+r)
 		return row
 	})
+	if pad := v.rows % x8Rows; s.x8b && pad != 0 {
+		last := v.raw[(x8Groups(v.rows)-1)*nb*x8Block:]
+		for b := range nb {
+			for g := range 8 {
+				q := last[b*x8Block+16+32*g:]
+				for i := 4 * pad; i < 32; i++ {
+					q[i] = 0x80
+				}
+			}
+		}
+	}
 	return &v
 }
 

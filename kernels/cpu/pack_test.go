@@ -409,3 +409,40 @@ func TestBlockSums(t *testing.T) {
 		}
 	}
 }
+
+// TestSliceX8Bytes checks that a Slice of ×8 weights off a group boundary
+// holds the bytes of the same rows made into weights alone, padding rows
+// included, on biased and unbiased weights.
+func TestSliceX8Bytes(t *testing.T) {
+	defer useAsm(true)
+	defer useX8Layout(useX8Layout(true))
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, bias := range []bool{false, true} {
+		for _, dt := range x8AllTypes {
+			useAsm(false)
+			useX8Layout(true)
+			useX8Bias(bias)
+			m, k := 21, 2*x8BlockElems(dt)
+			data, err := kernels.Quantize(dt, randVals(r, m*k, 0.5))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := open(t, 1)
+			w, err := b.Weights(dt, m, k, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rb := len(data) / m
+			for _, sl := range [][2]int{{3, m}, {1, 6}, {5, 13}, {9, 17}} {
+				want, err := b.Weights(dt, sl[1]-sl[0], k, data[sl[0]*rb:sl[1]*rb])
+				if err != nil {
+					t.Fatal(err)
+				}
+				have := b.Slice(w, sl[0], sl[1]).(*Tensor)
+				if !slices.Equal(have.raw, want.(*Tensor).raw) || have.x8b != want.(*Tensor).x8b {
+					t.Errorf("%v bias=%v: Slice%v: bytes differ from the rows made alone", dt, bias, sl)
+				}
+			}
+		}
+	}
+}
