@@ -39,3 +39,27 @@ func TestPoolRunsEveryItemOnce(t *testing.T) {
 		p.stop()
 	}
 }
+
+// TestRunEnd checks that a job's runs cover its chunks in order, each
+// once, and differ in length by at most one chunk.
+func TestRunEnd(t *testing.T) {
+	for _, nruns := range []int{1, 2, 3, 4, 7} {
+		for nchunks := range uint32(40) {
+			start, short, long := uint32(0), nchunks, uint32(0)
+			for r := range nruns {
+				end := runEnd(r, nruns, nchunks)
+				if end < start {
+					t.Fatalf("runs=%d chunks=%d: run %d ends at %d, before its start %d", nruns, nchunks, r, end, start)
+				}
+				short, long = min(short, end-start), max(long, end-start)
+				start = end
+			}
+			if start != nchunks {
+				t.Errorf("runs=%d chunks=%d: the runs end at %d", nruns, nchunks, start)
+			}
+			if long-short > 1 {
+				t.Errorf("runs=%d chunks=%d: runs of %d to %d chunks", nruns, nchunks, short, long)
+			}
+		}
+	}
+}
