@@ -254,6 +254,50 @@
 	DECQ R11 \
 	JNZ  label
 
+// NASWITCH jumps to r<na>, na in R10 (1 to 8).
+#define NASWITCH(big, r1, r2, r3, r4, r5, r6, r7, r8) \
+	CMPQ R10, $4 \
+	JG   big \
+	JE   r4 \
+	CMPQ R10, $2 \
+	JL   r1 \
+	JE   r2 \
+	JMP  r3 \
+big: \
+	CMPQ R10, $6 \
+	JL   r5 \
+	JE   r6 \
+	CMPQ R10, $7 \
+	JE   r7 \
+	JMP  r8
+
+// BROWS runs all the groups against activation rows 0 to n-1, given
+// BI<n>, BG<n>, BS<n> and BST<n>; BROWSHI is BROWS for n > 4, whose rows
+// 4 on need Y16-Y19 zeroed and R15, R9 and R10 set.
+#define BROWS(group, block, BI, BG, BS, BST) \
+group: \
+	BGROUP \
+block: \
+	BBLOCK(BI, BG, BS) \
+	BNEXT(block) \
+	BST \
+	BNEXTGROUP(group) \
+	VZEROUPPER \
+	RET
+
+#define BROWSHI(group, block, BI, BG, BS, BST) \
+group: \
+	BGROUP \
+	BZEROHI \
+block: \
+	BHI \
+	BBLOCK(BI, BG, BS) \
+	BNEXT(block) \
+	BST \
+	BNEXTGROUP(group) \
+	VZEROUPPER \
+	RET
+
 // func dotQ8X8BVNNI(w *byte, xq *int8, xs int, xd *float32, xc *int32, nb int, out *float32, os int, ngroups, na int)
 // out[a·os/4 + 8G + l] = the dot product of row l of biased ×8 group G
 // (the groups back to back from w, nb blocks each) with activation row a
@@ -270,117 +314,16 @@ TEXT ·dotQ8X8BVNNI(SB), NOSPLIT, $0-80
 	MOVQ out+48(FP), R12
 	MOVQ ngroups+64(FP), R11
 	MOVQ na+72(FP), R10
-	CMPQ R10, $4
-	JG   bbig
-	JE   b4group
-	CMPQ R10, $2
-	JL   b1group
-	JE   b2group
-	JMP  b3group
+	NASWITCH(bbig, b1group, b2group, b3group, b4group, b5group, b6group, b7group, b8group)
 
-bbig:
-	CMPQ R10, $6
-	JL   b5group
-	JE   b6group
-	CMPQ R10, $7
-	JE   b7group
-	JMP  b8group
-
-b1group:
-	BGROUP
-
-b1block:
-	BBLOCK(BI1, BG1, BS1)
-	BNEXT(b1block)
-	BST1
-	BNEXTGROUP(b1group)
-	VZEROUPPER
-	RET
-
-b2group:
-	BGROUP
-
-b2block:
-	BBLOCK(BI2, BG2, BS2)
-	BNEXT(b2block)
-	BST2
-	BNEXTGROUP(b2group)
-	VZEROUPPER
-	RET
-
-b3group:
-	BGROUP
-
-b3block:
-	BBLOCK(BI3, BG3, BS3)
-	BNEXT(b3block)
-	BST3
-	BNEXTGROUP(b3group)
-	VZEROUPPER
-	RET
-
-b4group:
-	BGROUP
-
-b4block:
-	BBLOCK(BI4, BG4, BS4)
-	BNEXT(b4block)
-	BST4
-	BNEXTGROUP(b4group)
-	VZEROUPPER
-	RET
-
-b5group:
-	BGROUP
-	BZEROHI
-
-b5block:
-	BHI
-	BBLOCK(BI5, BG5, BS5)
-	BNEXT(b5block)
-	BST5
-	BNEXTGROUP(b5group)
-	VZEROUPPER
-	RET
-
-b6group:
-	BGROUP
-	BZEROHI
-
-b6block:
-	BHI
-	BBLOCK(BI6, BG6, BS6)
-	BNEXT(b6block)
-	BST6
-	BNEXTGROUP(b6group)
-	VZEROUPPER
-	RET
-
-b7group:
-	BGROUP
-	BZEROHI
-
-b7block:
-	BHI
-	BBLOCK(BI7, BG7, BS7)
-	BNEXT(b7block)
-	BST7
-	BNEXTGROUP(b7group)
-	VZEROUPPER
-	RET
-
-b8group:
-	BGROUP
-	BZEROHI
-
-b8block:
-	BHI
-	BBLOCK(BI8, BG8, BS8)
-	BNEXT(b8block)
-	BST8
-	BNEXTGROUP(b8group)
-	VZEROUPPER
-	RET
+	BROWS(b1group, b1block, BI1, BG1, BS1, BST1)
+	BROWS(b2group, b2block, BI2, BG2, BS2, BST2)
+	BROWS(b3group, b3block, BI3, BG3, BS3, BST3)
+	BROWS(b4group, b4block, BI4, BG4, BS4, BST4)
+	BROWSHI(b5group, b5block, BI5, BG5, BS5, BST5)
+	BROWSHI(b6group, b6block, BI6, BG6, BS6, BST6)
+	BROWSHI(b7group, b7block, BI7, BG7, BS7, BST7)
+	BROWSHI(b8group, b8block, BI8, BG8, BS8, BST8)
 
 // dotQ8X8B2VNNI is dotQ8X8BVNNI for pairs of groups, in 512-bit registers:
 // lanes 0-7 are group G's eight rows and lanes 8-15 group G+1's, whose
@@ -388,7 +331,8 @@ b8block:
 // issues as often as a 256-bit one (measured: two a cycle, 16 independent
 // sums, one thread), so one instruction does the work of two; it is what
 // a row costs once a pass is compute-bound. Registers as in dotQ8X8BVNNI,
-// widened, but for R11 (nb·272); the frame holds the pairs left.
+// widened, but for R11 (nb·272); the frame holds the pairs left. The
+// pointers step as there (BHI, BNEXT, BOUT, BST).
 
 // PFD2: 128 blocks ahead (34 KB) in each of the two streams. Against the
 // 256-bit kernel on x+128 activations that this one replaced, on a Zen 5
@@ -553,64 +497,67 @@ b8block:
 	VPXORD Z18, Z18, Z18 \
 	VPXORD Z19, Z19, Z19
 
-#define PHI \
-	LEAQ (DI)(R13*4), R15 \
-	LEAQ (DX)(AX*4), R9 \
-	LEAQ (R8)(AX*4), R10
-
-#define PNEXT(label) \
-	ADDQ $272, SI \
-	ADDQ $32, DI \
-	ADDQ $4, DX \
-	ADDQ $4, R8 \
-	DECQ CX \
-	JNZ  label
-
-#define POUT \
-	MOVQ R12, R10 \
-	MOVQ os+56(FP), R8
-
-#define PST(F) \
-	VMOVUPS F, (R10) \
-	ADDQ    R8, R10
-
 #define PST1 \
-	POUT \
-	PST(Z8)
+	BOUT \
+	BST(Z8)
 
 #define PST2 \
 	PST1 \
-	PST(Z9)
+	BST(Z9)
 
 #define PST3 \
 	PST2 \
-	PST(Z10)
+	BST(Z10)
 
 #define PST4 \
 	PST3 \
-	PST(Z11)
+	BST(Z11)
 
 #define PST5 \
 	PST4 \
-	PST(Z16)
+	BST(Z16)
 
 #define PST6 \
 	PST5 \
-	PST(Z17)
+	BST(Z17)
 
 #define PST7 \
 	PST6 \
-	PST(Z18)
+	BST(Z18)
 
 #define PST8 \
 	PST7 \
-	PST(Z19)
+	BST(Z19)
 
 #define PNEXTGROUP(label) \
 	ADDQ $64, R12 \
 	ADDQ R11, SI \
 	DECQ 0(SP) \
 	JNZ  label
+
+#define PROWS(group, block, PI, PG, PS, PST) \
+group: \
+	PGROUP \
+block: \
+	PBLOCK(PI, PG, PS) \
+	BNEXT(block) \
+	PST \
+	PNEXTGROUP(group) \
+	VZEROUPPER \
+	RET
+
+#define PROWSHI(group, block, PI, PG, PS, PST) \
+group: \
+	PGROUP \
+	PZEROHI \
+block: \
+	BHI \
+	PBLOCK(PI, PG, PS) \
+	BNEXT(block) \
+	PST \
+	PNEXTGROUP(group) \
+	VZEROUPPER \
+	RET
 
 // func dotQ8X8B2VNNI(w *byte, xq *int8, xs int, xd *float32, xc *int32, nb int, out *float32, os int, npairs, na int)
 // dotQ8X8BVNNI for npairs pairs of groups: out[a·os/4 + 16P + l] = row l
@@ -627,114 +574,13 @@ TEXT ·dotQ8X8B2VNNI(SB), NOSPLIT, $8-80
 	LEAQ (AX)(AX*2), BX
 	MOVQ out+48(FP), R12
 	MOVQ na+72(FP), R10
-	CMPQ R10, $4
-	JG   pbig
-	JE   p4group
-	CMPQ R10, $2
-	JL   p1group
-	JE   p2group
-	JMP  p3group
+	NASWITCH(pbig, p1group, p2group, p3group, p4group, p5group, p6group, p7group, p8group)
 
-pbig:
-	CMPQ R10, $6
-	JL   p5group
-	JE   p6group
-	CMPQ R10, $7
-	JE   p7group
-	JMP  p8group
-
-p1group:
-	PGROUP
-
-p1block:
-	PBLOCK(PI1, PG1, PS1)
-	PNEXT(p1block)
-	PST1
-	PNEXTGROUP(p1group)
-	VZEROUPPER
-	RET
-
-p2group:
-	PGROUP
-
-p2block:
-	PBLOCK(PI2, PG2, PS2)
-	PNEXT(p2block)
-	PST2
-	PNEXTGROUP(p2group)
-	VZEROUPPER
-	RET
-
-p3group:
-	PGROUP
-
-p3block:
-	PBLOCK(PI3, PG3, PS3)
-	PNEXT(p3block)
-	PST3
-	PNEXTGROUP(p3group)
-	VZEROUPPER
-	RET
-
-p4group:
-	PGROUP
-
-p4block:
-	PBLOCK(PI4, PG4, PS4)
-	PNEXT(p4block)
-	PST4
-	PNEXTGROUP(p4group)
-	VZEROUPPER
-	RET
-
-p5group:
-	PGROUP
-	PZEROHI
-
-p5block:
-	PHI
-	PBLOCK(PI5, PG5, PS5)
-	PNEXT(p5block)
-	PST5
-	PNEXTGROUP(p5group)
-	VZEROUPPER
-	RET
-
-p6group:
-	PGROUP
-	PZEROHI
-
-p6block:
-	PHI
-	PBLOCK(PI6, PG6, PS6)
-	PNEXT(p6block)
-	PST6
-	PNEXTGROUP(p6group)
-	VZEROUPPER
-	RET
-
-p7group:
-	PGROUP
-	PZEROHI
-
-p7block:
-	PHI
-	PBLOCK(PI7, PG7, PS7)
-	PNEXT(p7block)
-	PST7
-	PNEXTGROUP(p7group)
-	VZEROUPPER
-	RET
-
-p8group:
-	PGROUP
-	PZEROHI
-
-p8block:
-	PHI
-	PBLOCK(PI8, PG8, PS8)
-	PNEXT(p8block)
-	PST8
-	PNEXTGROUP(p8group)
-	VZEROUPPER
-	RET
+	PROWS(p1group, p1block, PI1, PG1, PS1, PST1)
+	PROWS(p2group, p2block, PI2, PG2, PS2, PST2)
+	PROWS(p3group, p3block, PI3, PG3, PS3, PST3)
+	PROWS(p4group, p4block, PI4, PG4, PS4, PST4)
+	PROWSHI(p5group, p5block, PI5, PG5, PS5, PST5)
+	PROWSHI(p6group, p6block, PI6, PG6, PS6, PST6)
+	PROWSHI(p7group, p7block, PI7, PG7, PS7, PST7)
+	PROWSHI(p8group, p8block, PI8, PG8, PS8, PST8)
