@@ -24,8 +24,9 @@ const spinFor = 50 * time.Microsecond
 // A job's chunks are cut into one run of consecutive chunks per worker.
 // Each worker claims the chunks of its own run first, in order, then those
 // left in the others' runs, so a worker's weight rows are one stream in
-// memory, and a descheduled worker's share is still done by the others. A
-// run's next chunk is claimed from its own word, which packs the job's
+// memory, and a descheduled worker's share is still done by the others
+// (taken from the front of its run: where the owner is only late, the two
+// then alternate through the rest of it). A run's next chunk is claimed from its own word, which packs the job's
 // generation (high 32 bits) with the chunk index, so a helper that wakes
 // late, after its job is over, cannot claim from the next one by mistake.
 // run returns once every chunk is finished; it never waits for a helper
@@ -35,13 +36,13 @@ const spinFor = 50 * time.Microsecond
 // two-core Zen 5 host take alternate 64-row chunks of a weight: each
 // kernel's prefetch then ran into the other worker's rows, and a
 // speculative verification of five rows over a ~100M Q8_0 model's matrix
-// products took 3.4-4.3 ms, against 2.3-2.7 ms with a run per worker
+// products took 4.22-4.23 ms, against 2.67-3.11 ms with a run per worker
 // (BenchmarkVerifyRows, two threads, the two ways alternating).
 type pool struct {
 	helpers []*helper
 	exited  sync.WaitGroup
 
-	// The current job; written by run before state publishes it, and stable
+	// The current job; written by run before it opens the runs, and stable
 	// until all its chunks are done. A helper reads nchunks before it has
 	// claimed a chunk, possibly while run rewrites it, hence the atomic; its
 	// claim then fails.
@@ -53,25 +54,29 @@ type pool struct {
 	runs    []claim       // a run of chunks per worker
 	done    atomic.Uint32 // chunks finished in the current job
 	stopped atomic.Bool
-	waiting atomic.Bool   // run is parked on finished
+	// waiting is the generation of the job whose run is parked on finish,
+	// or 0. Tied to the job so that a helper that finished the last chunk
+	// of an earlier job, and was descheduled before it looked, cannot wake
+	// a later job's run while that job's chunks are still running.
+	waiting atomic.Uint64
 	finish  chan struct{} // wakes a parked run
 }
 
 // closed, as a chunk index, is beyond any job's chunks.
 const closed = 1<<32 - 1
 
-// claim is one worker's run of chunks: gen<<32 | its next chunk. Padded to
-// a cache line of its own, since every worker writes the runs it claims
-// from.
+// claim is one worker's run of chunks: gen<<32 | its next chunk. Spaced
+// 128 bytes apart, so that no two claim words share a cache line (or an
+// adjacent pair of lines) however the slice is aligned.
 type claim struct {
 	state atomic.Uint64
-	_     [56]byte
+	_     [120]byte
 }
 
 // runEnd is where run r of a job of nchunks chunks among nruns runs ends
 // (and run r+1 starts): the runs differ by at most one chunk.
 func runEnd(r, nruns int, nchunks uint32) uint32 {
-	return uint32((r + 1) * int(nchunks) / nruns)
+	return uint32(uint64(r+1) * uint64(nchunks) / uint64(nruns))
 }
 
 type helper struct {
@@ -107,7 +112,10 @@ func (p *pool) run(t task, n, grain int) {
 	for r := range p.runs {
 		p.runs[r].state.Store(gen<<32 | closed)
 	}
-	gen++
+	// Generations live in 32 bits, and 0 is none (waiting).
+	if gen = (gen + 1) & (1<<32 - 1); gen == 0 {
+		gen = 1
+	}
 	p.task, p.n, p.grain = t, n, grain
 	nchunks := uint32((n + grain - 1) / grain)
 	p.nchunks.Store(nchunks)
@@ -127,7 +135,7 @@ func (p *pool) run(t task, n, grain int) {
 		}
 	}
 	p.work(0, gen)
-	p.wait()
+	p.wait(gen)
 	p.task = nil
 }
 
@@ -162,14 +170,14 @@ func (p *pool) workRun(w, r int, gen uint64) bool {
 		// this job, which cannot end before this chunk does.
 		lo := int(uint32(s)) * p.grain
 		p.task.run(w, lo, min(lo+p.grain, p.n))
-		if p.done.Add(1) == nchunks && w != 0 && p.waiting.CompareAndSwap(true, false) {
+		if p.done.Add(1) == nchunks && w != 0 && p.waiting.CompareAndSwap(gen, 0) {
 			p.finish <- struct{}{}
 		}
 	}
 }
 
-// wait returns once every chunk of the current job is done.
-func (p *pool) wait() {
+// wait returns once every chunk of job gen, the current one, is done.
+func (p *pool) wait(gen uint64) {
 	var deadline time.Time
 	nchunks := p.nchunks.Load()
 	for i := 0; p.done.Load() != nchunks; i++ {
@@ -184,8 +192,8 @@ func (p *pool) wait() {
 		if now.Before(deadline) {
 			continue
 		}
-		p.waiting.Store(true)
-		if p.done.Load() == nchunks && p.waiting.CompareAndSwap(true, false) {
+		p.waiting.Store(gen)
+		if p.done.Load() == nchunks && p.waiting.CompareAndSwap(gen, 0) {
 			return
 		}
 		// The helper finishing the last chunk saw waiting set: it sends.
