@@ -166,7 +166,7 @@ func BenchmarkQuantKernels(b *testing.B) {
 	}
 	const macs = 8 * 8 * nb * 32
 	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_0} {
-		act := newTileAct(1, nb, signedTiles(&Tensor{dt: dt}))
+		act := newTileAct(1, nb, signedTiles(dt))
 		for l := range tileRows {
 			spreadTile(act, l, xq[l*nb*32:(l+1)*nb*32], xd[l*nb:(l+1)*nb])
 		}

@@ -368,7 +368,7 @@ func TestTileKernels(t *testing.T) {
 					for j := range tileW {
 						copy(w[j*stride:], randBlocks(r, k.dt, nb, mode == "extreme"))
 					}
-					act := newTileAct(1, nb, signedTiles(&Tensor{dt: k.dt}))
+					act := newTileAct(1, nb, signedTiles(k.dt))
 					var want [tileOut]float32
 					for l := range tileRows {
 						q, d := make([]int8, nb*32), make([]float32, nb)

@@ -30,7 +30,7 @@ func q8Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float
 func q4Tile16VNNI(w *byte, stride int, xp *byte, xd *float32, nb int, out *float32, ostride, nrows, ntiles int, xc *int32)
 
 func q8TileStoreAsm(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
-	checkTileStore(w, (ntiles*tileW-1)*stride+nb*q8Bytes, a, nb, groups, out, ostride, nrows, ntiles)
+	checkTileStore(w, stride, q8Bytes, a, nb, groups, out, ostride, nrows, ntiles)
 	if groups == 1 {
 		q8Tile8VNNI(&w[0], stride, &a.xp[0], &a.xd[0], nb, &out[0], ostride, nrows, ntiles)
 		return
@@ -39,7 +39,7 @@ func q8TileStoreAsm(w []byte, stride int, a tileAct, nb, groups int, out []float
 }
 
 func q4TileStoreAsm(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
-	checkTileStore(w, (ntiles*tileW-1)*stride+nb*q4Bytes, a, nb, groups, out, ostride, nrows, ntiles)
+	checkTileStore(w, stride, q4Bytes, a, nb, groups, out, ostride, nrows, ntiles)
 	_ = a.xc[groups*nb*tileRows-1] // the signed layout
 	if groups == 1 {
 		q4Tile8VNNI(&w[0], stride, &a.xp[0], &a.xd[0], nb, &out[0], ostride, nrows, ntiles, &a.xc[0])
@@ -49,13 +49,12 @@ func q4TileStoreAsm(w []byte, stride int, a tileAct, nb, groups int, out []float
 }
 
 // checkTileStore panics unless the kernels' reads and writes are in
-// bounds (the tiles read the first wlen bytes of w): the assembly trusts
-// these lengths.
-func checkTileStore(w []byte, wlen int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
+// bounds: the assembly trusts these lengths.
+func checkTileStore(w []byte, stride, blockBytes int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
 	if nb <= 0 || groups < 1 || groups > 2 || nrows < 1 || nrows > groups*tileRows || ntiles < 1 || ostride < ntiles*tileW {
 		panic("cpu: tile kernel: bad shape")
 	}
-	_, _, _ = w[wlen-1], a.xp[groups*nb*tileBlock-1], a.xd[groups*nb*tileRows-1]
+	_, _, _ = w[(ntiles*tileW-1)*stride+nb*blockBytes-1], a.xp[groups*nb*tileBlock-1], a.xd[groups*nb*tileRows-1]
 	_ = out[(nrows-1)*ostride+ntiles*tileW-1]
 }
 

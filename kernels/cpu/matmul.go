@@ -43,7 +43,7 @@ func (b *Backend) MatMul(dst, x, w kernels.Tensor) {
 	}
 	if tk := tileKernel(wt); tk != nil && n >= tileMinRows {
 		t.tile = tk
-		t.act = b.tileInput(xt, wt)
+		t.act = b.tileInput(xt, wt.dt)
 		b.pool.run(t, m, b.tileGrain(n, m, k))
 		*t = matmulTask{}
 		return
@@ -88,9 +88,10 @@ func (b *Backend) quantInput(xt *Tensor, dt kernels.DType, bias bool) (xq []int8
 		b.xd = make([]float32, n*nb)
 	}
 	xq, xd = b.xq[:n*k], b.xd[:n*nb]
-	sums := blockSums8
+	// blockSums8's factor for Q4_0, blockSumsB's for biased Q8_0.
+	by := int32(8)
 	if dt == kernels.Q8_0 {
-		sums = blockSumsB
+		by = -128
 	}
 	if dt == kernels.Q4_0 || dt == kernels.Q8_0 && bias {
 		if cap(b.xc) < n*nb {
@@ -98,15 +99,15 @@ func (b *Backend) quantInput(xt *Tensor, dt kernels.DType, bias bool) (xq []int8
 		}
 		xc = b.xc[:n*nb]
 	}
-	b.qx = quantTask{xq: xq, xd: xd, xc: xc, sums: sums, x: xt}
+	b.qx = quantTask{xq: xq, xd: xd, xc: xc, sumsBy: by, x: xt}
 	b.pool.run(&b.qx, n, max(1, 16384/k))
 	b.qx = quantTask{}
 	return xq, xd, xc
 }
 
-// tileInput quantizes x into the tile layout for the weight w (the signed
-// one where signedTiles says), in the backend's buffers.
-func (b *Backend) tileInput(xt *Tensor, w *Tensor) tileAct {
+// tileInput quantizes x into the tile layout for weights of type dt (the
+// signed one where signedTiles says), in the backend's buffers.
+func (b *Backend) tileInput(xt *Tensor, dt kernels.DType) tileAct {
 	n, k := xt.rows, xt.cols
 	nb := k / kernels.QK
 	np, nd := tileBytes(n, nb)
@@ -117,7 +118,7 @@ func (b *Backend) tileInput(xt *Tensor, w *Tensor) tileAct {
 		b.xd = make([]float32, nd)
 	}
 	a := tileAct{xp: b.xp[:np], xd: b.xd[:nd]}
-	if signedTiles(w) {
+	if signedTiles(dt) {
 		if cap(b.xc) < nd {
 			b.xc = make([]int32, nd)
 		}
@@ -156,10 +157,8 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 	for i, w := range ws {
 		wt := tensor(w, "MatMulMany")
 		d := writable(dsts[i], "MatMulMany")
-		w0 := tensor(ws[0], "MatMulMany")
-		fits := wt.dt == w0.dt && wt.x8b == w0.x8b &&
+		tiled = tiled && tileKernel(wt) != nil && wt.dt == tensor(ws[0], "MatMulMany").dt &&
 			wt.rows%tileW == 0 && wt.cols == xt.cols && d.rows == xt.rows && d.cols == wt.rows
-		tiled = tiled && fits && tileKernel(wt) != nil
 	}
 	if !tiled {
 		if !b.matmulManyQuant(dsts, xt, ws) {
@@ -169,8 +168,8 @@ func (b *Backend) MatMulMany(dsts []kernels.Tensor, x kernels.Tensor, ws []kerne
 		}
 		return
 	}
-	w0 := tensor(ws[0], "MatMulMany")
-	b.runMany(dsts, xt, ws, matmulTask{tile: tileStoreKernel(w0.dt), act: b.tileInput(xt, w0)})
+	dt := tensor(ws[0], "MatMulMany").dt
+	b.runMany(dsts, xt, ws, matmulTask{tile: tileStoreKernel(dt), act: b.tileInput(xt, dt)})
 }
 
 // runMany runs the weights ws as one range of all their rows, so the
@@ -321,13 +320,13 @@ func (t *manyTask) run(wk, lo, hi int) {
 }
 
 type quantTask struct {
-	b    *Backend
-	xq   []int8
-	xd   []float32
-	xc   []int32 // sums of the rows, when not nil
-	sums func(xc []int32, xq []int8)
-	x    *Tensor
-	act  tileAct // the tile layout, when act.xp is not nil
+	b      *Backend
+	xq     []int8
+	xd     []float32
+	xc     []int32 // the rows' block sums times sumsBy, when not nil
+	sumsBy int32
+	x      *Tensor
+	act    tileAct // the tile layout, when act.xp is not nil
 }
 
 func (t *quantTask) run(wk, lo, hi int) {
@@ -346,7 +345,7 @@ func (t *quantTask) run(wk, lo, hi int) {
 	for r := lo; r < hi; r++ {
 		quantRowQ8(t.xq[r*k:(r+1)*k], t.xd[r*nb:(r+1)*nb], t.x.row(r))
 		if t.xc != nil {
-			t.sums(t.xc[r*nb:(r+1)*nb], t.xq[r*k:(r+1)*k])
+			blockSums(t.xc[r*nb:(r+1)*nb], t.xq[r*k:(r+1)*k], t.sumsBy)
 		}
 	}
 }

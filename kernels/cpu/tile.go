@@ -55,16 +55,10 @@ var q8TileStore, q4TileStore tileStoreFunc
 // not u = x+128 (the VNNI ones).
 var q8TileSigned bool
 
-// signedTiles reports whether the tile kernels for the weight w read the
-// signed layout.
-func signedTiles(w *Tensor) bool {
-	switch {
-	case w.dt == kernels.Q4_0:
-		return true
-	case w.dt != kernels.Q8_0:
-		return false
-	}
-	return q8TileSigned
+// signedTiles reports whether the tile kernels for dt read the signed
+// layout.
+func signedTiles(dt kernels.DType) bool {
+	return dt == kernels.Q4_0 || dt == kernels.Q8_0 && q8TileSigned
 }
 
 type tileStoreFunc func(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int)
@@ -232,8 +226,9 @@ const (
 	tilesAsm                 // the VNNI tile kernels, else the AVX2 ones, where the CPU has them
 )
 
-// useTiles sets q8TileStore and q4TileStore for mode and reports whether tiled kernels are now in use. Like useAsm it
-// must not be called while a backend is running.
+// useTiles sets q8TileStore and q4TileStore for mode and reports whether
+// tiled kernels are now in use. Like useAsm it must not be called while a
+// backend is running.
 func useTiles(mode tileMode) bool {
 	q8TileStore, q4TileStore = nil, nil
 	q8TileSigned = false
@@ -256,9 +251,10 @@ func useTiles(mode tileMode) bool {
 // 2816×1024, one thread) 128 rows took 6.0 ms against 8.4 on the AVX2
 // tiles, 512 rows 24 against 35. On a Zen 5 host (one thread, the matrix
 // products of a ~100M Q8_0 model, biased weights) the VNNI multi-row
-// kernel took 9.1 ms for 16 rows against 11.8 on the VNNI ×8 tiles (since removed), 64
-// rows 30 against 43, 512 rows 280 against 414; two threads, 16 rows 13.4
-// ms against 15.6 and 128 rows 81 against 117.
+// kernel took 9.1 ms for 16 rows against 11.8 on VNNI tiles reading the
+// ×8 layout (since removed), 64 rows 30 against 43, 512 rows 280 against
+// 414; two threads, 16 rows 13.4 ms against 15.6 and 128 rows 81 against
+// 117.
 func tileKernel(w *Tensor) tileStoreFunc {
 	if w.x8 {
 		return nil

@@ -35,7 +35,7 @@ func setTilesAVX2() {
 // shapes once, then runs each tile and group and scatters the results.
 func tileStoreAVX2(tile func([]byte, int, tileAct, int, *[tileOut]float32), blockBytes int) tileStoreFunc {
 	return func(w []byte, stride int, a tileAct, nb, groups int, out []float32, ostride, nrows, ntiles int) {
-		checkTileStore(w, (ntiles*tileW-1)*stride+nb*blockBytes, a, nb, groups, out, ostride, nrows, ntiles)
+		checkTileStore(w, stride, blockBytes, a, nb, groups, out, ostride, nrows, ntiles)
 		if a.xc != nil {
 			_ = a.xc[groups*nb*tileRows-1]
 		} else {

@@ -110,7 +110,7 @@ func TestTileStoreKernels(t *testing.T) {
 			for j := range maxTiles * tileW {
 				copy(w[j*stride:], randBlocks(r, dt, nb, nb == 2))
 			}
-			act := newTileAct(2, nb, signedTiles(&Tensor{dt: dt}))
+			act := newTileAct(2, nb, signedTiles(dt))
 			for g := range 2 {
 				for l := range tileRows {
 					q, d := make([]int8, nb*32), make([]float32, nb)
