@@ -43,6 +43,8 @@ func setKDotsAsm() {
 	kDots[kernels.Q4_K] = kRowsAsm(dotQ4KRowsAVX, q4KBytes)
 	kDots[kernels.Q5_K] = kRowsAsm(dotQ5KRowsAVX, q5KBytes)
 	kDots[kernels.Q6_K] = kRowsAsm(dotQ6KRowsAVX, q6KBytes)
+	kDots[kernels.Q5_0] = kRows32Asm(dotQ5_0RowsAVX, q5_0Bytes, false)
+	kDots[kernels.IQ4_NL] = kRows32Asm(dotIQ4NLRowsAVX, iq4NLBytes, false)
 	if cpu.X86.HasBMI2 { // PDEP unpacks the IQ4_XS scales
 		kDots[kernels.IQ4_XS] = kRowsAsm(dotIQ4XSRowsAVX, iq4XSBytes)
 	}

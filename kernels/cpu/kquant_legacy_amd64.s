@@ -1,0 +1,338 @@
+//go:build amd64 && !noasm
+
+#include "textflag.h"
+
+// AVX2 dot products of the legacy GGML weight types (32 values a block)
+// with one activation row quantized to Q8_0 or Q8_1 (see kquant.go). Each
+// computes nrows weight rows, rb bytes apart, against the same activation
+// row. Eight rows go at once, lane r of a vector holding row r, so the
+// float steps of every block (d·dy, times the block's exact integer sum,
+// added to the row's sum) are those of the Go reference, rounded lane by
+// lane in its order, without a serial chain of additions; fewer than eight
+// remaining rows go one at a time by the same steps in scalar form, so a
+// row's bits do not depend on the call that computed it.
+//
+// A block's 16 bytes of nibbles go to both halves of a vector, the high
+// half shifted right by 4 (legshift: dword shift counts 0,0,0,0,4,4,4,4),
+// and bytes of 0x0F keep the low nibbles in the low half and the high
+// nibbles in the high half: byte j holds value j.
+//
+// Registers: R8 the current row (group), R10 rb, R11 3·rb, SI and R12 the
+// current block of rows 0-3 and 4-7 of a group, DI the activation values,
+// DX their scales, CX their Q8_1 sums, AX blocks left, BX rows left, R13
+// the next group's bytes to prefetch, R14 out. Y11 (X11 one row at a
+// time) is the sum, Y10 (X10) the Q8_1 min sum.
+
+DATA legshift<>+0(SB)/8, $0
+DATA legshift<>+8(SB)/8, $0
+DATA legshift<>+16(SB)/8, $0x0000000400000004
+DATA legshift<>+24(SB)/8, $0x0000000400000004
+GLOBL legshift<>(SB), RODATA|NOPTR, $32
+
+DATA legones<>+0(SB)/8, $0x0001000100010001
+DATA legones<>+8(SB)/8, $0x0001000100010001
+DATA legones<>+16(SB)/8, $0x0001000100010001
+DATA legones<>+24(SB)/8, $0x0001000100010001
+GLOBL legones<>(SB), RODATA|NOPTR, $32
+
+// leghidx spreads the fifth bits' dword so byte j holds byte j/8 of it.
+DATA leghidx<>+0(SB)/8, $0
+DATA leghidx<>+8(SB)/8, $0x0101010101010101
+DATA leghidx<>+16(SB)/8, $0x0202020202020202
+DATA leghidx<>+24(SB)/8, $0x0303030303030303
+GLOBL leghidx<>(SB), RODATA|NOPTR, $32
+
+// legbit picks bit j%8 of byte j.
+DATA legbit<>+0(SB)/8, $0x8040201008040201
+DATA legbit<>+8(SB)/8, $0x8040201008040201
+DATA legbit<>+16(SB)/8, $0x8040201008040201
+DATA legbit<>+24(SB)/8, $0x8040201008040201
+GLOBL legbit<>(SB), RODATA|NOPTR, $32
+
+DATA iq4nltab<>+0(SB)/8, $0xf6eaddcfbfad9881
+DATA iq4nltab<>+8(SB)/8, $0x7159453526190d01
+GLOBL iq4nltab<>(SB), RODATA|NOPTR, $16
+
+// BYTES sets every byte of y to b (R9 clobbered).
+#define BYTES(b, y) \
+	MOVL         b, R9 \
+	VMOVD        R9, X9 \
+	VPBROADCASTD X9, y
+
+// NIBBLES sets y's 32 bytes to the 32 nibbles at mem, in value order.
+#define NIBBLES(mem, y) \
+	VBROADCASTI128 mem, y \
+	VPSRLVD        legshift<>(SB), y, y \
+	VPAND          Y15, y, y
+
+// FIFTH sets byte j of y to 0x10 where bit j of the dword at mem is set,
+// else 0 (Y14 leghidx, Y13 legbit, Y12 bytes of 0x10).
+#define FIFTH(mem, y) \
+	VPBROADCASTD mem, y \
+	VPSHUFB      Y14, y, y \
+	VPAND        Y13, y, y \
+	VPCMPEQB     Y13, y, y \
+	VPAND        Y12, y, y
+
+// LEGSETUP loads the arguments every row needs.
+#define LEGSETUP \
+	MOVQ w+0(FP), R8 \
+	MOVQ rb+8(FP), R10 \
+	LEAQ (R10)(R10*2), R11 \
+	MOVQ out+48(FP), R14 \
+	MOVQ nrows+56(FP), BX
+
+// LEGROW starts a row (SI) or a group of eight (SI, R12): the activation
+// row's pointers and zero sums.
+#define LEGROW \
+	MOVQ  R8, SI \
+	LEAQ  (R8)(R10*4), R12 \
+	LEAQ  (R8)(R10*8), R13 \
+	MOVQ  xq+16(FP), DI \
+	MOVQ  xd+24(FP), DX \
+	MOVQ  xs+32(FP), CX \
+	MOVQ  nb+40(FP), AX \
+	VXORPS Y11, Y11, Y11 \
+	VXORPS Y10, Y10, Y10
+
+// LEGPF asks for three more cache lines of the next group's rows, R13 on
+// from its start: a group's eight rows are a few KB of contiguous bytes
+// read in eight short streams, too short for the hardware prefetcher to
+// run ahead of, and three lines a block step (192 bytes, at least eight
+// blocks of these types) cover the next group by the end of this one.
+#define LEGPF \
+	PREFETCHT0 (R13) \
+	PREFETCHT0 64(R13) \
+	PREFETCHT0 128(R13) \
+	ADDQ       $192, R13
+
+// LEGNEXT moves to the next block of blockBytes, for one row or a group.
+#define LEGNEXT(blockBytes) \
+	ADDQ $blockBytes, SI \
+	ADDQ $blockBytes, R12 \
+	ADDQ $32, DI \
+	ADDQ $4, DX \
+	ADDQ $4, CX \
+	DECQ AX
+
+// ROWS8 applies a row macro m(base, acc) to the block of each of
+// the eight rows of a group, row r's sums in Yr.
+#define ROWS8(m) \
+	m((SI), Y0) \
+	m((SI)(R10*1), Y1) \
+	m((SI)(R10*2), Y2) \
+	m((SI)(R11*1), Y3) \
+	m((R12), Y4) \
+	m((R12)(R10*1), Y5) \
+	m((R12)(R10*2), Y6) \
+	m((R12)(R11*1), Y7)
+
+// FOLD8 folds the int32 partial sums of rows 0-7 in Y0-Y7 into the rows'
+// exact block sums, lane r = row r, in Y1 as floats; Y0, Y2-Y7 clobbered.
+#define FOLD8 \
+	VPHADDD    Y1, Y0, Y0 \
+	VPHADDD    Y3, Y2, Y2 \
+	VPHADDD    Y2, Y0, Y0 \
+	VPHADDD    Y5, Y4, Y4 \
+	VPHADDD    Y7, Y6, Y6 \
+	VPHADDD    Y6, Y4, Y4 \
+	VPERM2I128 $0x20, Y4, Y0, Y1 \
+	VPERM2I128 $0x31, Y4, Y0, Y2 \
+	VPADDD     Y2, Y1, Y1 \
+	VCVTDQ2PS  Y1, Y1
+
+// F16X8 sets y to the F16 fields at offset off of the eight rows' blocks,
+// as floats (R9 and x, y's low half, clobbered).
+#define F16X8(off, x, y) \
+	MOVWLZX off(SI), R9 \
+	VMOVD   R9, x \
+	VPINSRW $1, off(SI)(R10*1), x, x \
+	VPINSRW $2, off(SI)(R10*2), x, x \
+	VPINSRW $3, off(SI)(R11*1), x, x \
+	VPINSRW $4, off(R12), x, x \
+	VPINSRW $5, off(R12)(R10*1), x, x \
+	VPINSRW $6, off(R12)(R10*2), x, x \
+	VPINSRW $7, off(R12)(R11*1), x, x \
+	VCVTPH2PS x, y
+
+// SUM8 adds each row's (d·dy)·s to its sum in Y11, the block sums s in
+// Y1, d the F16 at the start of each row's block; Y2, Y3 clobbered.
+#define SUM8 \
+	F16X8(0, X2, Y2) \
+	VBROADCASTSS (DX), Y3 \
+	VMULPS       Y3, Y2, Y2 \
+	VMULPS       Y1, Y2, Y2 \
+	VADDPS       Y2, Y11, Y11
+
+// MIN8 adds each row's m·s_x to its min sum in Y10, m the F16 at offset 2
+// of its block, s_x the activation block's d·Σq; Y2, Y3 clobbered.
+#define MIN8 \
+	F16X8(2, X2, Y2) \
+	VBROADCASTSS (CX), Y3 \
+	VMULPS       Y3, Y2, Y2 \
+	VADDPS       Y2, Y10, Y10
+
+// HSUM1 sets X1 to the exact sum of Y0's eight int32 lanes, as a float
+// (X0 clobbered).
+#define HSUM1 \
+	VEXTRACTI128 $1, Y0, X1 \
+	VPADDD       X1, X0, X0 \
+	VPSHUFD      $0x4e, X0, X1 \
+	VPADDD       X1, X0, X0 \
+	VPSHUFD      $0xb1, X0, X1 \
+	VPADDD       X1, X0, X1 \
+	VCVTDQ2PS    X1, X1
+
+// SUM1 is SUM8 for one row: (d·dy)·s added to X11, s in X1.
+#define SUM1 \
+	MOVWLZX   (SI), R9 \
+	VMOVD     R9, X2 \
+	VCVTPH2PS X2, X2 \
+	VMULSS    (DX), X2, X2 \
+	VMULSS    X1, X2, X2 \
+	VADDSS    X2, X11, X11
+
+// MIN1 is MIN8 for one row.
+#define MIN1 \
+	MOVWLZX   2(SI), R9 \
+	VMOVD     R9, X2 \
+	VCVTPH2PS X2, X2 \
+	VMULSS    (CX), X2, X2 \
+	VADDSS    X2, X10, X10
+
+// Q5_0: d (F16), the fifth bits qh (4 bytes), 16 bytes of nibbles; value
+// j is nibble j | bit j of qh << 4, less 16. VPMADDUBSW takes the
+// unsigned 0..31 (pairs at most 2·31·127, no saturation) and Y10 holds
+// the block's 16·(x_2i + x_2i+1), taken off in int16 (the differences
+// are the pairs' sums of (v−16)·x, at most 2·16·128 in size): exact.
+
+// Q50PREP sets Y10 to the pair sums 16·(x_2i + x_2i+1) of the block.
+#define Q50PREP VPMADDUBSW (DI), Y12, Y10
+
+// Q50ROW sets acc to int32 partial sums of the block at base.
+#define Q50ROW(base, acc) \
+	NIBBLES(6 base, acc) \
+	FIFTH(2 base, Y8) \
+	VPOR       Y8, acc, acc \
+	VPMADDUBSW (DI), acc, acc \
+	VPSUBW     Y10, acc, acc \
+	VPMADDWD   legones<>(SB), acc, acc
+
+// func dotQ5_0RowsAVX(w *byte, rb int, xq *int8, xd, xs *float32, nb int, out *float32, nrows int)
+TEXT ·dotQ5_0RowsAVX(SB), NOSPLIT, $0-64
+	LEGSETUP
+	BYTES($0x0f0f0f0f, Y15)
+	VMOVDQU leghidx<>(SB), Y14
+	VMOVDQU legbit<>(SB), Y13
+	BYTES($0x10101010, Y12)
+	CMPQ BX, $8
+	JLT  q50tail
+
+q50group:
+	LEGROW
+
+q50gblock:
+	Q50PREP
+	ROWS8(Q50ROW)
+	LEGPF
+	FOLD8
+	SUM8
+	LEGNEXT(22)
+	JNZ q50gblock
+	VMOVUPS Y11, (R14)
+	ADDQ    $32, R14
+	LEAQ    (R8)(R10*8), R8
+	SUBQ    $8, BX
+	CMPQ    BX, $8
+	JGE     q50group
+
+q50tail:
+	TESTQ BX, BX
+	JZ    q50done
+
+q50row:
+	LEGROW
+
+q50rblock:
+	Q50PREP
+	Q50ROW((SI), Y0)
+	HSUM1
+	SUM1
+	LEGNEXT(22)
+	JNZ q50rblock
+	VMOVSS X11, (R14)
+	ADDQ   $4, R14
+	ADDQ   R10, R8
+	DECQ   BX
+	JNZ    q50row
+
+q50done:
+	VZEROUPPER
+	RET
+
+// IQ4_NL: d (F16) and 16 bytes of indices into the non-linear table
+// (Y13). As for IQ4_XS the values are signed, so their absolute values
+// become VPMADDUBSW's unsigned operand and their signs move onto the
+// activations (Y12, the block's values): pairs at most 2·127·127.
+
+// NLROW sets acc to int32 partial sums of the block at base.
+#define NLROW(base, acc) \
+	NIBBLES(2 base, Y8) \
+	VPSHUFB    Y8, Y13, Y8 \
+	VPSIGNB    Y8, Y8, acc \
+	VPSIGNB    Y8, Y12, Y8 \
+	VPMADDUBSW Y8, acc, acc \
+	VPMADDWD   legones<>(SB), acc, acc
+
+#define NLPREP VMOVDQU (DI), Y12
+
+// func dotIQ4NLRowsAVX(w *byte, rb int, xq *int8, xd, xs *float32, nb int, out *float32, nrows int)
+TEXT ·dotIQ4NLRowsAVX(SB), NOSPLIT, $0-64
+	LEGSETUP
+	BYTES($0x0f0f0f0f, Y15)
+	VBROADCASTI128 iq4nltab<>(SB), Y13
+	CMPQ BX, $8
+	JLT  nltail
+
+nlgroup:
+	LEGROW
+
+nlgblock:
+	NLPREP
+	ROWS8(NLROW)
+	LEGPF
+	FOLD8
+	SUM8
+	LEGNEXT(18)
+	JNZ nlgblock
+	VMOVUPS Y11, (R14)
+	ADDQ    $32, R14
+	LEAQ    (R8)(R10*8), R8
+	SUBQ    $8, BX
+	CMPQ    BX, $8
+	JGE     nlgroup
+
+nltail:
+	TESTQ BX, BX
+	JZ    nldone
+
+nlrow:
+	LEGROW
+
+nlrblock:
+	NLPREP
+	NLROW((SI), Y0)
+	HSUM1
+	SUM1
+	LEGNEXT(18)
+	JNZ nlrblock
+	VMOVSS X11, (R14)
+	ADDQ   $4, R14
+	ADDQ   R10, R8
+	DECQ   BX
+	JNZ    nlrow
+
+nldone:
+	VZEROUPPER
+	RET
+
