@@ -45,6 +45,8 @@ func setKDotsAsm() {
 	kDots[kernels.Q6_K] = kRowsAsm(dotQ6KRowsAVX, q6KBytes)
 	kDots[kernels.Q5_0] = kRows32Asm(dotQ5_0RowsAVX, q5_0Bytes, false)
 	kDots[kernels.IQ4_NL] = kRows32Asm(dotIQ4NLRowsAVX, iq4NLBytes, false)
+	kDots[kernels.Q4_1] = kRows32Asm(dotQ4_1RowsAVX, q4_1Bytes, true)
+	kDots[kernels.Q5_1] = kRows32Asm(dotQ5_1RowsAVX, q5_1Bytes, true)
 	if cpu.X86.HasBMI2 { // PDEP unpacks the IQ4_XS scales
 		kDots[kernels.IQ4_XS] = kRowsAsm(dotIQ4XSRowsAVX, iq4XSBytes)
 	}

@@ -8,6 +8,12 @@ import "github.com/specgate/specgate/kernels"
 func dotQ5_0RowsAVX(w *byte, rb int, xq *int8, xd, xs *float32, nb int, out *float32, nrows int)
 
 //go:noescape
+func dotQ4_1RowsAVX(w *byte, rb int, xq *int8, xd, xs *float32, nb int, out *float32, nrows int)
+
+//go:noescape
+func dotQ5_1RowsAVX(w *byte, rb int, xq *int8, xd, xs *float32, nb int, out *float32, nrows int)
+
+//go:noescape
 func dotIQ4NLRowsAVX(w *byte, rb int, xq *int8, xd, xs *float32, nb int, out *float32, nrows int)
 
 // kRows32Asm wraps a rows kernel of a type whose activations come in

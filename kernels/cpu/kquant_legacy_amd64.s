@@ -336,3 +336,127 @@ nldone:
 	VZEROUPPER
 	RET
 
+// Q4_1 and Q5_1: d and the minimum m (F16s), for Q5_1 the fifth bits qh,
+// and 16 bytes of nibbles; the values (0..15, or nibble | bit j of qh << 4)
+// are unsigned as they are (pairs at most 2·31·127). A row's result is
+// Σ(d·dy)·s + Σm·s_x, the two sums kept apart in Y11 and Y10 as the
+// reference keeps them.
+
+// Q41ROW sets acc to int32 partial sums of the block at base.
+#define Q41ROW(base, acc) \
+	NIBBLES(4 base, acc) \
+	VPMADDUBSW (DI), acc, acc \
+	VPMADDWD   legones<>(SB), acc, acc
+
+// func dotQ4_1RowsAVX(w *byte, rb int, xq *int8, xd, xs *float32, nb int, out *float32, nrows int)
+TEXT ·dotQ4_1RowsAVX(SB), NOSPLIT, $0-64
+	LEGSETUP
+	BYTES($0x0f0f0f0f, Y15)
+	CMPQ BX, $8
+	JLT  q41tail
+
+q41group:
+	LEGROW
+
+q41gblock:
+	ROWS8(Q41ROW)
+	LEGPF
+	FOLD8
+	SUM8
+	MIN8
+	LEGNEXT(20)
+	JNZ q41gblock
+	VADDPS  Y10, Y11, Y11
+	VMOVUPS Y11, (R14)
+	ADDQ    $32, R14
+	LEAQ    (R8)(R10*8), R8
+	SUBQ    $8, BX
+	CMPQ    BX, $8
+	JGE     q41group
+
+q41tail:
+	TESTQ BX, BX
+	JZ    q41done
+
+q41row:
+	LEGROW
+
+q41rblock:
+	Q41ROW((SI), Y0)
+	HSUM1
+	SUM1
+	MIN1
+	LEGNEXT(20)
+	JNZ q41rblock
+	VADDSS X10, X11, X11
+	VMOVSS X11, (R14)
+	ADDQ   $4, R14
+	ADDQ   R10, R8
+	DECQ   BX
+	JNZ    q41row
+
+q41done:
+	VZEROUPPER
+	RET
+
+// Q51ROW sets acc to int32 partial sums of the block at base.
+#define Q51ROW(base, acc) \
+	NIBBLES(8 base, acc) \
+	FIFTH(4 base, Y8) \
+	VPOR       Y8, acc, acc \
+	VPMADDUBSW (DI), acc, acc \
+	VPMADDWD   legones<>(SB), acc, acc
+
+// func dotQ5_1RowsAVX(w *byte, rb int, xq *int8, xd, xs *float32, nb int, out *float32, nrows int)
+TEXT ·dotQ5_1RowsAVX(SB), NOSPLIT, $0-64
+	LEGSETUP
+	BYTES($0x0f0f0f0f, Y15)
+	VMOVDQU leghidx<>(SB), Y14
+	VMOVDQU legbit<>(SB), Y13
+	BYTES($0x10101010, Y12)
+	CMPQ BX, $8
+	JLT  q51tail
+
+q51group:
+	LEGROW
+
+q51gblock:
+	ROWS8(Q51ROW)
+	LEGPF
+	FOLD8
+	SUM8
+	MIN8
+	LEGNEXT(24)
+	JNZ q51gblock
+	VADDPS  Y10, Y11, Y11
+	VMOVUPS Y11, (R14)
+	ADDQ    $32, R14
+	LEAQ    (R8)(R10*8), R8
+	SUBQ    $8, BX
+	CMPQ    BX, $8
+	JGE     q51group
+
+q51tail:
+	TESTQ BX, BX
+	JZ    q51done
+
+q51row:
+	LEGROW
+
+q51rblock:
+	Q51ROW((SI), Y0)
+	HSUM1
+	SUM1
+	MIN1
+	LEGNEXT(24)
+	JNZ q51rblock
+	VADDSS X10, X11, X11
+	VMOVSS X11, (R14)
+	ADDQ   $4, R14
+	ADDQ   R10, R8
+	DECQ   BX
+	JNZ    q51row
+
+q51done:
+	VZEROUPPER
+	RET

@@ -131,6 +131,11 @@ func TestKRowsMatchGo(t *testing.T) {
 			}
 			clear(xs[256:512])
 			xs[600] = 1e6
+			if actFormatOf(dt) == actQ8_1 {
+				// Q8_1's F16 d·Σq of a block holding 1e6 is Inf, and
+				// so would be every row's result.
+				xs[600] = 1e3
+			}
 			a := &kAct{f: actFormatOf(dt), k: k}
 			nb := k / a.f.blockLen()
 			a.q, a.d, a.s, a.bs = make([]int8, k), make([]float32, nb), make([]float32, nb), make([]int16, k/16)
