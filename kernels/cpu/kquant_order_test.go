@@ -1,0 +1,56 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/kernels/kernelstest"
+)
+
+// TestKRowsFloatOrder checks the rows kernels' float steps against the Go
+// references bit for bit on activations of one magnitude: with no term
+// far larger than the rest, a step done in another order or with another
+// rounding (d·(d_x·isum) for (d_x·d)·isum, say) shows in the last bits of
+// most rows, where TestKRowsMatchGo's outlier would drown it.
+func TestKRowsFloatOrder(t *testing.T) {
+	if !exactRef {
+		t.Skip("the Go references may fuse multiply-adds here")
+	}
+	initTables()
+	for _, dt := range kernelstest.ExtraWeightTypes {
+		t.Run(dt.String(), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(17, uint64(dt)))
+			const rows, k = 64, 2048
+			rb, _ := dt.RowBytes(k)
+			bb := dt.BlockBytes()
+			data := make([]byte, rows*rb)
+			for i := range data {
+				data[i] = byte(r.Uint32())
+			}
+			for blk := range len(data) / bb {
+				for _, off := range f16Fields[dt] {
+					binary.LittleEndian.PutUint16(data[blk*bb+off:], kernels.F32ToF16(float32(r.Float64()*0.01)))
+				}
+			}
+			xs := make([]float32, k)
+			for i := range xs {
+				xs[i] = float32(r.NormFloat64())
+			}
+			a := &kAct{f: actFormatOf(dt), k: k}
+			nb := k / a.f.blockLen()
+			a.q, a.d, a.s, a.bs = make([]int8, k), make([]float32, nb), make([]float32, nb), make([]int16, k/16)
+			a.quantize(0, xs)
+			have, want := make([]float32, rows), make([]float32, rows)
+			kDots[dt](data, rb, a.row(0), have)
+			goRows(kDotsGo[dt])(data, rb, a.row(0), want)
+			for i := range want {
+				if math.Float32bits(have[i]) != math.Float32bits(want[i]) {
+					t.Errorf("row %d: have %g; the reference %g", i, have[i], want[i])
+				}
+			}
+		})
+	}
+}
