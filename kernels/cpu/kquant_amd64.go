@@ -9,6 +9,9 @@ import (
 )
 
 //go:noescape
+func dotQ2KRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
+
+//go:noescape
 func dotQ3KRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
 
 //go:noescape
@@ -43,6 +46,7 @@ func dotQ6KX8AVX(w *byte, xq *int8, xs int, xd *float32, bs *int16, nb int, out 
 
 // setKDotsAsm points the types with AVX2 kernels at them.
 func setKDotsAsm() {
+	kDots[kernels.Q2_K] = kRowsAsm(dotQ2KRowsAVX, q2KBytes)
 	kDots[kernels.Q3_K] = kRowsAsm(dotQ3KRowsAVX, q3KBytes)
 	kDots[kernels.Q4_K] = kRowsAsm(dotQ4KRowsAVX, q4KBytes)
 	kDots[kernels.Q5_K] = kRowsAsm(dotQ5KRowsAVX, q5KBytes)
