@@ -230,6 +230,19 @@ type kRows func(w []byte, rb int, a actRow, out []float32)
 // it).
 var kDots map[kernels.DType]kRows
 
+// kRowsN computes, like kRows, m weight rows against the na ≤ kRowsNMax
+// activation rows a0, a0+1, … of act, row a's results at out[a·os:], each
+// with the bits of kRows on that activation row alone.
+type kRowsN func(w []byte, rb int, act *kAct, a0, na int, out []float32, os, m int)
+
+// kRowsNMax is the most activation rows a kRowsN kernel takes a call.
+const kRowsNMax = 8
+
+// kDotsN holds, per type, a kRowsN kernel where one pays (useAsm fills
+// it; nil entries, and a nil map, mean none): it reads a block of weights
+// once for several activation rows, where kRows reads it for each.
+var kDotsN map[kernels.DType]kRowsN
+
 // kX4 holds, per type, a kernel that computes one weight row against the
 // four rows of a group in the x4 layout (kAct.g), out[l] for row l, with
 // each row's bits those of kDots (useAsm fills it; nil entries, and a nil
@@ -252,7 +265,7 @@ var kDotsGo = map[kernels.DType]kDot{
 
 // useKDotsGo points every type at its Go dot product.
 func useKDotsGo() {
-	kX4, kX8, kX8MaxRows = nil, nil, nil
+	kX4, kX8, kX8MaxRows, kDotsN = nil, nil, nil, nil
 	kDots = make(map[kernels.DType]kRows, len(kDotsGo))
 	for dt, f := range kDotsGo {
 		kDots[dt] = goRows(f)
@@ -526,7 +539,7 @@ func (b *Backend) runManyK(dsts []kernels.Tensor, xt *Tensor, ws []kernels.Tenso
 	total := 0
 	for i, w := range ws {
 		wt := tensor(w, "MatMulMany")
-		t.parts = append(t.parts, kMatTask{b: b, a: &b.kact, dst: writable(dsts[i], "MatMulMany"), w: wt, dot: kDots[wt.dt]})
+		t.parts = append(t.parts, kMatTask{b: b, a: &b.kact, dst: writable(dsts[i], "MatMulMany"), w: wt, dot: kDots[wt.dt], dotN: kDotsN[wt.dt]})
 		t.start = append(t.start, total)
 		total += wt.rows
 	}
@@ -585,7 +598,7 @@ func (b *Backend) runK(d, xt, wt *Tensor) {
 	if b.kact.g == nil || wt.x8 {
 		x4 = nil
 	}
-	b.kmm = kMatTask{b: b, a: &b.kact, dst: d, w: wt, dot: kDots[wt.dt], x4: x4}
+	b.kmm = kMatTask{b: b, a: &b.kact, dst: d, w: wt, dot: kDots[wt.dt], dotN: kDotsN[wt.dt], x4: x4}
 	grain := m
 	if n*m*k >= splitWork {
 		grain = min(64, max(4, m/(b.threads*8)))
@@ -616,17 +629,19 @@ func (t *kQuantTask) run(_, lo, hi int) {
 }
 
 type kMatTask struct {
-	b   *Backend
-	a   *kAct
-	dst *Tensor
-	w   *Tensor
-	dot kRows
-	x4  func(w, g []byte, nb int, out *[4]float32)
+	b    *Backend
+	a    *kAct
+	dst  *Tensor
+	w    *Tensor
+	dot  kRows
+	dotN kRowsN
+	x4   func(w, g []byte, nb int, out *[4]float32)
 }
 
 // run computes output columns [lo, hi) for every row: the chunk's weight
 // rows (a few KB) stay in cache while the activation rows pass them, four
-// at a time where an x4 kernel exists.
+// at a time where an x4 kernel exists, up to kRowsNMax where a kDotsN one
+// does.
 func (t *kMatTask) run(wk, lo, hi int) {
 	if t.w.x8 {
 		t.runX8(wk, lo, hi)
@@ -646,6 +661,11 @@ func (t *kMatTask) run(wk, lo, hi int) {
 				t.x4(t.w.rawRow(o), g, nb, o4)
 				out[r*m+o], out[(r+1)*m+o], out[(r+2)*m+o], out[(r+3)*m+o] = o4[0], o4[1], o4[2], o4[3]
 			}
+		}
+	}
+	if t.dotN != nil {
+		for ; n-r >= 2; r += kRowsNMax {
+			t.dotN(w, rb, t.a, r, min(kRowsNMax, n-r), out[r*m+lo:], m, hi-lo)
 		}
 	}
 	for ; r < n; r++ {

@@ -40,3 +40,41 @@ func kRows32Asm(f func(w *byte, rb int, xq *int8, xd, xs *float32, nb int, out *
 		f(&w[0], rb, &a.q[0], &a.d[0], xs, nb, &out[0], len(out))
 	}
 }
+
+//go:noescape
+func dotQ5_0RowsNAVX(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, nb, na, ngroups int, out *float32, os int)
+
+//go:noescape
+func dotIQ4NLRowsNAVX(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, nb, na, ngroups int, out *float32, os int)
+
+// kRows32NAsm wraps an N kernel of a Q8_0 type: it checks bounds once,
+// and gives the rows past the last group of eight to the type's one-row
+// kernel one, which computes them by the same steps.
+func kRows32NAsm(f func(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, nb, na, ngroups int, out *float32, os int), one kRows, blockBytes int) kRowsN {
+	return func(w []byte, rb int, a *kAct, a0, na int, out []float32, os, m int) {
+		if na < 1 || na > kRowsNMax {
+			panic("cpu: activation rows out of range for an N rows kernel")
+		}
+		if rb < 0 {
+			panic("cpu: negative weight row stride")
+		}
+		k := a.k
+		nb := k / kernels.QK
+		g := m / 8
+		if nb == 0 {
+			g = 0
+		}
+		if g > 0 {
+			_ = w[(8*g-1)*rb+nb*blockBytes-1]
+			_, _ = a.q[(a0+na)*k-1], a.d[(a0+na)*nb-1]
+			_ = out[(na-1)*os+8*g-1]
+			f(&w[0], rb, &a.q[a0*k], k, &a.d[a0*nb], 4*nb, nb, na, g, &out[0], 4*os)
+		}
+		if 8*g == m {
+			return
+		}
+		for i := range na {
+			one(w[8*g*rb:], rb, a.row(a0+i), out[i*os+8*g:i*os+m])
+		}
+	}
+}

@@ -200,6 +200,134 @@ GLOBL iq4nltab<>(SB), RODATA|NOPTR, $16
 	VMULSS    (CX), X2, X2 \
 	VADDSS    X2, X10, X10
 
+// The N kernels compute ngroups groups of eight weight rows against na
+// activation rows (1 ≤ na ≤ 8, xqs and xds bytes apart in values and
+// scales), out row a os bytes after row a−1. A block of the eight rows is
+// decoded once to bytes on the stack (frame 0-255, IQ4_NL's signed values
+// at 256-511), their d at 512, then taken with each activation row in
+// turn: that row's sums at 544+32·a, by the steps of the one-row kernels'
+// groups, so every output has their bits. Prefill then decodes a weight
+// block once per eight activation rows, not once per row.
+//
+// Registers: as the one-row kernels, but R9 and CX the current activation
+// row's values and scale, AX its sums; the frame holds at 800 the blocks
+// left, at 808 the end of the sums. Y9 holds legones.
+
+// ROWS8OFF applies m(base, off) to the block of each of the eight rows,
+// row r's bytes at off = 32·r of the frame.
+#define ROWS8OFF(m) \
+	m((SI), 0) \
+	m((SI)(R10*1), 32) \
+	m((SI)(R10*2), 64) \
+	m((SI)(R11*1), 96) \
+	m((R12), 128) \
+	m((R12)(R10*1), 160) \
+	m((R12)(R10*2), 192) \
+	m((R12)(R11*1), 224)
+
+// MUL8 applies m(off, acc) to each of the eight decoded rows.
+#define MUL8(m) \
+	m(0, Y0) \
+	m(32, Y1) \
+	m(64, Y2) \
+	m(96, Y3) \
+	m(128, Y4) \
+	m(160, Y5) \
+	m(192, Y6) \
+	m(224, Y7)
+
+// NSETUP loads the arguments and sets the end of the sums.
+#define NSETUP \
+	MOVQ w+0(FP), R8 \
+	MOVQ rb+8(FP), R10 \
+	LEAQ (R10)(R10*2), R11 \
+	MOVQ out+72(FP), R14 \
+	MOVQ ngroups+64(FP), BX \
+	MOVQ na+56(FP), AX \
+	SHLQ $5, AX \
+	LEAQ 544(SP)(AX*1), AX \
+	MOVQ AX, 808(SP) \
+	VMOVDQU legones<>(SB), Y9
+
+// NGROUP starts a group: zero sums, the rows' pointers, the activations'
+// first block.
+#define NGROUP(zero) \
+	VXORPS Y0, Y0, Y0 \
+	LEAQ   544(SP), AX \
+zero: \
+	VMOVUPS Y0, (AX) \
+	ADDQ    $32, AX \
+	CMPQ    AX, 808(SP) \
+	JNE     zero \
+	MOVQ    R8, SI \
+	LEAQ    (R8)(R10*4), R12 \
+	LEAQ    (R8)(R10*8), R13 \
+	MOVQ    xq+16(FP), DI \
+	MOVQ    xd+32(FP), DX \
+	MOVQ    nb+48(FP), AX \
+	MOVQ    AX, 800(SP)
+
+// NBLOCK ends the decoding of a block: the rows' d, prefetch, and the
+// first activation row.
+#define NBLOCK \
+	F16X8(0, X2, Y2) \
+	VMOVUPS Y2, 512(SP) \
+	LEGPF \
+	MOVQ    DI, R9 \
+	MOVQ    DX, CX \
+	LEAQ    544(SP), AX
+
+// NSUM adds each row's (d·dy)·s to the activation row's sums, as SUM8;
+// the block sums s in Y1; Y2, Y3 clobbered.
+#define NSUM \
+	VBROADCASTSS (CX), Y3 \
+	VMULPS       512(SP), Y3, Y2 \
+	VMULPS       Y1, Y2, Y2 \
+	VADDPS       (AX), Y2, Y2 \
+	VMOVUPS      Y2, (AX) \
+	ADDQ         xqs+24(FP), R9 \
+	ADDQ         xds+40(FP), CX \
+	ADDQ         $32, AX \
+	CMPQ         AX, 808(SP)
+
+// NNEXT moves to the next block of blockBytes.
+#define NNEXT(blockBytes) \
+	ADDQ $blockBytes, SI \
+	ADDQ $blockBytes, R12 \
+	ADDQ $32, DI \
+	ADDQ $4, DX \
+	DECQ 800(SP)
+
+// NSTORE writes the group's sums, one activation row os bytes after the
+// other, and moves to the next group.
+#define NSTORE(store) \
+	LEAQ 544(SP), AX \
+	MOVQ R14, R9 \
+store: \
+	VMOVUPS (AX), Y0 \
+	VMOVUPS Y0, (R9) \
+	ADDQ    os+80(FP), R9 \
+	ADDQ    $32, AX \
+	CMPQ    AX, 808(SP) \
+	JNE     store \
+	ADDQ    $32, R14 \
+	LEAQ    (R8)(R10*8), R8 \
+	DECQ    BX
+
+// Q50DEC decodes the block at base to its values 0..31 at off.
+#define Q50DEC(base, off) \
+	NIBBLES(6 base, Y0) \
+	FIFTH(2 base, Y8) \
+	VPOR    Y8, Y0, Y0 \
+	VMOVDQU Y0, off(SP)
+
+// Q50MUL sets acc to int32 partial sums of the decoded row at off.
+#define Q50MUL(off, acc) \
+	VMOVDQU    off(SP), acc \
+	VPMADDUBSW (R9), acc, acc \
+	VPSUBW     Y10, acc, acc \
+	VPMADDWD   Y9, acc, acc
+
 // Q5_0: d (F16), the fifth bits qh (4 bytes), 16 bytes of nibbles; value
 // j is nibble j | bit j of qh << 4, less 16. VPMADDUBSW takes the
 // unsigned 0..31 (pairs at most 2·31·127, no saturation) and Y10 holds
@@ -458,5 +586,75 @@ q51rblock:
 	JNZ    q51row
 
 q51done:
+	VZEROUPPER
+	RET
+
+// func dotQ5_0RowsNAVX(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, nb, na, ngroups int, out *float32, os int)
+TEXT ·dotQ5_0RowsNAVX(SB), 0, $816-88
+	BYTES($0x0f0f0f0f, Y15)
+	VMOVDQU leghidx<>(SB), Y14
+	VMOVDQU legbit<>(SB), Y13
+	BYTES($0x10101010, Y12)
+	NSETUP
+
+q50ngroup:
+	NGROUP(q50nzero)
+
+q50nblock:
+	ROWS8OFF(Q50DEC)
+	NBLOCK
+
+q50nact:
+	VPMADDUBSW (R9), Y12, Y10
+	MUL8(Q50MUL)
+	FOLD8
+	NSUM
+	JNE q50nact
+	NNEXT(22)
+	JNZ q50nblock
+	NSTORE(q50nstore)
+	JNZ q50ngroup
+	VZEROUPPER
+	RET
+
+// NLDEC decodes the block at base: |value| at off, the value at 256+off.
+#define NLDEC(base, off) \
+	NIBBLES(2 base, Y8) \
+	VPSHUFB Y8, Y13, Y8 \
+	VPSIGNB Y8, Y8, Y0 \
+	VMOVDQU Y0, off(SP) \
+	VMOVDQU Y8, 256+off(SP)
+
+// NLMUL sets acc to int32 partial sums of the decoded row at off, the
+// activations in Y12.
+#define NLMUL(off, acc) \
+	VPSIGNB    256+off(SP), Y12, Y8 \
+	VMOVDQU    off(SP), acc \
+	VPMADDUBSW Y8, acc, acc \
+	VPMADDWD   Y9, acc, acc
+
+// func dotIQ4NLRowsNAVX(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, nb, na, ngroups int, out *float32, os int)
+TEXT ·dotIQ4NLRowsNAVX(SB), 0, $816-88
+	BYTES($0x0f0f0f0f, Y15)
+	VBROADCASTI128 iq4nltab<>(SB), Y13
+	NSETUP
+
+nlngroup:
+	NGROUP(nlnzero)
+
+nlnblock:
+	ROWS8OFF(NLDEC)
+	NBLOCK
+
+nlnact:
+	VMOVDQU (R9), Y12
+	MUL8(NLMUL)
+	FOLD8
+	NSUM
+	JNE nlnact
+	NNEXT(18)
+	JNZ nlnblock
+	NSTORE(nlnstore)
+	JNZ nlngroup
 	VZEROUPPER
 	RET
