@@ -142,6 +142,9 @@ func kRowsAsm(f func(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, 
 			clear(out)
 			return
 		}
+		if rb < 0 {
+			panic("cpu: negative weight row stride")
+		}
 		_ = w[(len(out)-1)*rb+nb*blockBytes-1]
 		_, _ = a.q[nb*superBlocks-1], a.bs[nb*16-1]
 		f(&w[0], rb, &a.q[0], &a.d[0], &a.bs[0], nb, &out[0], len(out))

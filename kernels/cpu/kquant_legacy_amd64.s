@@ -401,7 +401,10 @@ q50done:
 // IQ4_NL: d (F16) and 16 bytes of indices into the non-linear table
 // (Y13). As for IQ4_XS the values are signed, so their absolute values
 // become VPMADDUBSW's unsigned operand and their signs move onto the
-// activations (Y12, the block's values): pairs at most 2·127·127.
+// activations (Y12, the block's values): pairs at most 2·127·127. The
+// sign move assumes no activation is −128 (it cannot be negated): the
+// quantizer gives −128 only for a non-finite input, whose results are
+// then infinite or NaN, with a sign that may differ from the reference's.
 
 // NLROW sets acc to int32 partial sums of the block at base.
 #define NLROW(base, acc) \
