@@ -1,6 +1,7 @@
 //go:build amd64 && !noasm
 
 #include "textflag.h"
+#include "kquant_amd64.h"
 
 // AVX2 dot product of Q2_K weight rows with one Q8_K activation row, with
 // the contract and the float order of kquant_amd64.s's rows kernels: a
@@ -76,25 +77,6 @@ GLOBL q2kscale<>(SB), RODATA|NOPTR, $256
 	VPSRLW  $6, Y8, Y9 \
 	Q2KGROUP(Y9, off+96, off+96, Y3)
 
-// Q2KHSUMI sets the low float of x to the exact sum of y's eight int32
-// lanes (x is y's low half); t is clobbered.
-#define Q2KHSUMI(y, x, t) \
-	VEXTRACTI128 $1, y, t \
-	VPADDD  t, x, x \
-	VPSHUFD $0x4e, x, t \
-	VPADDD  t, x, x \
-	VPSHUFD $0xb1, x, t \
-	VPADDD  t, x, x \
-	VCVTDQ2PS x, x
-
-// Q2KF16SCALE sets x to the F16 value at mem times the activation scale at
-// (DX); R9 is clobbered.
-#define Q2KF16SCALE(mem, x) \
-	MOVWLZX mem, R9 \
-	VMOVD   R9, x \
-	VCVTPH2PS x, x \
-	VMULSS  (DX), x, x
-
 // func dotQ2KRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
 TEXT ·dotQ2KRowsAVX(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), R8
@@ -108,12 +90,7 @@ TEXT ·dotQ2KRowsAVX(SB), NOSPLIT, $0-64
 	VPBROADCASTD X14, X14
 
 q2krow:
-	MOVQ R8, SI
-	MOVQ xq+16(FP), DI
-	MOVQ xd+24(FP), DX
-	MOVQ bs+32(FP), CX
-	MOVQ nb+40(FP), AX
-	VXORPS X12, X12, X12
+	KSETUP
 
 q2kblock:
 	// Scales in both lanes of Y2; mins as words against the sums per 16
@@ -134,11 +111,11 @@ q2kblock:
 	VPADDD Y3, Y0, Y0
 
 	// sum += (d_x·d)·isum − (d_x·dmin)·msum
-	Q2KHSUMI(Y0, X0, X1)
-	Q2KHSUMI(Y6, X6, X1)
-	Q2KF16SCALE(80(SI), X3)
+	HSUMI(Y0, X0, X1)
+	HSUMI(Y6, X6, X1)
+	F16SCALE(80(SI), X3)
 	VMULSS X0, X3, X3
-	Q2KF16SCALE(82(SI), X4)
+	F16SCALE(82(SI), X4)
 	VMULSS X6, X4, X4
 	VSUBSS X4, X3, X3
 	VADDSS X3, X12, X12
@@ -150,10 +127,7 @@ q2kblock:
 	DECQ AX
 	JNZ  q2kblock
 
-	VMOVSS X12, (R14)
-	ADDQ   $4, R14
-	ADDQ   rb+8(FP), R8
-	DECQ   BX
-	JNZ    q2krow
+	KSTORE
+	JNZ q2krow
 	VZEROUPPER
 	RET

@@ -1,6 +1,7 @@
 //go:build amd64 && !noasm
 
 #include "textflag.h"
+#include "kquant_amd64.h"
 
 // AVX2 dot product of Q3_K weight rows with one Q8_K activation row, under
 // the contract of the rows kernels in kquant_amd64.s: nrows rows, rb bytes
@@ -14,17 +15,6 @@
 // kernel multiplies u = q + 4·h (0..7, h the hmask bit) and takes the 4 off
 // afterwards through the activation sums per 16: Σ sc·(Σ u·x − 4·Σ x).
 // Pairs of products stay within 2·7·128, far from int16 saturation.
-
-// Q3KSETUP loads the activation row's pointers for one weight row: DI the
-// int8 values, DX the scales, CX the sums per 16, AX the super-block count;
-// SI the weight row. X12 is the row's sum.
-#define Q3KSETUP \
-	MOVQ R8, SI \
-	MOVQ xq+16(FP), DI \
-	MOVQ xd+24(FP), DX \
-	MOVQ bs+32(FP), CX \
-	MOVQ nb+40(FP), AX \
-	VXORPS X12, X12, X12
 
 // Q3KGROUP adds 32 values (sub-blocks 8·n + 2·j and the next, one per
 // 128-bit lane) to Y0: Y4 holds their u, Y5 the hmask bits at bit 2 of each
@@ -82,7 +72,7 @@ TEXT ·dotQ3KRowsAVX(SB), NOSPLIT, $0-64
 	VPBROADCASTD X13, X13
 
 q3krow:
-	Q3KSETUP
+	KSETUP
 
 q3kblock:
 	// The sixteen 6-bit scales from 12 bytes: scale j's low four bits are
@@ -155,17 +145,8 @@ q3kblock:
 
 	// sum += (d·d_x)·isum, each step rounded, as in the Go reference.
 	VPSUBD       Y2, Y0, Y0
-	VEXTRACTI128 $1, Y0, X1
-	VPADDD       X1, X0, X0
-	VPSHUFD      $0x4e, X0, X1
-	VPADDD       X1, X0, X0
-	VPSHUFD      $0xb1, X0, X1
-	VPADDD       X1, X0, X0
-	VCVTDQ2PS    X0, X0
-	MOVWLZX      108(SI), R9
-	VMOVD        R9, X7
-	VCVTPH2PS    X7, X7
-	VMULSS       (DX), X7, X7
+	HSUMI(Y0, X0, X1)
+	F16SCALE(108(SI), X7)
 	VMULSS       X0, X7, X7
 	VADDSS       X7, X12, X12
 
@@ -176,10 +157,7 @@ q3kblock:
 	DECQ AX
 	JNZ  q3kblock
 
-	VMOVSS X12, (R14)
-	ADDQ   $4, R14
-	ADDQ   rb+8(FP), R8
-	DECQ   BX
-	JNZ    q3krow
+	KSTORE
+	JNZ q3krow
 	VZEROUPPER
 	RET
