@@ -328,6 +328,63 @@ store: \
 	VPSUBW     Y10, acc, acc \
 	VPMADDWD   Y9, acc, acc
 
+// LEGROWS is a rows kernel after its setup: groups of eight weight rows,
+// a row to a lane, while eight are left, then the rest one at a time by
+// the same steps. PREP readies the activation block, ROW decodes the
+// type's blocks of size bytes, MIN8 and MIN1 take a Q8_1 type's minimum
+// term into its own sum and ADD8 and ADD1 add that sum last (LEGNONE for
+// the Q8_0 types).
+#define LEGROWS(group, gblock, tail, row, rblock, done, PREP, ROW, bytes, MIN8, MIN1, ADD8, ADD1) \
+	CMPQ BX, $8 \
+	JLT  tail \
+group: \
+	LEGROW \
+gblock: \
+	PREP \
+	ROWS8(ROW) \
+	LEGPF \
+	FOLD8 \
+	SUM8 \
+	MIN8 \
+	LEGNEXT(bytes) \
+	JNZ gblock \
+	ADD8 \
+	VMOVUPS Y11, (R14) \
+	ADDQ    $32, R14 \
+	LEAQ    (R8)(R10*8), R8 \
+	SUBQ    $8, BX \
+	CMPQ    BX, $8 \
+	JGE     group \
+tail: \
+	TESTQ BX, BX \
+	JZ    done \
+row: \
+	LEGROW \
+rblock: \
+	PREP \
+	ROW((SI), Y0) \
+	HSUM1 \
+	SUM1 \
+	MIN1 \
+	LEGNEXT(bytes) \
+	JNZ rblock \
+	ADD1 \
+	VMOVSS X11, (R14) \
+	ADDQ   $4, R14 \
+	ADDQ   R10, R8 \
+	DECQ   BX \
+	JNZ    row \
+done: \
+	VZEROUPPER \
+	RET
+
+// LEGNONE stands for a step a type does not take.
+#define LEGNONE
+
+// LEGADD8 and LEGADD1 add the minimum's sum (Y10) to the result (Y11).
+#define LEGADD8 VADDPS Y10, Y11, Y11
+#define LEGADD1 VADDSS X10, X11, X11
+
 // Q5_0: d (F16), the fifth bits qh (4 bytes), 16 bytes of nibbles; value
 // j is nibble j | bit j of qh << 4, less 16. VPMADDUBSW takes the
 // unsigned 0..31 (pairs at most 2·31·127, no saturation) and Y10 holds
@@ -353,50 +410,7 @@ TEXT ·dotQ5_0RowsAVX(SB), NOSPLIT, $0-64
 	VMOVDQU leghidx<>(SB), Y14
 	VMOVDQU legbit<>(SB), Y13
 	BYTES($0x10101010, Y12)
-	CMPQ BX, $8
-	JLT  q50tail
-
-q50group:
-	LEGROW
-
-q50gblock:
-	Q50PREP
-	ROWS8(Q50ROW)
-	LEGPF
-	FOLD8
-	SUM8
-	LEGNEXT(22)
-	JNZ q50gblock
-	VMOVUPS Y11, (R14)
-	ADDQ    $32, R14
-	LEAQ    (R8)(R10*8), R8
-	SUBQ    $8, BX
-	CMPQ    BX, $8
-	JGE     q50group
-
-q50tail:
-	TESTQ BX, BX
-	JZ    q50done
-
-q50row:
-	LEGROW
-
-q50rblock:
-	Q50PREP
-	Q50ROW((SI), Y0)
-	HSUM1
-	SUM1
-	LEGNEXT(22)
-	JNZ q50rblock
-	VMOVSS X11, (R14)
-	ADDQ   $4, R14
-	ADDQ   R10, R8
-	DECQ   BX
-	JNZ    q50row
-
-q50done:
-	VZEROUPPER
-	RET
+	LEGROWS(q50group, q50gblock, q50tail, q50row, q50rblock, q50done, Q50PREP, Q50ROW, 22, LEGNONE, LEGNONE, LEGNONE, LEGNONE)
 
 // IQ4_NL: d (F16) and 16 bytes of indices into the non-linear table
 // (Y13). As for IQ4_XS the values are signed, so their absolute values
@@ -422,50 +436,7 @@ TEXT ·dotIQ4NLRowsAVX(SB), NOSPLIT, $0-64
 	LEGSETUP
 	BYTES($0x0f0f0f0f, Y15)
 	VBROADCASTI128 iq4nltab<>(SB), Y13
-	CMPQ BX, $8
-	JLT  nltail
-
-nlgroup:
-	LEGROW
-
-nlgblock:
-	NLPREP
-	ROWS8(NLROW)
-	LEGPF
-	FOLD8
-	SUM8
-	LEGNEXT(18)
-	JNZ nlgblock
-	VMOVUPS Y11, (R14)
-	ADDQ    $32, R14
-	LEAQ    (R8)(R10*8), R8
-	SUBQ    $8, BX
-	CMPQ    BX, $8
-	JGE     nlgroup
-
-nltail:
-	TESTQ BX, BX
-	JZ    nldone
-
-nlrow:
-	LEGROW
-
-nlrblock:
-	NLPREP
-	NLROW((SI), Y0)
-	HSUM1
-	SUM1
-	LEGNEXT(18)
-	JNZ nlrblock
-	VMOVSS X11, (R14)
-	ADDQ   $4, R14
-	ADDQ   R10, R8
-	DECQ   BX
-	JNZ    nlrow
-
-nldone:
-	VZEROUPPER
-	RET
+	LEGROWS(nlgroup, nlgblock, nltail, nlrow, nlrblock, nldone, NLPREP, NLROW, 18, LEGNONE, LEGNONE, LEGNONE, LEGNONE)
 
 // Q4_1 and Q5_1: d and the minimum m (F16s), for Q5_1 the fifth bits qh,
 // and 16 bytes of nibbles; the values (0..15, or nibble | bit j of qh << 4)
@@ -483,52 +454,7 @@ nldone:
 TEXT ·dotQ4_1RowsAVX(SB), NOSPLIT, $0-64
 	LEGSETUP
 	BYTES($0x0f0f0f0f, Y15)
-	CMPQ BX, $8
-	JLT  q41tail
-
-q41group:
-	LEGROW
-
-q41gblock:
-	ROWS8(Q41ROW)
-	LEGPF
-	FOLD8
-	SUM8
-	MIN8
-	LEGNEXT(20)
-	JNZ q41gblock
-	VADDPS  Y10, Y11, Y11
-	VMOVUPS Y11, (R14)
-	ADDQ    $32, R14
-	LEAQ    (R8)(R10*8), R8
-	SUBQ    $8, BX
-	CMPQ    BX, $8
-	JGE     q41group
-
-q41tail:
-	TESTQ BX, BX
-	JZ    q41done
-
-q41row:
-	LEGROW
-
-q41rblock:
-	Q41ROW((SI), Y0)
-	HSUM1
-	SUM1
-	MIN1
-	LEGNEXT(20)
-	JNZ q41rblock
-	VADDSS X10, X11, X11
-	VMOVSS X11, (R14)
-	ADDQ   $4, R14
-	ADDQ   R10, R8
-	DECQ   BX
-	JNZ    q41row
-
-q41done:
-	VZEROUPPER
-	RET
+	LEGROWS(q41group, q41gblock, q41tail, q41row, q41rblock, q41done, LEGNONE, Q41ROW, 20, MIN8, MIN1, LEGADD8, LEGADD1)
 
 // Q51ROW sets acc to int32 partial sums of the block at base.
 #define Q51ROW(base, acc) \
@@ -545,52 +471,7 @@ TEXT ·dotQ5_1RowsAVX(SB), NOSPLIT, $0-64
 	VMOVDQU leghidx<>(SB), Y14
 	VMOVDQU legbit<>(SB), Y13
 	BYTES($0x10101010, Y12)
-	CMPQ BX, $8
-	JLT  q51tail
-
-q51group:
-	LEGROW
-
-q51gblock:
-	ROWS8(Q51ROW)
-	LEGPF
-	FOLD8
-	SUM8
-	MIN8
-	LEGNEXT(24)
-	JNZ q51gblock
-	VADDPS  Y10, Y11, Y11
-	VMOVUPS Y11, (R14)
-	ADDQ    $32, R14
-	LEAQ    (R8)(R10*8), R8
-	SUBQ    $8, BX
-	CMPQ    BX, $8
-	JGE     q51group
-
-q51tail:
-	TESTQ BX, BX
-	JZ    q51done
-
-q51row:
-	LEGROW
-
-q51rblock:
-	Q51ROW((SI), Y0)
-	HSUM1
-	SUM1
-	MIN1
-	LEGNEXT(24)
-	JNZ q51rblock
-	VADDSS X10, X11, X11
-	VMOVSS X11, (R14)
-	ADDQ   $4, R14
-	ADDQ   R10, R8
-	DECQ   BX
-	JNZ    q51row
-
-q51done:
-	VZEROUPPER
-	RET
+	LEGROWS(q51group, q51gblock, q51tail, q51row, q51rblock, q51done, LEGNONE, Q51ROW, 24, MIN8, MIN1, LEGADD8, LEGADD1)
 
 // func dotQ5_0RowsNAVX(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, nb, na, ngroups int, out *float32, os int)
 TEXT ·dotQ5_0RowsNAVX(SB), 0, $816-88
