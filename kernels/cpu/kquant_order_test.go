@@ -1,12 +1,10 @@
 package cpu
 
 import (
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
 
-	"github.com/specgate/specgate/kernels"
 	"github.com/specgate/specgate/kernels/kernelstest"
 )
 
@@ -25,24 +23,13 @@ func TestKRowsFloatOrder(t *testing.T) {
 			r := rand.New(rand.NewPCG(17, uint64(dt)))
 			const rows, k = 61, 2048 // not a multiple of 8: the one-row paths too
 			rb, _ := dt.RowBytes(k)
-			bb := dt.BlockBytes()
 			data := make([]byte, rows*rb)
-			for i := range data {
-				data[i] = byte(r.Uint32())
-			}
-			for blk := range len(data) / bb {
-				for _, off := range f16Fields[dt] {
-					binary.LittleEndian.PutUint16(data[blk*bb+off:], kernels.F32ToF16(float32(r.Float64()*0.01)))
-				}
-			}
+			randKBlocks(r, dt, data, 0)
 			xs := make([]float32, k)
 			for i := range xs {
 				xs[i] = float32(r.NormFloat64())
 			}
-			a := &kAct{f: actFormatOf(dt), k: k}
-			nb := k / a.f.blockLen()
-			a.q, a.d, a.s, a.bs = make([]int8, k), make([]float32, nb), make([]float32, nb), make([]int16, k/16)
-			a.quantize(0, xs)
+			a := oneKAct(dt, xs)
 			have, want := make([]float32, rows), make([]float32, rows)
 			kDots[dt](data, rb, a.row(0), have)
 			goRows(kDotsGo[dt])(data, rb, a.row(0), want)

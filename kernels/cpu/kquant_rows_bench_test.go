@@ -1,11 +1,9 @@
 package cpu
 
 import (
-	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 
-	"github.com/specgate/specgate/kernels"
 	"github.com/specgate/specgate/kernels/kernelstest"
 )
 
@@ -22,22 +20,11 @@ func BenchmarkKRows(b *testing.B) {
 	}
 	for _, dt := range kernelstest.ExtraWeightTypes {
 		rb, _ := dt.RowBytes(k)
-		w := make([]byte, rows*rb)
-		for i := range w {
-			w[i] = byte(r.Uint32())
-		}
 		// Random F16 scales would hold NaNs and subnormals, which some
-		// CPUs take far longer over.
-		bb := dt.BlockBytes()
-		for blk := range len(w) / bb {
-			for _, off := range f16Fields[dt] {
-				binary.LittleEndian.PutUint16(w[blk*bb+off:], kernels.F32ToF16(float32(r.Float64()*0.01)))
-			}
-		}
-		a := &kAct{f: actFormatOf(dt), k: k}
-		nb := k / a.f.blockLen()
-		a.q, a.d, a.s, a.bs = make([]int8, k), make([]float32, nb), make([]float32, nb), make([]int16, k/16)
-		a.quantize(0, xs)
+		// CPUs take far longer over (randBlocks keeps them sane).
+		w := make([]byte, rows*rb)
+		randKBlocks(r, dt, w, 0)
+		a := oneKAct(dt, xs)
 		out := make([]float32, rows)
 		for _, v := range []struct {
 			name string

@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -38,15 +37,7 @@ func TestKRowsNMatchOneRow(t *testing.T) {
 				// Rows from the fifth on are random bytes, every value
 				// pattern, with sane F16 scales.
 				rb, _ := dt.RowBytes(k)
-				bb := dt.BlockBytes()
-				for i := 4 * rb; i < len(data); i++ {
-					data[i] = byte(r.Uint32())
-				}
-				for blk := 4 * rb / bb; blk < len(data)/bb; blk++ {
-					for _, off := range f16Fields[dt] {
-						binary.LittleEndian.PutUint16(data[blk*bb+off:], kernels.F32ToF16(float32(r.Float64()*0.01)))
-					}
-				}
+				randKBlocks(r, dt, data, 4*rb/dt.BlockBytes())
 				xs := make([]float32, n*k)
 				for i := range xs {
 					xs[i] = float32(r.NormFloat64()) * 3

@@ -114,17 +114,8 @@ func TestKRowsMatchGo(t *testing.T) {
 			}
 			rb, _ := dt.RowBytes(k)
 			// The rows from the fifth on are random bytes, so every packing of
-			// scales and quants occurs (negative scales too), with the
-			// F16 fields set to sane values.
-			bb := dt.BlockBytes()
-			for i := 4 * rb; i < len(data); i++ {
-				data[i] = byte(r.Uint32())
-			}
-			for blk := 4 * rb / bb; blk < len(data)/bb; blk++ {
-				for _, off := range f16Fields[dt] {
-					binary.LittleEndian.PutUint16(data[blk*bb+off:], kernels.F32ToF16(float32(r.Float64()*0.01)))
-				}
-			}
+			// scales and quants occurs.
+			randKBlocks(r, dt, data, 4*rb/dt.BlockBytes())
 			xs := make([]float32, k)
 			for i := range xs {
 				xs[i] = float32(r.NormFloat64()) * 3
@@ -136,10 +127,7 @@ func TestKRowsMatchGo(t *testing.T) {
 				// so would be every row's result.
 				xs[600] = 1e3
 			}
-			a := &kAct{f: actFormatOf(dt), k: k}
-			nb := k / a.f.blockLen()
-			a.q, a.d, a.s, a.bs = make([]int8, k), make([]float32, nb), make([]float32, nb), make([]int16, k/16)
-			a.quantize(0, xs)
+			a := oneKAct(dt, xs)
 			have, want := make([]float32, rows), make([]float32, rows)
 			kDots[dt](data, rb, a.row(0), have)
 			goRows(kDotsGo[dt])(data, rb, a.row(0), want)
@@ -168,6 +156,31 @@ func TestKRowsMatchGo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// randKBlocks fills data's blocks of type dt from block first on with
+// random bytes, and their F16 scales with values of either sign up to
+// 0.01: random F16 bits would hold NaNs, infinities and subnormals.
+func randKBlocks(r *rand.Rand, dt kernels.DType, data []byte, first int) {
+	bb := dt.BlockBytes()
+	for i := first * bb; i < len(data); i++ {
+		data[i] = byte(r.Uint32())
+	}
+	for blk := first; blk < len(data)/bb; blk++ {
+		for _, off := range f16Fields[dt] {
+			binary.LittleEndian.PutUint16(data[blk*bb+off:], kernels.F32ToF16(float32((2*r.Float64()-1)*0.01)))
+		}
+	}
+}
+
+// oneKAct returns x quantized as one activation row for weights of type dt.
+func oneKAct(dt kernels.DType, x []float32) *kAct {
+	k := len(x)
+	a := &kAct{f: actFormatOf(dt), k: k}
+	nb := k / a.f.blockLen()
+	a.q, a.d, a.s, a.bs = make([]int8, k), make([]float32, nb), make([]float32, nb), make([]int16, k/16)
+	a.quantize(0, x)
+	return a
 }
 
 // f16Fields are the byte offsets of each block's F16 scales.
