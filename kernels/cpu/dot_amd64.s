@@ -2,6 +2,7 @@
 
 #include "textflag.h"
 #include "q8group_amd64.h"
+#include "fold8_amd64.h"
 
 // The AVX2+FMA kernels behind dot_amd64.go. Float kernels handle a multiple
 // of 8 elements (the Go wrappers finish the tail); quantized kernels handle
@@ -62,24 +63,6 @@
 	VPAND          Y12, V, V \
 	VPMADDUBSW     Y14, V, V \
 	VPMADDWD       Y15, V, V
-
-// R8FOLD folds the eight rows' partial sums in Y0-Y7 into their exact
-// block sums, lane i = row i, in Y1 (as floats); Y2 is clobbered.
-#define R8FOLD \
-	R8FOLDI \
-	VCVTDQ2PS  Y1, Y1
-
-// R8FOLDI is R8FOLD leaving the sums as int32.
-#define R8FOLDI \
-	VPHADDD    Y1, Y0, Y0 \
-	VPHADDD    Y3, Y2, Y2 \
-	VPHADDD    Y2, Y0, Y0 \
-	VPHADDD    Y5, Y4, Y4 \
-	VPHADDD    Y7, Y6, Y6 \
-	VPHADDD    Y6, Y4, Y4 \
-	VPERM2I128 $0x20, Y4, Y0, Y1 \
-	VPERM2I128 $0x31, Y4, Y0, Y2 \
-	VPADDD     Y2, Y1, Y1
 
 // R8FOLD4 is R8FOLD for QR4's sums, taking off the activation block's
 // 8·Σx at (R14).

@@ -1,6 +1,7 @@
 //go:build amd64 && !noasm
 
 #include "textflag.h"
+#include "fold8_amd64.h"
 
 // AVX2 dot products of the legacy GGML weight types (32 values a block)
 // with one activation row quantized to Q8_0 or Q8_1 (see kquant.go). Each
@@ -126,20 +127,6 @@ GLOBL iq4nltab<>(SB), RODATA|NOPTR, $16
 	m((R12)(R10*1), Y5) \
 	m((R12)(R10*2), Y6) \
 	m((R12)(R11*1), Y7)
-
-// FOLD8 folds the int32 partial sums of rows 0-7 in Y0-Y7 into the rows'
-// exact block sums, lane r = row r, in Y1 as floats; Y0, Y2-Y7 clobbered.
-#define FOLD8 \
-	VPHADDD    Y1, Y0, Y0 \
-	VPHADDD    Y3, Y2, Y2 \
-	VPHADDD    Y2, Y0, Y0 \
-	VPHADDD    Y5, Y4, Y4 \
-	VPHADDD    Y7, Y6, Y6 \
-	VPHADDD    Y6, Y4, Y4 \
-	VPERM2I128 $0x20, Y4, Y0, Y1 \
-	VPERM2I128 $0x31, Y4, Y0, Y2 \
-	VPADDD     Y2, Y1, Y1 \
-	VCVTDQ2PS  Y1, Y1
 
 // F16X8 sets y to the F16 fields at offset off of the eight rows' blocks,
 // as floats (R9 and x, y's low half, clobbered).
@@ -343,7 +330,7 @@ gblock: \
 	PREP \
 	ROWS8(ROW) \
 	LEGPF \
-	FOLD8 \
+	R8FOLD \
 	SUM8 \
 	MIN8 \
 	LEGNEXT(bytes) \
@@ -491,7 +478,7 @@ q50nblock:
 q50nact:
 	VPMADDUBSW (R9), Y12, Y10
 	MUL8(Q50MUL)
-	FOLD8
+	R8FOLD
 	NSUM
 	JNE q50nact
 	NNEXT(22)
@@ -533,7 +520,7 @@ nlnblock:
 nlnact:
 	VMOVDQU (R9), Y12
 	MUL8(NLMUL)
-	FOLD8
+	R8FOLD
 	NSUM
 	JNE nlnact
 	NNEXT(18)
