@@ -42,9 +42,9 @@ func StartCluster(tb testing.TB) *Cluster {
 	}
 	c := &Cluster{tb: tb}
 	tb.Cleanup(c.stop)
-	ports := clusterPorts(tb, 6)
-	for i, port := range ports {
-		s := &Server{tb: tb, bin: bin, dir: filepath.Join(tb.TempDir(), "node"+strconv.Itoa(i)), port: port, args: []string{
+	used := map[int]bool{}
+	for i := range 6 {
+		s := &Server{tb: tb, bin: bin, dir: filepath.Join(tb.TempDir(), "node"+strconv.Itoa(i)), args: []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "1000",
@@ -58,7 +58,17 @@ func StartCluster(tb testing.TB) *Cluster {
 		if err := os.MkdirAll(s.dir, 0o755); err != nil {
 			tb.Fatal(err)
 		}
-		if err := s.start(); err != nil {
+		// A free port can be taken between the probe and the start (by
+		// another test binary's server); retry with another, as Start does.
+		var err error
+		for range 5 {
+			s.port = clusterPort(tb, used)
+			used[s.port] = true
+			if err = s.start(); err == nil {
+				break
+			}
+		}
+		if err != nil {
 			tb.Fatalf("testredis: start cluster node %d: %v", i, err)
 		}
 		c.Nodes = append(c.Nodes, s)
@@ -75,20 +85,19 @@ func StartCluster(tb testing.TB) *Cluster {
 	return c
 }
 
-// clusterPorts picks n free ports whose cluster bus ports (port+10000) are
-// free too.
-func clusterPorts(tb testing.TB, n int) []int {
-	var out []int
-	for tries := 0; len(out) < n && tries < 1000; tries++ {
-		p := 20000 + rand.IntN(20000)
-		if portFree(p) && portFree(p+10000) {
-			out = append(out, p)
+// clusterPort picks a free port, not in used, whose cluster bus port
+// (port+10000) is free too. Both lie below 32768, where Linux starts
+// handing out ports to outgoing connections, so a client of another test
+// cannot take one between the probe and the start.
+func clusterPort(tb testing.TB, used map[int]bool) int {
+	for range 1000 {
+		p := 12000 + rand.IntN(10000)
+		if !used[p] && portFree(p) && portFree(p+10000) {
+			return p
 		}
 	}
-	if len(out) < n {
-		tb.Fatalf("testredis: no free port pairs for a cluster")
-	}
-	return out
+	tb.Fatalf("testredis: no free port pair for a cluster node")
+	return 0
 }
 
 func portFree(p int) bool {
