@@ -10,12 +10,16 @@ import "math"
 // exactly that sequence of roundings, whatever lane, row or tile its output
 // falls in:
 //
-//   - Quantized weights (Q8_0, Q4_0) against a Q8_0 activation row: for
-//     each block b in order, the integer dot product s_b (exact in int32,
-//     and exact as a float32: |s_b| < 2²⁴), the scale d_b = d_w·d_x (one
-//     float32 rounding) and acc = fma(s_b, d_b, acc), one rounding, from
-//     acc = +0. Integer sums are exact in any order, so how a kernel splits
-//     a block across lanes does not matter; the float steps are the same.
+//   - Quantized weights of 32-value blocks (Q8_0, Q4_0, Q5_0, IQ4_NL, and
+//     the scaled part of Q4_1 and Q5_1) against a Q8_0 (Q8_1) activation
+//     row: for each block b in order, the integer dot product s_b (exact in
+//     int32, and exact as a float32: |s_b| < 2²⁴), the scale d_b = d_w·d_x
+//     (one float32 rounding) and acc = fma(s_b, d_b, acc), one rounding,
+//     from acc = +0. Integer sums are exact in any order, so how a kernel
+//     splits a block across lanes does not matter; the float steps are the
+//     same. Q4_1's and Q5_1's minimum terms go into a sum of their own,
+//     added last (kquant.go). One rule for these types lets a kernel of one
+//     serve another.
 //   - F32 rows of k values: the first k &^ 7 split into chunks of eight,
 //     fused-multiply-added lane by lane, chunk after chunk, into one
 //     accumulator of eight lanes from +0; the eight lanes reduced as

@@ -312,7 +312,7 @@ func dotQ4_1Go(w []byte, a actRow) float32 {
 		for j, c := range blk[4:20] {
 			s += int32(c&15)*int32(x[j]) + int32(c>>4)*int32(x[j+16])
 		}
-		sum += f16le(blk) * dy * float32(s)
+		sum = qblock(sum, s, f16le(blk), dy)
 		summ += f16le(blk[2:]) * a.s[b]
 	}
 	return sum + summ
@@ -329,7 +329,7 @@ func dotQ5_0Go(w []byte, a actRow) float32 {
 		for j := range 32 {
 			s += (q5(qs, h, j) - 16) * int32(x[j])
 		}
-		sum += f16le(blk) * dy * float32(s)
+		sum = qblock(sum, s, f16le(blk), dy)
 	}
 	return sum
 }
@@ -345,7 +345,7 @@ func dotQ5_1Go(w []byte, a actRow) float32 {
 		for j := range 32 {
 			s += q5(qs, h, j) * int32(x[j])
 		}
-		sum += f16le(blk) * dy * float32(s)
+		sum = qblock(sum, s, f16le(blk), dy)
 		summ += f16le(blk[2:]) * a.s[b]
 	}
 	return sum + summ
@@ -360,7 +360,7 @@ func dotIQ4NLGo(w []byte, a actRow) float32 {
 		for j, c := range blk[2:18] {
 			s += int32(kernels.IQ4NLValues[c&15])*int32(x[j]) + int32(kernels.IQ4NLValues[c>>4])*int32(x[j+16])
 		}
-		sum += f16le(blk) * dy * float32(s)
+		sum = qblock(sum, s, f16le(blk), dy)
 	}
 	return sum
 }

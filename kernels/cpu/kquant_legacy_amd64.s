@@ -7,8 +7,9 @@
 // with one activation row quantized to Q8_0 or Q8_1 (see kquant.go). Each
 // computes nrows weight rows, rb bytes apart, against the same activation
 // row. Eight rows go at once, lane r of a vector holding row r, so the
-// float steps of every block (d·dy, times the block's exact integer sum,
-// added to the row's sum) are those of the Go reference, rounded lane by
+// float steps of every block (d·dy, and the block's exact integer sum
+// times that fused into the row's sum: canon.go's rule for Q8_0) are those
+// of the Go reference, rounded lane by
 // lane in its order, without a serial chain of additions; fewer than eight
 // remaining rows go one at a time by the same steps in scalar form, so a
 // row's bits do not depend on the call that computed it.
@@ -142,14 +143,13 @@ GLOBL iq4nltab<>(SB), RODATA|NOPTR, $16
 	VPINSRW $7, off(R12)(R11*1), x, x \
 	VCVTPH2PS x, y
 
-// SUM8 adds each row's (d·dy)·s to its sum in Y11, the block sums s in
-// Y1, d the F16 at the start of each row's block; Y2, Y3 clobbered.
+// SUM8 fuses each row's s·(d·dy) into its sum in Y11, the block sums s
+// in Y1, d the F16 at the start of each row's block; Y2, Y3 clobbered.
 #define SUM8 \
 	F16X8(0, X2, Y2) \
 	VBROADCASTSS (DX), Y3 \
 	VMULPS       Y3, Y2, Y2 \
-	VMULPS       Y1, Y2, Y2 \
-	VADDPS       Y2, Y11, Y11
+	VFMADD231PS  Y1, Y2, Y11
 
 // MIN8 adds each row's m·s_x to its min sum in Y10, m the F16 at offset 2
 // of its block, s_x the activation block's d·Σq; Y2, Y3 clobbered.
@@ -170,14 +170,13 @@ GLOBL iq4nltab<>(SB), RODATA|NOPTR, $16
 	VPADDD       X1, X0, X1 \
 	VCVTDQ2PS    X1, X1
 
-// SUM1 is SUM8 for one row: (d·dy)·s added to X11, s in X1.
+// SUM1 is SUM8 for one row: s·(d·dy) fused into X11, s in X1.
 #define SUM1 \
-	MOVWLZX   (SI), R9 \
-	VMOVD     R9, X2 \
-	VCVTPH2PS X2, X2 \
-	VMULSS    (DX), X2, X2 \
-	VMULSS    X1, X2, X2 \
-	VADDSS    X2, X11, X11
+	MOVWLZX     (SI), R9 \
+	VMOVD       R9, X2 \
+	VCVTPH2PS   X2, X2 \
+	VMULSS      (DX), X2, X2 \
+	VFMADD231SS X1, X2, X11
 
 // MIN1 is MIN8 for one row.
 #define MIN1 \
@@ -264,13 +263,12 @@ zero: \
 	MOVQ    DX, CX \
 	LEAQ    544(SP), AX
 
-// NSUM adds each row's (d·dy)·s to the activation row's sums, as SUM8;
-// the block sums s in Y1; Y2, Y3 clobbered.
+// NSUM fuses each row's s·(d·dy) into the activation row's sums, as
+// SUM8; the block sums s in Y1; Y2, Y3 clobbered.
 #define NSUM \
 	VBROADCASTSS (CX), Y3 \
 	VMULPS       512(SP), Y3, Y2 \
-	VMULPS       Y1, Y2, Y2 \
-	VADDPS       (AX), Y2, Y2 \
+	VFMADD213PS  (AX), Y1, Y2 \
 	VMOVUPS      Y2, (AX) \
 	ADDQ         xqs+24(FP), R9 \
 	ADDQ         xds+40(FP), CX \
