@@ -117,9 +117,10 @@ type Backend struct {
 	// scratch buffers.
 	samplers []sample.Sampler
 	// kact, kq and kmm are MatMul's for the types of kquant.go; kg backs
-	// kact's x4 layout.
+	// kact's x4 layout, kc its block sums.
 	kact kAct
 	kg   []byte
+	kc   []int32
 	kq   kQuantTask
 	kmm  kMatTask
 	// kmany is MatMulMany's for weights of kquant.go in the ×8 layout.
@@ -161,6 +162,7 @@ type workerScratch struct {
 	// gemm is gemmF32's.
 	gemm gemmScratch
 	// kx8 holds a K-quant weight row put back in GGML's layout (kX8Go),
+	// or a chunk of Q5_0 or IQ4_NL rows rewritten as Q8_0 (legacyx8.go);
 	// kx8o the ×8 K-quant kernels' results of a last partial group.
 	kx8  []byte
 	kx8o [maxRowsN * x8Rows]float32

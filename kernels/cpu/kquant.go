@@ -77,6 +77,9 @@ type kAct struct {
 	d  []float32
 	s  []float32
 	bs []int16
+	// c, where a Q8_0 batch runs on the biased ×8 Q8_0 kernels
+	// (legacyx8.go), holds each block's −128·Σq (blockSumsB).
+	c []int32
 	// g, when not nil, holds the full groups of four rows again in the
 	// layout of the x4 kernels (Q8_K only): per group and super-block a
 	// record of the four rows' values (4·256 bytes), sums per 16 (4·16
@@ -265,7 +268,7 @@ var kDotsGo = map[kernels.DType]kDot{
 
 // useKDotsGo points every type at its Go dot product.
 func useKDotsGo() {
-	kX4, kX8, kX8MaxRows, kDotsN = nil, nil, nil, nil
+	kX4, kX8, kX8MaxRows, kDotsN, expandX8Groups = nil, nil, nil, nil, nil
 	kDots = make(map[kernels.DType]kRows, len(kDotsGo))
 	for dt, f := range kDotsGo {
 		kDots[dt] = goRows(f)
@@ -525,12 +528,13 @@ func (t *kManyTask) run(wk, lo, hi int) {
 }
 
 // runManyK runs the products of ws from the activations quantizeK left in
-// b.kact as one kManyTask, where every weight is in the ×8 layout with
-// whole groups of rows (so chunks of whole groups stay aligned); it
-// reports false, having done nothing, otherwise.
+// b.kact as one kManyTask, where every weight is in the ×8 layout, or
+// rewritten into it chunk by chunk (legacyx8.go), with whole groups of
+// rows (so chunks of whole groups stay aligned); it reports false, having
+// done nothing, otherwise.
 func (b *Backend) runManyK(dsts []kernels.Tensor, xt *Tensor, ws []kernels.Tensor) bool {
 	for _, w := range ws {
-		if wt := tensor(w, "MatMulMany"); !wt.x8 || wt.rows%x8Rows != 0 {
+		if wt := tensor(w, "MatMulMany"); !wt.x8 && !legacyX8(wt.dt, xt.rows) || wt.rows%x8Rows != 0 {
 			return false
 		}
 	}
@@ -578,6 +582,13 @@ func (b *Backend) quantizeK(xt *Tensor, f actFormat, x4 bool) {
 		}
 		a.bs = a.bs[:n*k/16]
 	}
+	a.c = nil
+	if f == actQ8_0 && x8Bias && n >= legacyX8MinRows {
+		if cap(b.kc) < n*nb {
+			b.kc = make([]int32, n*nb)
+		}
+		a.c = b.kc[:n*nb]
+	}
 	a.g = nil
 	if x4 && n >= 4 {
 		ng := n / 4 * (k / superBlocks) * x4Record
@@ -602,7 +613,7 @@ func (b *Backend) runK(d, xt, wt *Tensor) {
 	grain := m
 	if n*m*k >= splitWork {
 		grain = min(64, max(4, m/(b.threads*8)))
-		if wt.x8 {
+		if wt.x8 || legacyX8(wt.dt, n) {
 			grain = max(x8Rows, grain&^(x8Rows-1)) // whole groups
 		}
 	}
@@ -622,6 +633,10 @@ func (t *kQuantTask) run(_, lo, hi int) {
 	}
 	for r := lo; r < hi; r++ {
 		t.a.quantize(r, t.x.row(r))
+		if t.a.c != nil {
+			nb := t.a.k / kernels.QK
+			blockSumsB(t.a.c[r*nb:(r+1)*nb], t.a.q[r*t.a.k:(r+1)*t.a.k])
+		}
 		if r < full {
 			t.a.spread(r)
 		}
@@ -645,6 +660,10 @@ type kMatTask struct {
 func (t *kMatTask) run(wk, lo, hi int) {
 	if t.w.x8 {
 		t.runX8(wk, lo, hi)
+		return
+	}
+	if legacyX8(t.w.dt, t.dst.rows) {
+		t.runLegacyX8(wk, lo, hi)
 		return
 	}
 	n, m := t.dst.rows, t.dst.cols

@@ -55,6 +55,7 @@ func setKDotsAsm() {
 	kDots[kernels.IQ4_NL] = kRows32Asm(dotIQ4NLRowsAVX, iq4NLBytes, false)
 	kDots[kernels.Q4_1] = kRows32Asm(dotQ4_1RowsAVX, q4_1Bytes, true)
 	kDots[kernels.Q5_1] = kRows32Asm(dotQ5_1RowsAVX, q5_1Bytes, true)
+	setExpandAsm()
 	kDotsN = map[kernels.DType]kRowsN{
 		kernels.Q5_0:   kRows32NAsm(dotQ5_0RowsNAVX, kDots[kernels.Q5_0], q5_0Bytes),
 		kernels.IQ4_NL: kRows32NAsm(dotIQ4NLRowsNAVX, kDots[kernels.IQ4_NL], iq4NLBytes),

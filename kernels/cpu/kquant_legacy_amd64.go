@@ -78,3 +78,17 @@ func kRows32NAsm(f func(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int
 		}
 	}
 }
+
+//go:noescape
+func expandQ5_0X8AVX(dst, w *byte, rb, nb, ngroups int, c uint32)
+
+//go:noescape
+func expandIQ4NLX8AVX(dst, w *byte, rb, nb, ngroups int, c uint32)
+
+// setExpandAsm points Q5_0 and IQ4_NL at their rewrite kernels.
+func setExpandAsm() {
+	expandX8Groups = map[kernels.DType]func(dst, w *byte, rb, nb, ngroups int, c uint32){
+		kernels.Q5_0:   expandQ5_0X8AVX,
+		kernels.IQ4_NL: expandIQ4NLX8AVX,
+	}
+}

@@ -97,6 +97,22 @@ GLOBL iq4nltab<>(SB), RODATA|NOPTR, $16
 	VXORPS Y11, Y11, Y11 \
 	VXORPS Y10, Y10, Y10
 
+// XSETUP and XGROUP are the rewrites' (expandQ5_0X8AVX, below).
+// XSETUP loads the arguments and c, broadcast, into Y11.
+#define XSETUP \
+	MOVQ         dst+0(FP), DI \
+	MOVQ         w+8(FP), R8 \
+	MOVQ         rb+16(FP), R10 \
+	LEAQ         (R10)(R10*2), R11 \
+	MOVQ         ngroups+32(FP), BX \
+	VPBROADCASTD c+40(FP), Y11
+
+// XGROUP starts a group.
+#define XGROUP \
+	MOVQ R8, SI \
+	LEAQ (R8)(R10*4), R12 \
+	MOVQ nb+24(FP), AX
+
 // LEGPF asks for three more cache lines of the next group's rows, R13 on
 // from its start: a group's eight rows are a few KB of contiguous bytes
 // read in eight short streams, too short for the hardware prefetcher to
@@ -525,5 +541,131 @@ nlnact:
 	JNZ nlnblock
 	NSTORE(nlnstore)
 	JNZ nlngroup
+	VZEROUPPER
+	RET
+
+// The rewrites of legacyx8.go: ngroups groups of eight Q5_0 or IQ4_NL
+// weight rows (rb bytes apart, from w on, nb blocks each) into Q8_0 in
+// the ×8 layout at dst. A block of the eight rows is decoded to a vector
+// a row (Y0-Y7, byte j = value j, plus the bias), the eight vectors
+// transposed as an 8×8 matrix of dwords, so that vector j holds dword j of
+// rows 0-7, and stored after the rows' eight scales, copied as they are.
+//
+// Registers: R8 the current group, R10 rb, R11 3·rb, SI and R12 the
+// current block of rows 0-3 and 4-7, DI the output block, AX blocks left,
+// BX groups left; Y11 the bias (Q5_0) or the biased table (IQ4_NL).
+
+// XSC copies the F16 scale at src to off(DI).
+#define XSC(src, off) \
+	MOVW src, R9 \
+	MOVW R9, off(DI)
+
+// XSCALES copies the eight rows' F16 scales (offset 0 of each block).
+#define XSCALES \
+	XSC((SI), 0) \
+	XSC((SI)(R10*1), 2) \
+	XSC((SI)(R10*2), 4) \
+	XSC((SI)(R11*1), 6) \
+	XSC((R12), 8) \
+	XSC((R12)(R10*1), 10) \
+	XSC((R12)(R10*2), 12) \
+	XSC((R12)(R11*1), 14)
+
+// XT4 transposes the dwords of four rows a, b, c, d in place (Y8, Y9
+// clobbered): afterwards a holds dwords 2 and 6 of the four rows (row r's
+// at 4r of each half), b dwords 3 and 7, c dwords 0 and 4, d 1 and 5.
+#define XT4(a, b, c, d) \
+	VPUNPCKLDQ  b, a, Y8 \
+	VPUNPCKHDQ  b, a, Y9 \
+	VPUNPCKLDQ  d, c, a \
+	VPUNPCKHDQ  d, c, b \
+	VPUNPCKLQDQ a, Y8, c \
+	VPUNPCKHQDQ a, Y8, d \
+	VPUNPCKLQDQ b, Y9, a \
+	VPUNPCKHQDQ b, Y9, b
+
+// XSTORE transposes Y0-Y7 and stores dword j of the eight rows at
+// 16+32·j of the output block.
+#define XSTORE \
+	XT4(Y0, Y1, Y2, Y3) \
+	XT4(Y4, Y5, Y6, Y7) \
+	VPERM2I128 $0x20, Y6, Y2, Y8 \
+	VPERM2I128 $0x31, Y6, Y2, Y9 \
+	VMOVDQU    Y8, 16(DI) \
+	VMOVDQU    Y9, 144(DI) \
+	VPERM2I128 $0x20, Y7, Y3, Y8 \
+	VPERM2I128 $0x31, Y7, Y3, Y9 \
+	VMOVDQU    Y8, 48(DI) \
+	VMOVDQU    Y9, 176(DI) \
+	VPERM2I128 $0x20, Y4, Y0, Y8 \
+	VPERM2I128 $0x31, Y4, Y0, Y9 \
+	VMOVDQU    Y8, 80(DI) \
+	VMOVDQU    Y9, 208(DI) \
+	VPERM2I128 $0x20, Y5, Y1, Y8 \
+	VPERM2I128 $0x31, Y5, Y1, Y9 \
+	VMOVDQU    Y8, 112(DI) \
+	VMOVDQU    Y9, 240(DI)
+
+// XNEXT moves to the next block of blockBytes, then (at the end of a
+// group's blocks) to the next group.
+#define XNEXT(blockBytes, block, group) \
+	ADDQ $blockBytes, SI \
+	ADDQ $blockBytes, R12 \
+	ADDQ $272, DI \
+	DECQ AX \
+	JNZ  block \
+	LEAQ (R8)(R10*8), R8 \
+	DECQ BX \
+	JNZ  group
+
+// Q50X decodes the Q5_0 block at base to y: its values 0..31 plus c's
+// bytes, that is v−16 XOR the bias.
+#define Q50X(base, y) \
+	NIBBLES(6 base, y) \
+	FIFTH(2 base, Y9) \
+	VPOR   Y9, y, y \
+	VPADDB Y11, y, y
+
+// func expandQ5_0X8AVX(dst, w *byte, rb, nb, ngroups int, c uint32)
+// c: four bytes of bias−16 (0xf0 unbiased, 0x70 biased).
+TEXT ·expandQ5_0X8AVX(SB), NOSPLIT, $0-44
+	XSETUP
+	BYTES($0x0f0f0f0f, Y15)
+	VMOVDQU leghidx<>(SB), Y14
+	VMOVDQU legbit<>(SB), Y13
+	BYTES($0x10101010, Y12)
+
+q50xgroup:
+	XGROUP
+
+q50xblock:
+	XSCALES
+	ROWS8(Q50X)
+	XSTORE
+	XNEXT(22, q50xblock, q50xgroup)
+	VZEROUPPER
+	RET
+
+// NLX decodes the IQ4_NL block at base to y: its values XOR the bias.
+#define NLX(base, y) \
+	NIBBLES(2 base, y) \
+	VPSHUFB y, Y11, y
+
+// func expandIQ4NLX8AVX(dst, w *byte, rb, nb, ngroups int, c uint32)
+// c: four bytes of the bias (0 or 0x80).
+TEXT ·expandIQ4NLX8AVX(SB), NOSPLIT, $0-44
+	XSETUP
+	BYTES($0x0f0f0f0f, Y15)
+	VBROADCASTI128 iq4nltab<>(SB), Y10
+	VPXOR          Y10, Y11, Y11
+
+nlxgroup:
+	XGROUP
+
+nlxblock:
+	XSCALES
+	ROWS8(NLX)
+	XSTORE
+	XNEXT(18, nlxblock, nlxgroup)
 	VZEROUPPER
 	RET
