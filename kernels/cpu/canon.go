@@ -19,7 +19,8 @@ import "math"
 //     splits a block across lanes does not matter; the float steps are the
 //     same. Q4_1's and Q5_1's minimum terms go into a sum of their own,
 //     added last (kquant.go). One rule for these types lets a kernel of one
-//     serve another: Q5_0 and IQ4_NL batches run on Q8_0's (legacyx8.go).
+//     serve another: batches of the other four run on Q8_0's
+//     (legacyx8.go).
 //   - F32 rows of k values: the first k &^ 7 split into chunks of eight,
 //     fused-multiply-added lane by lane, chunk after chunk, into one
 //     accumulator of eight lanes from +0; the eight lanes reduced as

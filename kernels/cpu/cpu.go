@@ -162,8 +162,9 @@ type workerScratch struct {
 	// gemm is gemmF32's.
 	gemm gemmScratch
 	// kx8 holds a K-quant weight row put back in GGML's layout (kX8Go),
-	// or a chunk of Q5_0 or IQ4_NL rows rewritten as Q8_0 (legacyx8.go);
-	// kx8o the ×8 K-quant kernels' results of a last partial group.
+	// or a chunk of Q5_0, IQ4_NL, Q4_1 or Q5_1 rows rewritten as Q8_0
+	// (legacyx8.go); kx8o the ×8 K-quant kernels' results of a last
+	// partial group.
 	kx8  []byte
 	kx8o [maxRowsN * x8Rows]float32
 }

@@ -77,7 +77,7 @@ type kAct struct {
 	d  []float32
 	s  []float32
 	bs []int16
-	// c, where a Q8_0 batch runs on the biased ×8 Q8_0 kernels
+	// c, where a Q8_0 or Q8_1 batch runs on the biased ×8 Q8_0 kernels
 	// (legacyx8.go), holds each block's −128·Σq (blockSumsB).
 	c []int32
 	// g, when not nil, holds the full groups of four rows again in the
@@ -268,7 +268,7 @@ var kDotsGo = map[kernels.DType]kDot{
 
 // useKDotsGo points every type at its Go dot product.
 func useKDotsGo() {
-	kX4, kX8, kX8MaxRows, kDotsN, expandX8Groups = nil, nil, nil, nil, nil
+	kX4, kX8, kX8MaxRows, kDotsN, expandX8Groups, addMinsX8Groups = nil, nil, nil, nil, nil, nil
 	kDots = make(map[kernels.DType]kRows, len(kDotsGo))
 	for dt, f := range kDotsGo {
 		kDots[dt] = goRows(f)
@@ -583,7 +583,7 @@ func (b *Backend) quantizeK(xt *Tensor, f actFormat, x4 bool) {
 		a.bs = a.bs[:n*k/16]
 	}
 	a.c = nil
-	if f == actQ8_0 && x8Bias && n >= legacyX8MinRows {
+	if x8Bias && legacyX8Act(f, n) {
 		if cap(b.kc) < n*nb {
 			b.kc = make([]int32, n*nb)
 		}

@@ -80,15 +80,27 @@ func kRows32NAsm(f func(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int
 }
 
 //go:noescape
-func expandQ5_0X8AVX(dst, w *byte, rb, nb, ngroups int, c uint32)
+func expandQ5_0X8AVX(dst, w *byte, rb, nb, ngroups int, c uint32, mins *float32)
 
 //go:noescape
-func expandIQ4NLX8AVX(dst, w *byte, rb, nb, ngroups int, c uint32)
+func expandIQ4NLX8AVX(dst, w *byte, rb, nb, ngroups int, c uint32, mins *float32)
 
-// setExpandAsm points Q5_0 and IQ4_NL at their rewrite kernels.
+//go:noescape
+func expandQ4_1X8AVX(dst, w *byte, rb, nb, ngroups int, c uint32, mins *float32)
+
+//go:noescape
+func expandQ5_1X8AVX(dst, w *byte, rb, nb, ngroups int, c uint32, mins *float32)
+
+//go:noescape
+func addMinsX8AVX(mins *float32, nb int, s *float32, ss, na int, out *float32, os, ngroups int)
+
+// setExpandAsm points the types of legacyx8.go at their rewrite kernels.
 func setExpandAsm() {
-	expandX8Groups = map[kernels.DType]func(dst, w *byte, rb, nb, ngroups int, c uint32){
+	expandX8Groups = map[kernels.DType]expandKernel{
 		kernels.Q5_0:   expandQ5_0X8AVX,
 		kernels.IQ4_NL: expandIQ4NLX8AVX,
+		kernels.Q4_1:   expandQ4_1X8AVX,
+		kernels.Q5_1:   expandQ5_1X8AVX,
 	}
+	addMinsX8Groups = addMinsX8AVX
 }

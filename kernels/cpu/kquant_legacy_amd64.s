@@ -553,7 +553,8 @@ nlnact:
 //
 // Registers: R8 the current group, R10 rb, R11 3·rb, SI and R12 the
 // current block of rows 0-3 and 4-7, DI the output block, AX blocks left,
-// BX groups left; Y11 the bias (Q5_0) or the biased table (IQ4_NL).
+// BX groups left, R13 the output minimums (Q4_1, Q5_1); Y11 the bias (plus
+// Q5_0's −16) or the biased table (IQ4_NL).
 
 // XSC copies the F16 scale at src to off(DI).
 #define XSC(src, off) \
@@ -626,9 +627,9 @@ nlnact:
 	VPOR   Y9, y, y \
 	VPADDB Y11, y, y
 
-// func expandQ5_0X8AVX(dst, w *byte, rb, nb, ngroups int, c uint32)
-// c: four bytes of bias−16 (0xf0 unbiased, 0x70 biased).
-TEXT ·expandQ5_0X8AVX(SB), NOSPLIT, $0-44
+// func expandQ5_0X8AVX(dst, w *byte, rb, nb, ngroups int, c uint32, mins *float32)
+// c: four bytes of bias−16 (0xf0 unbiased, 0x70 biased); mins unused.
+TEXT ·expandQ5_0X8AVX(SB), NOSPLIT, $0-56
 	XSETUP
 	BYTES($0x0f0f0f0f, Y15)
 	VMOVDQU leghidx<>(SB), Y14
@@ -651,9 +652,9 @@ q50xblock:
 	NIBBLES(2 base, y) \
 	VPSHUFB y, Y11, y
 
-// func expandIQ4NLX8AVX(dst, w *byte, rb, nb, ngroups int, c uint32)
-// c: four bytes of the bias (0 or 0x80).
-TEXT ·expandIQ4NLX8AVX(SB), NOSPLIT, $0-44
+// func expandIQ4NLX8AVX(dst, w *byte, rb, nb, ngroups int, c uint32, mins *float32)
+// c: four bytes of the bias (0 or 0x80); mins unused.
+TEXT ·expandIQ4NLX8AVX(SB), NOSPLIT, $0-56
 	XSETUP
 	BYTES($0x0f0f0f0f, Y15)
 	VBROADCASTI128 iq4nltab<>(SB), Y10
@@ -667,5 +668,176 @@ nlxblock:
 	ROWS8(NLX)
 	XSTORE
 	XNEXT(18, nlxblock, nlxgroup)
+	VZEROUPPER
+	RET
+
+// Q4_1 and Q5_1 rewrite their values 0..15 (0..31) the same way, plus the
+// bias, and their minimums, as floats, to mins: eight a block, lane l =
+// row l, the blocks of a group in order, group after group.
+
+// XMINS writes the eight rows' minimums (the F16 at offset 2) as floats.
+#define XMINS \
+	F16X8(2, X9, Y9) \
+	VMOVUPS Y9, (R13) \
+	ADDQ    $32, R13
+
+// Q41X decodes the Q4_1 block at base to y: its values plus the bias.
+#define Q41X(base, y) \
+	NIBBLES(4 base, y) \
+	VPADDB Y11, y, y
+
+// func expandQ4_1X8AVX(dst, w *byte, rb, nb, ngroups int, c uint32, mins *float32)
+// c: four bytes of the bias (0 or 0x80).
+TEXT ·expandQ4_1X8AVX(SB), NOSPLIT, $0-56
+	XSETUP
+	MOVQ mins+48(FP), R13
+	BYTES($0x0f0f0f0f, Y15)
+
+q41xgroup:
+	XGROUP
+
+q41xblock:
+	XSCALES
+	XMINS
+	ROWS8(Q41X)
+	XSTORE
+	XNEXT(20, q41xblock, q41xgroup)
+	VZEROUPPER
+	RET
+
+// Q51X decodes the Q5_1 block at base to y: its values plus the bias.
+#define Q51X(base, y) \
+	NIBBLES(8 base, y) \
+	FIFTH(4 base, Y9) \
+	VPOR   Y9, y, y \
+	VPADDB Y11, y, y
+
+// func expandQ5_1X8AVX(dst, w *byte, rb, nb, ngroups int, c uint32, mins *float32)
+// c: four bytes of the bias (0 or 0x80).
+TEXT ·expandQ5_1X8AVX(SB), NOSPLIT, $0-56
+	XSETUP
+	MOVQ mins+48(FP), R13
+	BYTES($0x0f0f0f0f, Y15)
+	VMOVDQU leghidx<>(SB), Y14
+	VMOVDQU legbit<>(SB), Y13
+	BYTES($0x10101010, Y12)
+
+q51xgroup:
+	XGROUP
+
+q51xblock:
+	XSCALES
+	XMINS
+	ROWS8(Q51X)
+	XSTORE
+	XNEXT(24, q51xblock, q51xgroup)
+	VZEROUPPER
+	RET
+
+// func addMinsX8AVX(mins *float32, nb int, s *float32, ss, na int, out *float32, os, ngroups int)
+//
+// For the minimums that expandQ4_1X8AVX and expandQ5_1X8AVX wrote:
+// adds to out[a·os + 8g + l] (os in bytes) the sum over blocks b, in
+// order from +0, of mins[(g·nb + b)·8 + l] · s[a·ss + b] (ss in bytes),
+// each product rounded, then added: the reference's Σm·s_x, added to its
+// Σ(d·dy)·s, for groups g < ngroups and activation rows a < na. Four
+// activation rows go at once while four are left, so that their sums,
+// chains of dependent additions, overlap.
+//
+// Registers: SI the group's minimums, R8 nb, R9 ss, R13 3·ss, R12 os,
+// R11 the group's results for row 0, BX groups left, R10 rows left, CX
+// the current rows' s, DX their results, AX the minimums of the block,
+// R14 blocks left.
+TEXT ·addMinsX8AVX(SB), NOSPLIT, $0-64
+	MOVQ mins+0(FP), SI
+	MOVQ nb+8(FP), R8
+	MOVQ ss+24(FP), R9
+	LEAQ (R9)(R9*2), R13
+	MOVQ out+40(FP), R11
+	MOVQ os+48(FP), R12
+	MOVQ ngroups+56(FP), BX
+
+amgroup:
+	MOVQ s+16(FP), CX
+	MOVQ R11, DX
+	MOVQ na+32(FP), R10
+
+amrows:
+	CMPQ R10, $4
+	JLT  amone
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   SI, AX
+	MOVQ   R8, R14
+	MOVQ   CX, DI
+
+am4block:
+	VMOVUPS      (AX), Y4
+	VBROADCASTSS (DI), Y5
+	VMULPS       Y4, Y5, Y5
+	VADDPS       Y5, Y0, Y0
+	VBROADCASTSS (DI)(R9*1), Y6
+	VMULPS       Y4, Y6, Y6
+	VADDPS       Y6, Y1, Y1
+	VBROADCASTSS (DI)(R9*2), Y7
+	VMULPS       Y4, Y7, Y7
+	VADDPS       Y7, Y2, Y2
+	VBROADCASTSS (DI)(R13*1), Y8
+	VMULPS       Y4, Y8, Y8
+	VADDPS       Y8, Y3, Y3
+	ADDQ         $32, AX
+	ADDQ         $4, DI
+	DECQ         R14
+	JNZ          am4block
+
+	VADDPS  (DX), Y0, Y0
+	VMOVUPS Y0, (DX)
+	ADDQ    R12, DX
+	VADDPS  (DX), Y1, Y1
+	VMOVUPS Y1, (DX)
+	ADDQ    R12, DX
+	VADDPS  (DX), Y2, Y2
+	VMOVUPS Y2, (DX)
+	ADDQ    R12, DX
+	VADDPS  (DX), Y3, Y3
+	VMOVUPS Y3, (DX)
+	ADDQ    R12, DX
+	LEAQ    (CX)(R9*4), CX
+	SUBQ    $4, R10
+	JMP     amrows
+
+amone:
+	TESTQ R10, R10
+	JZ    amnext
+	VXORPS Y0, Y0, Y0
+	MOVQ   SI, AX
+	MOVQ   R8, R14
+	MOVQ   CX, DI
+
+am1block:
+	VBROADCASTSS (DI), Y5
+	VMULPS       (AX), Y5, Y5
+	VADDPS       Y5, Y0, Y0
+	ADDQ         $32, AX
+	ADDQ         $4, DI
+	DECQ         R14
+	JNZ          am1block
+
+	VADDPS  (DX), Y0, Y0
+	VMOVUPS Y0, (DX)
+	ADDQ    R12, DX
+	ADDQ    R9, CX
+	DECQ    R10
+	JMP     amone
+
+amnext:
+	MOVQ R8, AX
+	SHLQ $5, AX
+	ADDQ AX, SI
+	ADDQ $32, R11
+	DECQ BX
+	JNZ  amgroup
 	VZEROUPPER
 	RET
