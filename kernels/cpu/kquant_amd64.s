@@ -743,3 +743,143 @@ iq4xsblock:
 	JNZ iq4xsrow
 	VZEROUPPER
 	RET
+
+// The IQ4_XS N kernel: nrows weight rows, one at a time, against na
+// activation rows (1 ≤ na ≤ 8; values xqs bytes apart, scales xds), out
+// row a os bytes after row a−1. Each super-block of the weight row is
+// decoded once, its values' magnitudes to 32-287 of the frame and the
+// values to 288-543 (sub-block j at 32j), its scales as words to 0-15,
+// and then taken with each activation row in turn by the steps of the
+// one-row kernel, so every output has its bits; the rows' sums wait at
+// 544+4a. Prefill then decodes a block once for eight activation rows.
+//
+// Registers: R8 the weight row, SI its super-block, R13 and R14 activation
+// row 0's values and scale of that super-block, DI, DX and CX the current
+// activation row's values, scale and sum, X10 the block's d, AX the
+// super-blocks left, BX the weight rows left; 576(SP) holds the weight
+// row's output for activation row 0, 584(SP) the end of the sums.
+
+// IQ4XSDEC decodes the pair of sub-blocks p (32 bytes of indices at qoff).
+#define IQ4XSDEC(qoff, p) \
+	VMOVDQU    qoff(SI), Y4 \
+	VPSRLW     $4, Y4, Y5 \
+	VPAND      Y15, Y4, Y4 \
+	VPAND      Y15, Y5, Y5 \
+	VPERM2I128 $0x20, Y5, Y4, Y8 \
+	VPERM2I128 $0x31, Y5, Y4, Y9 \
+	VPSHUFB    Y8, Y14, Y8 \
+	VPSHUFB    Y9, Y14, Y9 \
+	VPSIGNB    Y8, Y8, Y6 \
+	VMOVDQU    Y6, 32+64*p(SP) \
+	VMOVDQU    Y8, 288+64*p(SP) \
+	VPSIGNB    Y9, Y9, Y6 \
+	VMOVDQU    Y6, 64+64*p(SP) \
+	VMOVDQU    Y9, 320+64*p(SP)
+
+// IQ4XSN adds sub-block j's values times the activations at DI, scaled, to
+// Y0, as IQ4XSSUB does.
+#define IQ4XSN(j) \
+	VMOVDQU      32*j(DI), Y7 \
+	VPSIGNB      288+32*j(SP), Y7, Y7 \
+	VMOVDQU      32+32*j(SP), Y6 \
+	VPMADDUBSW   Y7, Y6, Y6 \
+	VPBROADCASTW 2*j(SP), Y7 \
+	VPMADDWD     Y7, Y6, Y6 \
+	VPADDD       Y6, Y0, Y0
+
+// func dotIQ4XSRowsNAVX(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, nb, na, nrows int, out *float32, os int)
+TEXT ·dotIQ4XSRowsNAVX(SB), NOSPLIT, $592-88
+	MOVQ w+0(FP), R8
+	MOVQ nrows+64(FP), BX
+	MOVQ out+72(FP), R9
+	MOVQ R9, 576(SP)
+	MOVQ na+56(FP), R9
+	LEAQ 544(SP)(R9*4), R9
+	MOVQ R9, 584(SP)
+	MOVL $0x0f0f0f0f, R9
+	VMOVD R9, X15
+	VPBROADCASTD X15, Y15
+	VBROADCASTI128 iq4tab<>(SB), Y14
+
+xnrow:
+	VXORPS  X0, X0, X0
+	VMOVUPS Y0, 544(SP)
+	MOVQ    R8, SI
+	MOVQ    xq+16(FP), R13
+	MOVQ    xd+32(FP), R14
+	MOVQ    nb+48(FP), AX
+
+xnblock:
+	// The scales, as in dotIQ4XSRowsAVX.
+	MOVL  4(SI), R9
+	MOVQ  $0x0f0f0f0f0f0f0f0f, R10
+	PDEPQ R10, R9, R11
+	MOVWLZX 2(SI), R9
+	MOVQ  $0x0303030303030303, R10
+	PDEPQ R10, R9, R12
+	SHLQ  $4, R12
+	ORQ   R12, R11
+	VMOVQ R11, X1
+	VPMOVZXBW X1, X1
+	MOVL  $0x00200020, R9
+	VMOVD R9, X2
+	VPBROADCASTD X2, X2
+	VPSUBW X2, X1, X1
+	VMOVDQU X1, 0(SP)
+
+	IQ4XSDEC(8, 0)
+	IQ4XSDEC(40, 1)
+	IQ4XSDEC(72, 2)
+	IQ4XSDEC(104, 3)
+	MOVWLZX   (SI), R9
+	VMOVD     R9, X10
+	VCVTPH2PS X10, X10
+
+	MOVQ R13, DI
+	MOVQ R14, DX
+	LEAQ 544(SP), CX
+
+xnact:
+	VPXOR Y0, Y0, Y0
+	IQ4XSN(0)
+	IQ4XSN(1)
+	IQ4XSN(2)
+	IQ4XSN(3)
+	IQ4XSN(4)
+	IQ4XSN(5)
+	IQ4XSN(6)
+	IQ4XSN(7)
+	// sum += (d·d_x)·isum
+	HSUMI(Y0, X0, X1)
+	VMULSS (DX), X10, X3
+	VMULSS X0, X3, X3
+	VADDSS (CX), X3, X3
+	VMOVSS X3, (CX)
+	ADDQ   xqs+24(FP), DI
+	ADDQ   xds+40(FP), DX
+	ADDQ   $4, CX
+	CMPQ   CX, 584(SP)
+	JNE    xnact
+
+	ADDQ $136, SI
+	ADDQ $256, R13
+	ADDQ $4, R14
+	DECQ AX
+	JNZ  xnblock
+
+	MOVQ 576(SP), R9
+	LEAQ 544(SP), CX
+
+xnstore:
+	VMOVSS (CX), X0
+	VMOVSS X0, (R9)
+	ADDQ   os+80(FP), R9
+	ADDQ   $4, CX
+	CMPQ   CX, 584(SP)
+	JNE    xnstore
+	ADDQ   $4, 576(SP)
+	ADDQ   rb+8(FP), R8
+	DECQ   BX
+	JNZ    xnrow
+	VZEROUPPER
+	RET

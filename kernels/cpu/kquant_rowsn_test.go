@@ -12,13 +12,14 @@ import (
 // TestKRowsNMatchOneRow checks that MatMul on weights of a type with a
 // kDotsN kernel gives every output the bits of the one-row kernels (kDots)
 // and of the Go reference, for every count of activation rows up to one
-// more than a call takes, over 13 weight rows (a group of eight and five
-// left), and the kernel called alone on rows from the second on.
+// more than a call takes, over 13 weight rows (for the kernels that take
+// them eight at a time, a group of eight and five left), and the kernel
+// called alone on rows from the second on.
 func TestKRowsNMatchOneRow(t *testing.T) {
 	initTables()
 	const rows = 13
-	const k = 1024 + 3*kernels.QK
-	for _, dt := range []kernels.DType{kernels.Q5_0, kernels.IQ4_NL} {
+	for _, dt := range []kernels.DType{kernels.Q5_0, kernels.IQ4_NL, kernels.IQ4_XS} {
+		k := 1024 + 3*dt.BlockElems()
 		for n := 1; n <= kRowsNMax+1; n++ {
 			t.Run(fmt.Sprintf("%v/n=%d", dt, n), func(t *testing.T) {
 				kn := kDotsN[dt]
@@ -61,8 +62,8 @@ func TestKRowsNMatchOneRow(t *testing.T) {
 				be.Download(one, y)
 
 				a := &kAct{f: actFormatOf(dt), k: k}
-				nb := k / kernels.QK
-				a.q, a.d = make([]int8, n*k), make([]float32, n*nb)
+				nb := k / a.f.blockLen()
+				a.q, a.d, a.bs = make([]int8, n*k), make([]float32, n*nb), make([]int16, n*k/16)
 				for i := range n {
 					a.quantize(i, xs[i*k:(i+1)*k])
 				}
