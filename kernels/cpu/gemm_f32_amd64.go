@@ -5,6 +5,9 @@ package cpu
 //go:noescape
 func dotF32AVX(a, b *float32, n int) float32
 
+//go:noescape
+func dotF32PairAVX(a, a2, b *float32, n int, out *[2]float32)
+
 // The tile kernels of gemm_f32_amd64.s, each quads tiles of four weight
 // rows (ldw floats apart, 0 for one row four times) by three, two or one
 // activation rows (ldx apart), over n floats (a multiple of 8) of each; the
@@ -75,12 +78,28 @@ func gemmF32Asm(out []float32, ldo int, w []float32, wpacked bool, mw int, x []f
 	g := gemmArgs{out: out, ldo: ldo, w: w, wpacked: wpacked, mw: mw, x: x, xpacked: xpacked, nx: nx, k: k, k8: k &^ 7, kc: gemmKC, sc: sc}
 	switch {
 	case nx == 1 && !wpacked && !xpacked:
-		// One activation row (a batch-1 decode step): the weight rows
-		// one after the other through dotF32's kernel, one sequential
-		// stream. A ~100M F32 model decoded 5-10% faster so on one Zen 5
-		// core than on the eight-row tile, whose eight rows are eight
-		// streams (42-46 tokens/s against 38-42, alternating).
-		for i := range mw {
+		// One activation row (a batch-1 decode step) reads each weight
+		// once, so it runs at the speed the weights stream from memory,
+		// if the arithmetic keeps up: one output's chain of fused
+		// multiply-adds (canon.go) takes eight floats per FMA latency,
+		// about what one core's stream delivers. Two outputs a pass
+		// double that, and their rows half the call's rows apart keep two
+		// sequential streams on different pages (the eight-row tile's
+		// eight adjacent rows, or two adjacent ones, ran slower than one
+		// row alone). A ~100M F32 model on one Zen 5 core decoded at
+		// 38-42 tokens/s on the tile, 40-46 a row at a time, 42-49 in
+		// pairs.
+		i := 0
+		if g.k8 >= 64 {
+			h := mw / 2
+			var two [2]float32
+			for ; i < h; i++ {
+				dotF32PairAVX(&w[i*k], &w[(i+h)*k], &x[0], g.k8, &two)
+				out[i], out[i+h] = two[0], two[1]
+			}
+			i = 2 * h
+		}
+		for ; i < mw; i++ {
 			out[i] = dotF32AVX(&w[i*k], &x[0], g.k8)
 		}
 	default:

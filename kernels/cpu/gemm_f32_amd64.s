@@ -401,3 +401,71 @@ dotdone:
 	VZEROUPPER
 	MOVSS X0, ret+24(FP)
 	RET
+
+// func dotF32PairAVX(a, a2, b *float32, n int, out *[2]float32)
+//
+// dotF32AVX for two rows at once, a and a2 against b, n floats (a
+// multiple of 8, at least 64): two chains of fused multiply-adds, each in
+// dotF32's order, so each result has its bits. Row a runs four chunks
+// ahead of row a2, so that their loads in one pass fall 128 bytes apart
+// in the page, not on the same L1 bank when the rows are a multiple of
+// 4 KiB apart.
+TEXT ·dotF32PairAVX(SB), NOSPLIT, $0-40
+	MOVQ   a+0(FP), SI
+	MOVQ   a2+8(FP), DX
+	MOVQ   b+16(FP), DI
+	MOVQ   n+24(FP), CX
+	SHRQ   $3, CX
+	SUBQ   $4, CX
+	MOVQ   DI, R8
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+
+	// Row a's first four chunks.
+	VMOVUPS     (DI), Y4
+	VFMADD231PS (SI), Y4, Y0
+	VMOVUPS     32(DI), Y4
+	VFMADD231PS 32(SI), Y4, Y0
+	VMOVUPS     64(DI), Y4
+	VFMADD231PS 64(SI), Y4, Y0
+	VMOVUPS     96(DI), Y4
+	VFMADD231PS 96(SI), Y4, Y0
+	ADDQ $128, SI
+	ADDQ $128, DI
+
+	// Chunk c of row a with chunk c−4 of row a2 (R8 walks b for a2).
+plloop:
+	VMOVUPS     (DI), Y4
+	VFMADD231PS (SI), Y4, Y0
+	VMOVUPS     (R8), Y5
+	VFMADD231PS (DX), Y5, Y1
+	ADDQ        $32, SI
+	ADDQ        $32, DI
+	ADDQ        $32, DX
+	ADDQ        $32, R8
+	DECQ        CX
+	JNZ         plloop
+
+	// Row a2's last four chunks; then both sums reduced as dotF32AVX's.
+	VMOVUPS     (R8), Y5
+	VFMADD231PS (DX), Y5, Y1
+	VMOVUPS     32(R8), Y5
+	VFMADD231PS 32(DX), Y5, Y1
+	VMOVUPS     64(R8), Y5
+	VFMADD231PS 64(DX), Y5, Y1
+	VMOVUPS     96(R8), Y5
+	VFMADD231PS 96(DX), Y5, Y1
+
+	MOVQ         out+32(FP), R9
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $1, Y0, X2
+	VADDPS       X2, X0, X0
+	MOVSS        X0, (R9)
+	VHADDPS      Y1, Y1, Y1
+	VHADDPS      Y1, Y1, Y1
+	VEXTRACTF128 $1, Y1, X2
+	VADDPS       X2, X1, X1
+	MOVSS        X1, 4(R9)
+	VZEROUPPER
+	RET
