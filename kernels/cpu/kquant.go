@@ -25,9 +25,11 @@ import (
 //
 // Every output is computed by the same sequence of operations on one
 // weight row and one activation row, whatever the batch and the kernel
-// (one row, four activation rows, or eight weight rows in the ×8 layout
-// of pack.go): a row's result never depends on the other rows of the
-// batch (batch invariance).
+// (one row, four or eight activation rows, eight weight rows in the ×8
+// layout of pack.go, or, for batches of the four 32-value types, Q8_0's
+// ×8 kernels on the weights rewritten chunk by chunk, legacyx8.go): a
+// row's result never depends on the other rows of the batch (batch
+// invariance).
 
 // actFormat is how MatMul quantizes activations for a weight type.
 type actFormat uint8
