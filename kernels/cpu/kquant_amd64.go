@@ -27,6 +27,9 @@ func dotQ6KRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, ou
 func dotIQ4XSRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
 
 //go:noescape
+func dotQ2KRows2AVX(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, bs *int16, bss, nb int, out *float32, os, nrows int)
+
+//go:noescape
 func dotIQ4XSRowsNAVX(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, nb, na, nrows int, out *float32, os int)
 
 //go:noescape
@@ -63,6 +66,7 @@ func setKDotsAsm() {
 		kernels.Q5_0:   kRows32NAsm(dotQ5_0RowsNAVX, kDots[kernels.Q5_0], q5_0Bytes),
 		kernels.IQ4_NL: kRows32NAsm(dotIQ4NLRowsNAVX, kDots[kernels.IQ4_NL], iq4NLBytes),
 	}
+	kDotsN[kernels.Q2_K] = kRows2Asm(dotQ2KRows2AVX, kDots[kernels.Q2_K], q2KBytes)
 	if cpu.X86.HasBMI2 { // PDEP unpacks the IQ4_XS scales
 		kDots[kernels.IQ4_XS] = kRowsAsm(dotIQ4XSRowsAVX, iq4XSBytes)
 		kDotsN[kernels.IQ4_XS] = kRowsKNAsm(dotIQ4XSRowsNAVX, kDots[kernels.IQ4_XS], iq4XSBytes)
@@ -199,3 +203,36 @@ func kRowsKNAsm(f func(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int,
 // breaks even at three and four, and gains a tenth from eight (318-323
 // against 286-288).
 const kRowsKNMin = 4
+
+// kRows2Asm wraps a kernel of a Q8_K type that takes two activation rows a
+// call, its weight rows one at a time: pairs of rows go to it, a last
+// odd row to the type's one-row kernel one, which computes it by the same
+// steps. It checks bounds once, so the assembly can trust its lengths.
+func kRows2Asm(f func(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, bs *int16, bss, nb int, out *float32, os, nrows int), one kRows, blockBytes int) kRowsN {
+	return func(w []byte, rb int, a *kAct, a0, na int, out []float32, os, m int) {
+		if na < 1 || na > kRowsNMax {
+			panic("cpu: activation rows out of range for an N rows kernel")
+		}
+		if rb < 0 {
+			panic("cpu: negative weight row stride")
+		}
+		if m == 0 {
+			return
+		}
+		k := a.k
+		nb := k / superBlocks
+		i := 0
+		if nb > 0 {
+			_ = w[(m-1)*rb+nb*blockBytes-1]
+			_, _, _ = a.q[(a0+na)*k-1], a.d[(a0+na)*nb-1], a.bs[(a0+na)*(k/16)-1]
+			_ = out[(na-1)*os+m-1]
+			for ; i+2 <= na; i += 2 {
+				r := a0 + i
+				f(&w[0], rb, &a.q[r*k], k, &a.d[r*nb], 4*nb, &a.bs[r*(k/16)], k/8, nb, &out[i*os], 4*os, m)
+			}
+		}
+		for ; i < na; i++ {
+			one(w, rb, a.row(a0+i), out[i*os:i*os+m])
+		}
+	}
+}

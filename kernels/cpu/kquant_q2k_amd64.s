@@ -131,3 +131,117 @@ q2kblock:
 	JNZ q2krow
 	VZEROUPPER
 	RET
+
+// dotQ2KRows2AVX is dotQ2KRowsAVX for two activation rows at once, the
+// second xqs, xds and bss bytes after the first in values, scales and
+// sums per 16, its results os bytes after the first's: each group's quants
+// are masked and its scales spread once for both rows, and each row's
+// integer sums and float steps are the one-row kernel's, so both results
+// have its bits. Y0 and Y10 are the rows' int32 sums, X12 and X13 their
+// float sums; R13 xqs, R12 xds, R11 bss, R10 os.
+
+// Q2KGROUP2 adds group g's 32 values to both rows' sums: q holds their
+// quant bytes shifted into the low two bits, Y2 the scales in both lanes.
+#define Q2KGROUP2(q, off) \
+	VPAND      Y15, q, Y4 \
+	VPSHUFB    q2kscale<>+off(SB), Y2, Y5 \
+	VPMADDUBSW off(DI), Y4, Y1 \
+	VPMADDWD   Y5, Y1, Y1 \
+	VPADDD     Y1, Y0, Y0 \
+	VPMADDUBSW off(DI)(R13*1), Y4, Y3 \
+	VPMADDWD   Y5, Y3, Y3 \
+	VPADDD     Y3, Y10, Y10
+
+// Q2KHALF2 is Q2KHALF for both rows.
+#define Q2KHALF2(qoff, off) \
+	VMOVDQU qoff(SI), Y8 \
+	Q2KGROUP2(Y8, off) \
+	VPSRLW  $2, Y8, Y9 \
+	Q2KGROUP2(Y9, off+32) \
+	VPSRLW  $4, Y8, Y9 \
+	Q2KGROUP2(Y9, off+64) \
+	VPSRLW  $6, Y8, Y9 \
+	Q2KGROUP2(Y9, off+96)
+
+// func dotQ2KRows2AVX(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, bs *int16, bss, nb int, out *float32, os, nrows int)
+TEXT ·dotQ2KRows2AVX(SB), NOSPLIT, $0-96
+	MOVQ w+0(FP), R8
+	MOVQ xqs+24(FP), R13
+	MOVQ xds+40(FP), R12
+	MOVQ bss+56(FP), R11
+	MOVQ out+72(FP), R14
+	MOVQ os+80(FP), R10
+	MOVQ nrows+88(FP), BX
+	MOVL $0x03030303, R9
+	VMOVD R9, X15
+	VPBROADCASTD X15, Y15
+	MOVL $0x0f0f0f0f, R9
+	VMOVD R9, X14
+	VPBROADCASTD X14, X14
+
+q2k2row:
+	MOVQ   R8, SI
+	MOVQ   xq+16(FP), DI
+	MOVQ   xd+32(FP), DX
+	MOVQ   bs+48(FP), CX
+	MOVQ   nb+64(FP), AX
+	VXORPS X12, X12, X12
+	VXORPS X13, X13, X13
+
+q2k2block:
+	VMOVDQU     (SI), X1
+	VPAND       X14, X1, X2
+	VINSERTI128 $1, X2, Y2, Y2
+	VPSRLW      $4, X1, X6
+	VPAND       X14, X6, X6
+	VPMOVZXBW   X6, Y6
+
+	VPXOR Y0, Y0, Y0
+	VPXOR Y10, Y10, Y10
+	Q2KHALF2(16, 0)
+	Q2KHALF2(48, 128)
+
+	// The mins against each row's sums per 16.
+	VPMADDWD (CX)(R11*1), Y6, Y7
+	VPMADDWD (CX), Y6, Y6
+
+	// sum += (d_x·d)·isum − (d_x·dmin)·msum, row by row.
+	HSUMI(Y0, X0, X1)
+	HSUMI(Y6, X6, X1)
+	F16SCALE(80(SI), X3)
+	VMULSS X0, X3, X3
+	F16SCALE(82(SI), X4)
+	VMULSS X6, X4, X4
+	VSUBSS X4, X3, X3
+	VADDSS X3, X12, X12
+
+	HSUMI(Y10, X10, X1)
+	HSUMI(Y7, X7, X1)
+	MOVWLZX   80(SI), R9
+	VMOVD     R9, X3
+	VCVTPH2PS X3, X3
+	VMULSS    (DX)(R12*1), X3, X3
+	VMULSS    X10, X3, X3
+	MOVWLZX   82(SI), R9
+	VMOVD     R9, X4
+	VCVTPH2PS X4, X4
+	VMULSS    (DX)(R12*1), X4, X4
+	VMULSS    X7, X4, X4
+	VSUBSS    X4, X3, X3
+	VADDSS    X3, X13, X13
+
+	ADDQ $84, SI
+	ADDQ $256, DI
+	ADDQ $4, DX
+	ADDQ $32, CX
+	DECQ AX
+	JNZ  q2k2block
+
+	VMOVSS X12, (R14)
+	VMOVSS X13, (R14)(R10*1)
+	ADDQ   $4, R14
+	ADDQ   rb+8(FP), R8
+	DECQ   BX
+	JNZ    q2k2row
+	VZEROUPPER
+	RET

@@ -18,7 +18,7 @@ import (
 func TestKRowsNMatchOneRow(t *testing.T) {
 	initTables()
 	const rows = 13
-	for _, dt := range []kernels.DType{kernels.Q5_0, kernels.IQ4_NL, kernels.IQ4_XS} {
+	for _, dt := range []kernels.DType{kernels.Q5_0, kernels.IQ4_NL, kernels.IQ4_XS, kernels.Q2_K} {
 		k := 1024 + 3*dt.BlockElems()
 		for n := 1; n <= kRowsNMax+1; n++ {
 			t.Run(fmt.Sprintf("%v/n=%d", dt, n), func(t *testing.T) {
