@@ -373,6 +373,15 @@ gemmf32t81next:
 	VZEROUPPER
 	RET
 
+// F32HSUM reduces y's eight lanes in canon.go's order,
+// ((v0+v1)+(v2+v3))+((v4+v5)+(v6+v7)), into the low lane of x (y's low
+// half); t is clobbered.
+#define F32HSUM(y, x, t) \
+	VHADDPS      y, y, y \
+	VHADDPS      y, y, y \
+	VEXTRACTF128 $1, y, t \
+	VADDPS       t, x, x
+
 // func dotF32AVX(a, b *float32, n int) float32
 // One accumulator taking the chunks in order, then HSUM4's tree for one
 // (canon.go).
@@ -394,10 +403,7 @@ dotloop:
 	JNZ         dotloop
 
 dotdone:
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS       X1, X0, X0
+	F32HSUM(Y0, X0, X1)
 	VZEROUPPER
 	MOVSS X0, ret+24(FP)
 	RET
@@ -457,15 +463,9 @@ plloop:
 	VFMADD231PS 96(DX), Y5, Y1
 
 	MOVQ         out+32(FP), R9
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
-	VEXTRACTF128 $1, Y0, X2
-	VADDPS       X2, X0, X0
+	F32HSUM(Y0, X0, X2)
 	MOVSS        X0, (R9)
-	VHADDPS      Y1, Y1, Y1
-	VHADDPS      Y1, Y1, Y1
-	VEXTRACTF128 $1, Y1, X2
-	VADDPS       X2, X1, X1
+	F32HSUM(Y1, X1, X2)
 	MOVSS        X1, 4(R9)
 	VZEROUPPER
 	RET

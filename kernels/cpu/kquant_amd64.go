@@ -166,12 +166,7 @@ func kRowsAsm(f func(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, 
 // one-row kernel one, which computes them by the same steps.
 func kRowsKNAsm(f func(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, nb, na, nrows int, out *float32, os int), one kRows, blockBytes int) kRowsN {
 	return func(w []byte, rb int, a *kAct, a0, na int, out []float32, os, m int) {
-		if na < 1 || na > kRowsNMax {
-			panic("cpu: activation rows out of range for an N rows kernel")
-		}
-		if rb < 0 {
-			panic("cpu: negative weight row stride")
-		}
+		checkRowsN(na, rb)
 		if m == 0 {
 			return
 		}
@@ -210,12 +205,7 @@ const kRowsKNMin = 4
 // steps. It checks bounds once, so the assembly can trust its lengths.
 func kRows2Asm(f func(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, bs *int16, bss, nb int, out *float32, os, nrows int), one kRows, blockBytes int) kRowsN {
 	return func(w []byte, rb int, a *kAct, a0, na int, out []float32, os, m int) {
-		if na < 1 || na > kRowsNMax {
-			panic("cpu: activation rows out of range for an N rows kernel")
-		}
-		if rb < 0 {
-			panic("cpu: negative weight row stride")
-		}
+		checkRowsN(na, rb)
 		if m == 0 {
 			return
 		}
@@ -234,5 +224,16 @@ func kRows2Asm(f func(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, 
 		for ; i < na; i++ {
 			one(w, rb, a.row(a0+i), out[i*os:i*os+m])
 		}
+	}
+}
+
+// checkRowsN panics on the arguments no kRowsN kernel takes: the
+// assembly trusts them.
+func checkRowsN(na, rb int) {
+	if na < 1 || na > kRowsNMax {
+		panic("cpu: activation rows out of range for an N rows kernel")
+	}
+	if rb < 0 {
+		panic("cpu: negative weight row stride")
 	}
 }

@@ -674,9 +674,11 @@ GLOBL iq4tab<>(SB), RODATA|NOPTR, $16
 	VPMADDWD   Y7, Y6, Y6 \
 	VPADDD     Y6, Y0, Y0
 
-// IQ4XSPAIR adds sub-blocks s and s+1 (32 bytes of indices at qoff: 16
-// for each, low nibbles the first 16 values, high nibbles the next 16).
-#define IQ4XSPAIR(qoff, xoff, s) \
+// IQ4XSIDX looks up a pair of sub-blocks' values (32 bytes of indices at
+// qoff: 16 for each, low nibbles the first 16 values, high nibbles the
+// next 16): the first sub-block's to Y8, the second's to Y9 (Y4, Y5
+// clobbered).
+#define IQ4XSIDX(qoff) \
 	VMOVDQU    qoff(SI), Y4 \
 	VPSRLW     $4, Y4, Y5 \
 	VPAND      Y15, Y4, Y4 \
@@ -684,9 +686,35 @@ GLOBL iq4tab<>(SB), RODATA|NOPTR, $16
 	VPERM2I128 $0x20, Y5, Y4, Y8 \
 	VPERM2I128 $0x31, Y5, Y4, Y9 \
 	VPSHUFB    Y8, Y14, Y8 \
-	VPSHUFB    Y9, Y14, Y9 \
+	VPSHUFB    Y9, Y14, Y9
+
+// IQ4XSPAIR adds sub-blocks s and s+1 (32 bytes of indices at qoff: 16
+// for each, low nibbles the first 16 values, high nibbles the next 16).
+#define IQ4XSPAIR(qoff, xoff, s) \
+	IQ4XSIDX(qoff) \
 	IQ4XSSUB(Y8, xoff, s) \
 	IQ4XSSUB(Y9, xoff+32, s+2)
+
+// IQ4XSSCALES stores the super-block's eight scales, less 32, as words at
+// 0(SP) (R9-R12, X1 and X2 clobbered). Scale j: bits 4j..4j+3 of
+// scales_l (bytes 4-7) low, bits 2j, 2j+1 of scales_h (bytes 2-3) high;
+// PDEP spreads both to one byte per j.
+#define IQ4XSSCALES \
+	MOVL      4(SI), R9 \
+	MOVQ      $0x0f0f0f0f0f0f0f0f, R10 \
+	PDEPQ     R10, R9, R11 \
+	MOVWLZX   2(SI), R9 \
+	MOVQ      $0x0303030303030303, R10 \
+	PDEPQ     R10, R9, R12 \
+	SHLQ      $4, R12 \
+	ORQ       R12, R11 \
+	VMOVQ     R11, X1 \
+	VPMOVZXBW X1, X1 \
+	MOVL      $0x00200020, R9 \
+	VMOVD     R9, X2 \
+	VPBROADCASTD X2, X2 \
+	VPSUBW    X2, X1, X1 \
+	VMOVDQU   X1, 0(SP)
 
 // func dotIQ4XSRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
 TEXT ·dotIQ4XSRowsAVX(SB), NOSPLIT, $32-64
@@ -702,23 +730,7 @@ iq4xsrow:
 	KSETUP
 
 iq4xsblock:
-	// Scale j: bits 4j..4j+3 of scales_l (bytes 4-7) low, bits 2j, 2j+1
-	// of scales_h (bytes 2-3) high; PDEP spreads both to one byte per j.
-	MOVL  4(SI), R9
-	MOVQ  $0x0f0f0f0f0f0f0f0f, R10
-	PDEPQ R10, R9, R11
-	MOVWLZX 2(SI), R9
-	MOVQ  $0x0303030303030303, R10
-	PDEPQ R10, R9, R12
-	SHLQ  $4, R12
-	ORQ   R12, R11
-	VMOVQ R11, X1
-	VPMOVZXBW X1, X1
-	MOVL  $0x00200020, R9
-	VMOVD R9, X2
-	VPBROADCASTD X2, X2
-	VPSUBW X2, X1, X1
-	VMOVDQU X1, 0(SP)
+	IQ4XSSCALES
 
 	VPXOR Y0, Y0, Y0
 	IQ4XSPAIR(8, 0, 0)
@@ -761,14 +773,7 @@ iq4xsblock:
 
 // IQ4XSDEC decodes the pair of sub-blocks p (32 bytes of indices at qoff).
 #define IQ4XSDEC(qoff, p) \
-	VMOVDQU    qoff(SI), Y4 \
-	VPSRLW     $4, Y4, Y5 \
-	VPAND      Y15, Y4, Y4 \
-	VPAND      Y15, Y5, Y5 \
-	VPERM2I128 $0x20, Y5, Y4, Y8 \
-	VPERM2I128 $0x31, Y5, Y4, Y9 \
-	VPSHUFB    Y8, Y14, Y8 \
-	VPSHUFB    Y9, Y14, Y9 \
+	IQ4XSIDX(qoff) \
 	VPSIGNB    Y8, Y8, Y6 \
 	VMOVDQU    Y6, 32+64*p(SP) \
 	VMOVDQU    Y8, 288+64*p(SP) \
@@ -810,22 +815,7 @@ xnrow:
 	MOVQ    nb+48(FP), AX
 
 xnblock:
-	// The scales, as in dotIQ4XSRowsAVX.
-	MOVL  4(SI), R9
-	MOVQ  $0x0f0f0f0f0f0f0f0f, R10
-	PDEPQ R10, R9, R11
-	MOVWLZX 2(SI), R9
-	MOVQ  $0x0303030303030303, R10
-	PDEPQ R10, R9, R12
-	SHLQ  $4, R12
-	ORQ   R12, R11
-	VMOVQ R11, X1
-	VPMOVZXBW X1, X1
-	MOVL  $0x00200020, R9
-	VMOVD R9, X2
-	VPBROADCASTD X2, X2
-	VPSUBW X2, X1, X1
-	VMOVDQU X1, 0(SP)
+	IQ4XSSCALES
 
 	IQ4XSDEC(8, 0)
 	IQ4XSDEC(40, 1)

@@ -52,12 +52,7 @@ func dotIQ4NLRowsNAVX(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, 
 // kernel one, which computes them by the same steps.
 func kRows32NAsm(f func(w *byte, rb int, xq *int8, xqs int, xd *float32, xds int, nb, na, ngroups int, out *float32, os int), one kRows, blockBytes int) kRowsN {
 	return func(w []byte, rb int, a *kAct, a0, na int, out []float32, os, m int) {
-		if na < 1 || na > kRowsNMax {
-			panic("cpu: activation rows out of range for an N rows kernel")
-		}
-		if rb < 0 {
-			panic("cpu: negative weight row stride")
-		}
+		checkRowsN(na, rb)
 		k := a.k
 		nb := k / kernels.QK
 		g := m / 8

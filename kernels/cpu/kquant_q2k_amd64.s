@@ -77,31 +77,60 @@ GLOBL q2kscale<>(SB), RODATA|NOPTR, $256
 	VPSRLW  $6, Y8, Y9 \
 	Q2KGROUP(Y9, off+96, off+96, Y3)
 
+// Q2KMASKS sets Y15 to bytes of 0x03 and X14 to bytes of 0x0F (R9
+// clobbered).
+#define Q2KMASKS \
+	MOVL         $0x03030303, R9 \
+	VMOVD        R9, X15 \
+	VPBROADCASTD X15, Y15 \
+	MOVL         $0x0f0f0f0f, R9 \
+	VMOVD        R9, X14 \
+	VPBROADCASTD X14, X14
+
+// Q2KSCALES sets Y2 to the super-block's 16 scales in both lanes and Y6
+// to its 16 mins as words (X1 clobbered).
+#define Q2KSCALES \
+	VMOVDQU     (SI), X1 \
+	VPAND       X14, X1, X2 \
+	VINSERTI128 $1, X2, Y2, Y2 \
+	VPSRLW      $4, X1, X6 \
+	VPAND       X14, X6, X6 \
+	VPMOVZXBW   X6, Y6
+
+// Q2KSTEP adds a super-block's term to sum: sum += (d_x·d)·isum −
+// (d_x·dmin)·msum, isum the int32 lanes of yi (xi its low half), msum
+// those of ym, d_x at dx (R9, X1, X3 and X4 clobbered).
+#define Q2KSTEP(yi, xi, ym, xm, dx, sum) \
+	HSUMI(yi, xi, X1) \
+	HSUMI(ym, xm, X1) \
+	MOVWLZX   80(SI), R9 \
+	VMOVD     R9, X3 \
+	VCVTPH2PS X3, X3 \
+	VMULSS    dx, X3, X3 \
+	VMULSS    xi, X3, X3 \
+	MOVWLZX   82(SI), R9 \
+	VMOVD     R9, X4 \
+	VCVTPH2PS X4, X4 \
+	VMULSS    dx, X4, X4 \
+	VMULSS    xm, X4, X4 \
+	VSUBSS    X4, X3, X3 \
+	VADDSS    X3, sum, sum
+
 // func dotQ2KRowsAVX(w *byte, rb int, xq *int8, xd *float32, bs *int16, nb int, out *float32, nrows int)
 TEXT ·dotQ2KRowsAVX(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), R8
 	MOVQ out+48(FP), R14
 	MOVQ nrows+56(FP), BX
-	MOVL $0x03030303, R9
-	VMOVD R9, X15
-	VPBROADCASTD X15, Y15
-	MOVL $0x0f0f0f0f, R9
-	VMOVD R9, X14
-	VPBROADCASTD X14, X14
+	Q2KMASKS
 
 q2krow:
 	KSETUP
 
 q2kblock:
-	// Scales in both lanes of Y2; mins as words against the sums per 16
-	// give min_j·(Σ of sub-block j) in dword pairs of Y6.
-	VMOVDQU     (SI), X1
-	VPAND       X14, X1, X2
-	VINSERTI128 $1, X2, Y2, Y2
-	VPSRLW      $4, X1, X6
-	VPAND       X14, X6, X6
-	VPMOVZXBW   X6, Y6
-	VPMADDWD    (CX), Y6, Y6
+	// Mins against the sums per 16 give min_j·(Σ of sub-block j) in
+	// dword pairs of Y6.
+	Q2KSCALES
+	VPMADDWD (CX), Y6, Y6
 
 	// Two accumulators, so consecutive groups do not wait on each other.
 	VPXOR Y0, Y0, Y0
@@ -110,15 +139,7 @@ q2kblock:
 	Q2KHALF(48, 128)
 	VPADDD Y3, Y0, Y0
 
-	// sum += (d_x·d)·isum − (d_x·dmin)·msum
-	HSUMI(Y0, X0, X1)
-	HSUMI(Y6, X6, X1)
-	F16SCALE(80(SI), X3)
-	VMULSS X0, X3, X3
-	F16SCALE(82(SI), X4)
-	VMULSS X6, X4, X4
-	VSUBSS X4, X3, X3
-	VADDSS X3, X12, X12
+	Q2KSTEP(Y0, X0, Y6, X6, (DX), X12)
 
 	ADDQ $84, SI
 	ADDQ $256, DI
@@ -172,12 +193,7 @@ TEXT ·dotQ2KRows2AVX(SB), NOSPLIT, $0-96
 	MOVQ out+72(FP), R14
 	MOVQ os+80(FP), R10
 	MOVQ nrows+88(FP), BX
-	MOVL $0x03030303, R9
-	VMOVD R9, X15
-	VPBROADCASTD X15, Y15
-	MOVL $0x0f0f0f0f, R9
-	VMOVD R9, X14
-	VPBROADCASTD X14, X14
+	Q2KMASKS
 
 q2k2row:
 	MOVQ   R8, SI
@@ -189,12 +205,7 @@ q2k2row:
 	VXORPS X13, X13, X13
 
 q2k2block:
-	VMOVDQU     (SI), X1
-	VPAND       X14, X1, X2
-	VINSERTI128 $1, X2, Y2, Y2
-	VPSRLW      $4, X1, X6
-	VPAND       X14, X6, X6
-	VPMOVZXBW   X6, Y6
+	Q2KSCALES
 
 	VPXOR Y0, Y0, Y0
 	VPXOR Y10, Y10, Y10
@@ -205,30 +216,8 @@ q2k2block:
 	VPMADDWD (CX)(R11*1), Y6, Y7
 	VPMADDWD (CX), Y6, Y6
 
-	// sum += (d_x·d)·isum − (d_x·dmin)·msum, row by row.
-	HSUMI(Y0, X0, X1)
-	HSUMI(Y6, X6, X1)
-	F16SCALE(80(SI), X3)
-	VMULSS X0, X3, X3
-	F16SCALE(82(SI), X4)
-	VMULSS X6, X4, X4
-	VSUBSS X4, X3, X3
-	VADDSS X3, X12, X12
-
-	HSUMI(Y10, X10, X1)
-	HSUMI(Y7, X7, X1)
-	MOVWLZX   80(SI), R9
-	VMOVD     R9, X3
-	VCVTPH2PS X3, X3
-	VMULSS    (DX)(R12*1), X3, X3
-	VMULSS    X10, X3, X3
-	MOVWLZX   82(SI), R9
-	VMOVD     R9, X4
-	VCVTPH2PS X4, X4
-	VMULSS    (DX)(R12*1), X4, X4
-	VMULSS    X7, X4, X4
-	VSUBSS    X4, X3, X3
-	VADDSS    X3, X13, X13
+	Q2KSTEP(Y0, X0, Y6, X6, (DX), X12)
+	Q2KSTEP(Y10, X10, Y7, X7, (DX)(R12*1), X13)
 
 	ADDQ $84, SI
 	ADDQ $256, DI
