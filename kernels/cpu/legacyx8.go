@@ -26,7 +26,7 @@ import (
 // The batches from which the rewrite pays; smaller ones (decode, a few
 // streams) take the types' own kernels, which give the same bits. The
 // rewrite costs 0.02-0.05 ns a weight on a Zen 5 core (BenchmarkExpandX8:
-// 20-50 weights/ns, about 1 in Go), a pass over the weights the price of a
+// 20-50 weights/ns, 0.6-1 in Go), a pass over the weights the price of a
 // few activation rows. On ~100M models at one thread, tokens/s: Q5_0,
 // whose own kernel takes eight activation rows a pass (as IQ4_NL's does),
 // 4 rows about even, 8 rows 440-500 against 356, 128 rows 1240 against
@@ -169,7 +169,6 @@ func expandRowsX8(dst []byte, mins []float32, dt kernels.DType, w []byte, rb, m,
 // of block b of group G at (G·nb + b)·8 + r mod 8. The rows that pad the
 // last group are zeros, scale and minimum +0.
 func expandX8(dst []byte, mins []float32, dt kernels.DType, w []byte, rb, m, nb int, flip byte) {
-	f := uint32(flip) * 0x01010101
 	bb := dt.BlockBytes()
 	for r := range m {
 		src := w[r*rb:]
@@ -182,21 +181,35 @@ func expandX8(dst []byte, mins []float32, dt kernels.DType, w []byte, rb, m, nb 
 			if hasMins(dt) {
 				mins[(r/x8Rows*nb+b)*x8Rows+l] = kernels.F16ToF32(binary.LittleEndian.Uint16(s[2:]))
 			}
-			var q [8]uint32
+			// The values as the Go references decode them.
+			var v [32]byte
 			switch dt {
 			case kernels.Q5_0:
-				q = q5Words(s[6:22], binary.LittleEndian.Uint32(s[2:6]), true)
+				h := binary.LittleEndian.Uint32(s[2:])
+				for j := range v {
+					v[j] = byte(q5(s[6:22], h, j) - 16)
+				}
 			case kernels.IQ4_NL:
-				q = iq4NLWords(s)
+				for j, c := range s[2:18] {
+					v[j], v[j+16] = byte(kernels.IQ4NLValues[c&15]), byte(kernels.IQ4NLValues[c>>4])
+				}
 			case kernels.Q4_1:
-				q = q5Words(s[4:20], 0, false)
+				for j, c := range s[4:20] {
+					v[j], v[j+16] = c&15, c>>4
+				}
 			case kernels.Q5_1:
-				q = q5Words(s[8:24], binary.LittleEndian.Uint32(s[4:8]), false)
+				h := binary.LittleEndian.Uint32(s[4:])
+				for j := range v {
+					v[j] = byte(q5(s[8:24], h, j))
+				}
 			default:
 				panic("cpu: expandX8 of " + dt.String())
 			}
-			for j, v := range q {
-				binary.LittleEndian.PutUint32(blk[16+32*j+4*l:], v^f)
+			for j := range 8 {
+				q := blk[16+32*j+4*l : 16+32*j+4*l+4]
+				for i := range q {
+					q[i] = v[4*j+i] ^ flip
+				}
 			}
 		}
 	}
@@ -216,56 +229,4 @@ func expandX8(dst []byte, mins []float32, dt kernels.DType, w []byte, rb, m, nb 
 			}
 		}
 	}
-}
-
-// q5Words returns the values of a block's 16 bytes of nibbles qs, with
-// bit j of h as value j's fifth bit (h is 0 for Q4_1), as bytes, four a
-// word: word j holds values 4j to 4j+3. With sub16 (Q5_0) each value is
-// less 16, as int8.
-func q5Words(qs []byte, h uint32, sub16 bool) [8]uint32 {
-	qs = qs[:16]
-	var q [8]uint32
-	for j := range 4 {
-		nib := binary.LittleEndian.Uint32(qs[4*j:])
-		for half := range 2 {
-			v := nib >> (4 * half) & 0x0f0f0f0f
-			v |= spreadBits[h>>(16*half+4*j)&15]
-			if sub16 {
-				// v−16 in each byte without borrows: the top bit set
-				// first, so no byte goes below zero, then flipped back.
-				v = (v | 0x80808080) - 0x10101010 ^ 0x80808080
-			}
-			q[4*half+j] = v
-		}
-	}
-	return q
-}
-
-// spreadBits[b] holds bit i of b as bit 4 of byte i (the fifth bits).
-var spreadBits = func() (t [16]uint32) {
-	for b := range t {
-		for i := range 4 {
-			if b>>i&1 != 0 {
-				t[b] |= 0x10 << (8 * i)
-			}
-		}
-	}
-	return t
-}()
-
-// iq4NLWords returns an IQ4_NL block's values as int8 bytes, four a word,
-// as q5Words.
-func iq4NLWords(blk []byte) [8]uint32 {
-	qs := blk[2:18]
-	var q [8]uint32
-	for j := range 4 {
-		c := qs[4*j : 4*j+4]
-		var lo, hi uint32
-		for i := range 4 {
-			lo |= uint32(uint8(kernels.IQ4NLValues[c[i]&15])) << (8 * i)
-			hi |= uint32(uint8(kernels.IQ4NLValues[c[i]>>4])) << (8 * i)
-		}
-		q[j], q[4+j] = lo, hi
-	}
-	return q
 }

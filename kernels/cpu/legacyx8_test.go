@@ -72,6 +72,9 @@ func TestExpandX8(t *testing.T) {
 							addMinsX8(wantMins, nb, s, na, out, m, m)
 						}
 						for a, act := range acts {
+							if !exactRef {
+								break // the Go references may fuse multiply-adds here
+							}
 							for row := range m {
 								ref := kDotsGo[dt](w[row*rb:], act.row(0))
 								if got := out[a*m+row]; math.Float32bits(got) != math.Float32bits(ref) {
@@ -79,7 +82,7 @@ func TestExpandX8(t *testing.T) {
 								}
 							}
 						}
-						// The padding rows of the last group: +0 scales, values 0.
+						// The padding rows of the last group: +0 scales, so +0 results.
 						for row := m; row < x8Groups(m)*x8Rows; row++ {
 							g := want[row/x8Rows*nb*x8Block:]
 							if v := dotQ8X8FlipGo(g, row%x8Rows, nb, acts[0].q, acts[0].d, flip); math.Float32bits(v) != 0 {
